@@ -1,0 +1,143 @@
+"""Typed MQ errors. Every transport raises these, carrying the MQ reason name and code."""
+
+from __future__ import annotations
+
+from mqgather.errors import MQGatherError
+
+# MQ completion and reason codes used by mqgather (values as in cmqc.h).
+MQCC_WARNING = 1
+MQCC_FAILED = 2
+
+REASONS: dict[str, int] = {
+    "MQRC_BACKED_OUT": 2003,
+    "MQRC_CONNECTION_BROKEN": 2009,
+    "MQRC_ENVIRONMENT_ERROR": 2012,
+    "MQRC_EXPIRY_ERROR": 2013,
+    "MQRC_GET_INHIBITED": 2016,
+    "MQRC_HCONN_ERROR": 2018,
+    "MQRC_MSG_TOO_BIG_FOR_Q": 2030,
+    "MQRC_MSG_TOO_BIG_FOR_Q_MGR": 2031,
+    "MQRC_NO_MSG_AVAILABLE": 2033,
+    "MQRC_NOT_AUTHORIZED": 2035,
+    "MQRC_OPTION_NOT_VALID_FOR_TYPE": 2045,
+    "MQRC_PUT_INHIBITED": 2051,
+    "MQRC_Q_FULL": 2053,
+    "MQRC_Q_MGR_NAME_ERROR": 2058,
+    "MQRC_Q_MGR_NOT_AVAILABLE": 2059,
+    "MQRC_SECURITY_ERROR": 2063,
+    "MQRC_TRUNCATED_MSG_FAILED": 2080,
+    "MQRC_UNKNOWN_OBJECT_NAME": 2085,
+    "MQRC_RESOURCE_PROBLEM": 2102,
+    "MQRC_Q_MGR_QUIESCING": 2161,
+    "MQRC_Q_MGR_STOPPING": 2162,
+    "MQRC_STORAGE_MEDIUM_FULL": 2192,
+    "MQRC_UNEXPECTED_ERROR": 2195,
+    "MQRC_CONNECTION_QUIESCING": 2202,
+    "MQRC_SSL_INITIALIZATION_ERROR": 2393,
+    "MQRC_PROPERTY_NOT_AVAILABLE": 2471,
+    "MQRC_HOST_NOT_AVAILABLE": 2538,
+    "MQRC_CHANNEL_CONFIG_ERROR": 2539,
+    "MQRC_UNKNOWN_CHANNEL_NAME": 2540,
+    "MQRC_OBJECT_ALREADY_EXISTS": 4001,
+}
+REASON_NAMES: dict[int, str] = {code: name for name, code in REASONS.items()}
+
+
+class MQError(MQGatherError):
+    """An MQ call failed. ``reason`` is the MQRC_* name, ``code`` its number."""
+
+    reason: str = "MQRC_UNEXPECTED_ERROR"
+    #: Reasons after which retrying the same call later can succeed without anyone acting.
+    transient: bool = False
+
+    def __init__(self, detail: str = "", *, reason: str | None = None, code: int | None = None):
+        if reason is not None:
+            self.reason = reason
+        self.code = code if code is not None else REASONS.get(self.reason, 0)
+        self.detail = detail
+        text = f"{self.reason} ({self.code})"
+        super().__init__(f"{text}: {detail}" if detail else text)
+
+
+class NoMessageAvailable(MQError):
+    """MQRC_NO_MSG_AVAILABLE: the get's wait interval ended with no matching message."""
+
+    reason = "MQRC_NO_MSG_AVAILABLE"
+
+
+class QueueFull(MQError):
+    """MQRC_Q_FULL: the queue is at MAXDEPTH."""
+
+    reason = "MQRC_Q_FULL"
+    transient = True
+
+
+class MessageTooBig(MQError):
+    """MQRC_MSG_TOO_BIG_FOR_Q: the body is longer than the queue's MAXMSGL."""
+
+    reason = "MQRC_MSG_TOO_BIG_FOR_Q"
+
+
+class UnknownObjectName(MQError):
+    """MQRC_UNKNOWN_OBJECT_NAME: no such queue."""
+
+    reason = "MQRC_UNKNOWN_OBJECT_NAME"
+
+
+class NotAuthorized(MQError):
+    """MQRC_NOT_AUTHORIZED: credentials refused or no authority to the object."""
+
+    reason = "MQRC_NOT_AUTHORIZED"
+
+
+class ConnectionBroken(MQError):
+    """MQRC_CONNECTION_BROKEN (and kin): the connection to the queue manager is gone."""
+
+    reason = "MQRC_CONNECTION_BROKEN"
+    transient = True
+
+
+class QueueManagerUnavailable(MQError):
+    """MQRC_Q_MGR_NOT_AVAILABLE: the queue manager cannot be reached or opened."""
+
+    reason = "MQRC_Q_MGR_NOT_AVAILABLE"
+    transient = True
+
+
+class ObjectAlreadyExists(MQError):
+    """MQRC_OBJECT_ALREADY_EXISTS: a define without replace named an existing queue."""
+
+    reason = "MQRC_OBJECT_ALREADY_EXISTS"
+
+
+_CLASSES: dict[str, type[MQError]] = {
+    cls.reason: cls
+    for cls in (
+        NoMessageAvailable,
+        QueueFull,
+        MessageTooBig,
+        UnknownObjectName,
+        NotAuthorized,
+        ConnectionBroken,
+        QueueManagerUnavailable,
+        ObjectAlreadyExists,
+    )
+}
+# Several reasons mean the same thing to a caller: the connection is unusable, try again later.
+for _name in (
+    "MQRC_HCONN_ERROR",
+    "MQRC_HOST_NOT_AVAILABLE",
+    "MQRC_Q_MGR_QUIESCING",
+    "MQRC_Q_MGR_STOPPING",
+    "MQRC_CONNECTION_QUIESCING",
+):
+    _CLASSES[_name] = ConnectionBroken
+_CLASSES["MQRC_MSG_TOO_BIG_FOR_Q_MGR"] = MessageTooBig
+_CLASSES["MQRC_SECURITY_ERROR"] = NotAuthorized
+
+
+def error_for_reason(code: int, detail: str = "") -> MQError:
+    """Build the typed error for an MQ reason code (unknown codes keep their number)."""
+    name = REASON_NAMES.get(code, f"MQRC_{code}")
+    cls = _CLASSES.get(name, MQError)
+    return cls(detail, reason=name, code=code)

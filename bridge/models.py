@@ -1,0 +1,203 @@
+"""The MQ message and queue models shared by every transport."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from enum import IntFlag
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+from mqgather.errors import ConfigError
+
+ID_LENGTH = 24
+#: MQMI_NONE / MQCI_NONE / MQGI_NONE: 24 NUL bytes, "no id".
+NONE_ID = b"\x00" * ID_LENGTH
+
+# MQMD constants that callers set by name.
+MQPER_NOT_PERSISTENT = 0
+MQPER_PERSISTENT = 1
+MQEI_UNLIMITED = -1
+MQFMT_NONE = ""
+MQFMT_STRING = "MQSTR"
+MQFMT_DEAD_LETTER_HEADER = "MQDEAD"
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+PropertyValue = bool | int | float | str | bytes | None
+_PROPERTY_TAGS: dict[type, str] = {
+    bool: "boolean",
+    int: "int64",
+    float: "float64",
+    str: "string",
+    bytes: "bytes",
+    type(None): "null",
+}
+
+
+class MsgFlags(IntFlag):
+    """MQMF_* message flags for logical groups."""
+
+    NONE = 0
+    MSG_IN_GROUP = 0x08
+    LAST_MSG_IN_GROUP = 0x10
+
+
+def parse_id(text: str) -> bytes:
+    """Turn a user-written 24-byte id into bytes.
+
+    Args:
+        text: ``hex:`` followed by up to 48 hex digits, or plain text. Both are padded
+            with NULs to 24 bytes, as MQ pads ids.
+
+    Raises:
+        ConfigError: the id is longer than 24 bytes or the hex is invalid.
+    """
+    if text.startswith("hex:"):
+        try:
+            raw = bytes.fromhex(text[4:])
+        except ValueError as exc:
+            raise ConfigError("id", f"{text!r} is not valid hex ({exc})") from exc
+    else:
+        raw = text.encode("utf-8")
+    if len(raw) > ID_LENGTH:
+        raise ConfigError("id", f"{text!r} is {len(raw)} bytes; MQ ids are at most {ID_LENGTH}")
+    return raw.ljust(ID_LENGTH, b"\x00")
+
+
+def format_id(value: bytes) -> str:
+    """The canonical text form of an id: ``hex:`` and 48 hex digits."""
+    return "hex:" + value.hex()
+
+
+def encode_properties(props: dict[str, PropertyValue]) -> dict[str, dict[str, Any]]:
+    """Tag each property with its MQ type so that JSON keeps bool/int/float/str/bytes/null apart."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in props.items():
+        tag = _PROPERTY_TAGS[type(value)]
+        out[name] = {
+            "type": tag,
+            "value": base64.b64encode(value).decode() if isinstance(value, bytes) else value,
+        }
+    return out
+
+
+def decode_properties(data: dict[str, Any]) -> dict[str, PropertyValue]:
+    """Inverse of :func:`encode_properties`; plain (untagged) values are taken as they are."""
+    out: dict[str, PropertyValue] = {}
+    for name, item in data.items():
+        if isinstance(item, dict) and set(item) == {"type", "value"}:
+            tag, value = item["type"], item["value"]
+            if tag == "bytes":
+                try:
+                    value = base64.b64decode(value, validate=True)
+                except (binascii.Error, TypeError) as exc:
+                    raise ValueError(f"property {name!r}: bytes value is not base64") from exc
+            elif tag == "float64":
+                value = float(value)
+            elif tag not in _PROPERTY_TAGS.values():
+                raise ValueError(f"property {name!r}: unknown type {tag!r}")
+            out[name] = value
+        else:
+            out[name] = item
+    return out
+
+
+def _check_id(value: Any, field: str) -> bytes:
+    if isinstance(value, str):
+        value = base64.b64decode(value) if not value.startswith("hex:") else parse_id(value)
+    if not isinstance(value, bytes | bytearray):
+        raise ValueError(f"{field} must be bytes")
+    if len(value) > ID_LENGTH:
+        raise ValueError(f"{field} is {len(value)} bytes; MQ ids are at most {ID_LENGTH}")
+    return bytes(value).ljust(ID_LENGTH, b"\x00")
+
+
+class MQMessage(BaseModel):
+    """One MQ message: the MQMD fields mqgather uses, named properties and the body.
+
+    Ids are 24 bytes (shorter values are NUL-padded). ``expiry`` is in tenths of a
+    second, as MQ keeps it; on a got message it is the time that was left.
+    """
+
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+    msg_id: bytes = NONE_ID
+    correl_id: bytes = NONE_ID
+    group_id: bytes = NONE_ID
+    msg_seq_number: int = Field(default=1, ge=1)
+    msg_flags: int = 0
+    format: str = Field(default=MQFMT_STRING, max_length=8)
+    persistence: int = MQPER_PERSISTENT
+    priority: int = Field(default=0, ge=0, le=9)
+    expiry: int = MQEI_UNLIMITED
+    reply_to_q: str = Field(default="", max_length=48)
+    reply_to_qmgr: str = Field(default="", max_length=48)
+    put_appl_name: str = Field(default="", max_length=28)
+    put_date_time: datetime | None = None
+    backout_count: int = 0
+    properties: dict[str, PropertyValue] = Field(default_factory=dict)
+    body: bytes = b""
+
+    @field_validator("msg_id", "correl_id", "group_id", mode="before")
+    @classmethod
+    def _ids(cls, value: Any, info: Any) -> bytes:
+        return _check_id(value, info.field_name)
+
+    @field_validator("properties", mode="before")
+    @classmethod
+    def _props_in(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            value = decode_properties(value)
+            for name, item in value.items():
+                if (
+                    isinstance(item, int)
+                    and not isinstance(item, bool)
+                    and not INT64_MIN <= item <= INT64_MAX
+                ):
+                    raise ValueError(f"property {name!r}: {item} is outside MQ's 64-bit range")
+        return value
+
+    @field_serializer("properties", when_used="json")
+    def _props_out(self, value: dict[str, PropertyValue]) -> dict[str, dict[str, Any]]:
+        return encode_properties(value)
+
+    def text(self, errors: Literal["strict", "replace"] = "replace") -> str:
+        """The body decoded as UTF-8."""
+        return self.body.decode("utf-8", errors=errors)
+
+
+class QueueAttributes(BaseModel):
+    """The queue attributes mqgather reads or defines (MQSC names in the docstrings)."""
+
+    name: str = Field(min_length=1, max_length=48)
+    maxdepth: int = Field(default=5000, ge=0, description="MAXDEPTH")
+    maxmsgl: int = Field(default=4 * 1024 * 1024, ge=0, description="MAXMSGL")
+    bothresh: int = Field(default=0, ge=0, description="BOTHRESH; 0 means no threshold")
+    boqname: str = Field(default="", max_length=48, description="BOQNAME")
+    descr: str = Field(default="", max_length=64, description="DESCR")
+    curdepth: int = Field(default=0, ge=0, description="CURDEPTH (read only)")
+
+
+class Match(BaseModel):
+    """Selection of a get: only messages whose given ids are equal (MQMO_MATCH_*)."""
+
+    msg_id: bytes | None = None
+    correl_id: bytes | None = None
+    group_id: bytes | None = None
+
+    @field_validator("msg_id", "correl_id", "group_id", mode="before")
+    @classmethod
+    def _ids(cls, value: Any, info: Any) -> bytes | None:
+        return None if value is None else _check_id(value, info.field_name)
+
+
+class PutOptions(BaseModel):
+    """MQPMO choices: syncpoint, and whether the caller's context (PutApplName,
+    PutDateTime) is kept, as MQPMO_SET_ALL_CONTEXT does when forwarding a message."""
+
+    syncpoint: bool = True
+    set_all_context: bool = False

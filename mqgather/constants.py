@@ -1,0 +1,34 @@
+"""Names used across processes: environment variables, defaults, queue and task queue names."""
+
+# Environment variables.
+ENV_MQ = "MQGATHER_MQ"
+ENV_CONFIG = "MQGATHER_CONFIG"
+ENV_MQ_USER = "MQGATHER_MQ_USER"
+ENV_MQ_PASSWORD = "MQGATHER_MQ_PASSWORD"
+ENV_MQ_PASSWORD_FILE = "MQGATHER_MQ_PASSWORD_FILE"
+ENV_IBMMQ_TEST = "MQGATHER_IBMMQ_TEST"
+
+# Embedded defaults: everything lives under one state directory.
+STATE_DIR = ".mqgather"
+DEFAULT_MQ = f"local:{STATE_DIR}/qm.db"
+DEFAULT_CONFIG_FILE = "mqgather.toml"
+
+# Queue manager defaults (the values of a freshly created IBM MQ queue manager).
+DEFAULT_QMGR_NAME = "MQGATHER"
+DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
+DEFAULT_MAXDEPTH = 5000
+DEFAULT_MAXMSGL = 4 * 1024 * 1024
+QMGR_MAXMSGL = 100 * 1024 * 1024
+
+# Queues of the default aggregate (the demo).
+GATHER_IN = "GATHER.IN"
+ORDER_RESPONSE = "ORDER.RESPONSE"
+GATHER_TIMEOUT = "GATHER.TIMEOUT"
+GATHER_LATE = "GATHER.LATE"
+GATHER_UNKNOWN = "GATHER.UNKNOWN"
+GATHER_FAILURE = "GATHER.FAILURE"
+GATHER_BACKOUT = "GATHER.BACKOUT"
+GATHER_DUPLICATE = "GATHER.DUPLICATE"
+
+# Temporal.
+TASK_QUEUE = "mqgather"

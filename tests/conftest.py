@@ -1,0 +1,65 @@
+"""Shared fixtures: transports for the contract suite and unique queue names."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge.connect import open_transport
+from bridge.local_qm import LocalQueueManager
+from bridge.models import QueueAttributes
+from bridge.transport import Transport
+from mqgather.constants import ENV_IBMMQ_TEST, ENV_MQ
+
+IBMMQ_SKIP_REASON = f"IBM MQ not configured: set {ENV_IBMMQ_TEST}=1 and {ENV_MQ}=ibmmq://..."
+
+
+def ibmmq_url() -> str | None:
+    """The IBM MQ under test, or None when those tests are to be skipped."""
+    url = os.environ.get(ENV_MQ, "")
+    if os.environ.get(ENV_IBMMQ_TEST) == "1" and url.startswith("ibmmq://"):
+        return url
+    return None
+
+
+Connect = Callable[[], Transport]
+
+
+@pytest.fixture(params=["embedded", "ibmmq"])
+def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connect]:
+    """Opens connections to the queue manager under test; all are closed afterwards."""
+    opened: list[Transport] = []
+    if request.param == "embedded":
+        path = tmp_path / "qm.db"
+
+        def factory() -> Transport:
+            opened.append(LocalQueueManager(path))
+            return opened[-1]
+    else:
+        url = ibmmq_url()
+        if url is None:
+            pytest.skip(IBMMQ_SKIP_REASON)
+
+        def factory() -> Transport:
+            opened.append(open_transport(url))
+            return opened[-1]
+
+    yield factory
+    for transport in opened:
+        transport.close()
+
+
+@pytest.fixture
+def make_queue() -> Callable[..., str]:
+    """Define a queue with a unique name on a transport; returns the name."""
+
+    def make(transport: Transport, **attrs: object) -> str:
+        name = f"TEST.{uuid.uuid4().hex[:12].upper()}"
+        transport.define(QueueAttributes(name=name, **attrs))  # type: ignore[arg-type]
+        return name
+
+    return make
