@@ -106,11 +106,14 @@ def decode_properties(data: dict[str, Any]) -> dict[str, PropertyValue]:
     return out
 
 
-def _check_id(value: Any, field: str) -> bytes:
-    if isinstance(value, str):
-        value = base64.b64decode(value) if not value.startswith("hex:") else parse_id(value)
-    if not isinstance(value, bytes | bytearray):
-        raise ValueError(f"{field} must be bytes")
+def _hex_id(value: Any) -> Any:
+    """Accept ``hex:`` text for an id; other input is left to pydantic (bytes, base64 JSON)."""
+    if isinstance(value, str) and value.startswith("hex:"):
+        return parse_id(value)
+    return value
+
+
+def _check_id(value: bytes, field: str) -> bytes:
     if len(value) > ID_LENGTH:
         raise ValueError(f"{field} is {len(value)} bytes; MQ ids are at most {ID_LENGTH}")
     return bytes(value).ljust(ID_LENGTH, b"\x00")
@@ -144,7 +147,12 @@ class MQMessage(BaseModel):
 
     @field_validator("msg_id", "correl_id", "group_id", mode="before")
     @classmethod
-    def _ids(cls, value: Any, info: Any) -> bytes:
+    def _ids_in(cls, value: Any) -> Any:
+        return _hex_id(value)
+
+    @field_validator("msg_id", "correl_id", "group_id")
+    @classmethod
+    def _ids(cls, value: bytes, info: Any) -> bytes:
         return _check_id(value, info.field_name)
 
     @field_validator("properties", mode="before")
@@ -185,13 +193,20 @@ class QueueAttributes(BaseModel):
 class Match(BaseModel):
     """Selection of a get: only messages whose given ids are equal (MQMO_MATCH_*)."""
 
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
     msg_id: bytes | None = None
     correl_id: bytes | None = None
     group_id: bytes | None = None
 
     @field_validator("msg_id", "correl_id", "group_id", mode="before")
     @classmethod
-    def _ids(cls, value: Any, info: Any) -> bytes | None:
+    def _ids_in(cls, value: Any) -> Any:
+        return _hex_id(value)
+
+    @field_validator("msg_id", "correl_id", "group_id")
+    @classmethod
+    def _ids(cls, value: bytes | None, info: Any) -> bytes | None:
         return None if value is None else _check_id(value, info.field_name)
 
 

@@ -6,11 +6,12 @@ Without a file, the embedded defaults below define everything the demo needs.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mqgather import constants as k
 from mqgather.errors import ConfigError
@@ -28,12 +29,134 @@ class QueueDefinition(BaseModel):
     descr: str = Field(default="", max_length=64)
 
 
+class LegSpec(BaseModel):
+    """One expected reply: its name and IA72 SequenceNumber (order in xml/blob merges)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+    sequence: int = Field(default=0, ge=0)
+    request_queue: str = Field(default="", max_length=48, description="where scatter sends it")
+
+    def queue(self) -> str:
+        """The leg's request queue (default ``BACKEND.<name>``)."""
+        return self.request_queue or f"BACKEND.{self.name}"
+
+
+class AggregateSpec(BaseModel):
+    """One ``[aggregates.NAME]`` table. Passed to each gather as input, so it is
+    recorded in history and a gather finishes under the config it started with."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="", max_length=64, description="AggregateName")
+    reply_queue: str = Field(default=k.GATHER_IN, description="ReplyToQueue")
+    mode: Literal["registration", "static"] = Field(
+        default="registration",
+        description="registration: legs come from each expect (ACE); static: the legs below, "
+        "and the first reply starts the gather",
+    )
+    legs: tuple[LegSpec, ...] = Field(
+        default=(), description="the expected legs (static mode) and scatter's default legs"
+    )
+    leg_identification: Literal["property", "correlid", "count"] = "property"
+    leg_property: str = "leg"
+    timeout_seconds: float = Field(default=30.0, ge=0, description="ReplyTimeoutSeconds/Timeout")
+    timer: Literal["first", "restart"] = Field(
+        default="first", description="first: from the first registration (ACE); restart: IA72"
+    )
+    unknown_timeout_seconds: float = Field(default=30.0, ge=0, description="Unknown Msg Timeout")
+    merge: Literal["json", "xml", "blob", "folders"] = "json"
+    label: str = Field(default="Reply", description="AggregatedReplyLabelName (xml)")
+    separator: str = Field(default="", description="SeparatorString (blob)")
+    hex_separator: str = Field(default="", description="HexSeparatorString (blob)")
+    duplicates: Literal["first", "last", "all"] = "first"
+    destination: Literal["default", "replyToQueue", "destinationList"] = Field(
+        default="default", description="AggregatedReplyDestination"
+    )
+    destination_list: tuple[str, ...] = ()
+    response_queue: str = k.ORDER_RESPONSE
+    timeout_queue: str = k.GATHER_TIMEOUT
+    late_queue: str = k.GATHER_LATE
+    unknown_queue: str = k.GATHER_UNKNOWN
+    failure_queue: str = k.GATHER_FAILURE
+    duplicate_queue: str = Field(default="", description="copy duplicates here; empty: drop")
+    max_reply_bytes: int = Field(default=256 * 1024, gt=0)
+
+    @field_validator("hex_separator")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        if value:
+            bytes.fromhex(value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AggregateSpec:
+        names = [leg.name for leg in self.legs]
+        if len(names) != len(set(names)):
+            raise ValueError("legs: leg names must be unique")
+        if self.merge == "xml" and not re.match(r"^[A-Za-z_][A-Za-z0-9_.\-]*$", self.label):
+            raise ValueError("label: must be a valid XML element name for xml merge")
+        if self.mode == "static" and not self.legs:
+            raise ValueError("legs: static mode needs the legs listed")
+        if self.destination == "destinationList" and not self.destination_list:
+            raise ValueError("destination_list: needed when destination is destinationList")
+        return self
+
+    def separator_bytes(self) -> bytes:
+        """The blob separator: HexSeparatorString wins over SeparatorString."""
+        if self.hex_separator:
+            return bytes.fromhex(self.hex_separator)
+        return self.separator.encode()
+
+
 class MQGatherConfig(BaseModel):
     """The whole configuration file."""
 
     model_config = ConfigDict(extra="forbid")
 
     queues: dict[str, QueueDefinition] = Field(default_factory=dict)
+    aggregates: dict[str, AggregateSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _named(self) -> MQGatherConfig:
+        self.aggregates = {
+            name: spec if spec.name == name else spec.model_copy(update={"name": name})
+            for name, spec in self.aggregates.items()
+        }
+        return self
+
+    def aggregate(self, name: str) -> AggregateSpec:
+        """The aggregate called ``name``.
+
+        Raises:
+            ConfigError: no such aggregate.
+        """
+        try:
+            return self.aggregates[name]
+        except KeyError:
+            known = ", ".join(sorted(self.aggregates)) or "none"
+            raise ConfigError(f"aggregates.{name}", f"no such aggregate (known: {known})") from None
+
+
+def default_aggregates() -> dict[str, AggregateSpec]:
+    """The demo's aggregate: three legs, named by a ``leg`` property, merged as JSON."""
+    return {
+        "orders": AggregateSpec(
+            name="orders",
+            legs=DEMO_LEGS,
+            timeout_seconds=3.0,
+            unknown_timeout_seconds=3.0,
+            duplicate_queue=k.GATHER_DUPLICATE,
+        )
+    }
+
+
+DEMO_LEGS = (
+    LegSpec(name="CREDIT", sequence=10),
+    LegSpec(name="STOCK", sequence=20),
+    LegSpec(name="TAX", sequence=30),
+)
 
 
 def default_queues() -> dict[str, QueueDefinition]:
@@ -54,6 +177,8 @@ def default_queues() -> dict[str, QueueDefinition]:
         k.GATHER_BACKOUT: QueueDefinition(maxdepth=deep, descr="replies backed out BOTHRESH times"),
         k.GATHER_DUPLICATE: QueueDefinition(maxdepth=deep, descr="duplicate leg replies"),
     }
+    for leg in DEMO_LEGS:
+        queues[leg.queue()] = QueueDefinition(maxdepth=deep, descr=f"{leg.name} requests")
     return queues
 
 
@@ -85,7 +210,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> MQGatherConfig:
     if not file.exists():
         if named:
             raise ConfigError(str(file), "configuration file not found")
-        return MQGatherConfig(queues=default_queues())
+        return MQGatherConfig(queues=default_queues(), aggregates=default_aggregates())
     try:
         data = tomllib.loads(file.read_text())
     except (OSError, UnicodeDecodeError) as exc:
@@ -95,4 +220,6 @@ def load_config(path: str | os.PathLike[str] | None = None) -> MQGatherConfig:
     config = parse_config(data, str(file))
     if not config.queues:
         config.queues = default_queues()
+    if not config.aggregates:
+        config.aggregates = default_aggregates()
     return config

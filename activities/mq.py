@@ -1,0 +1,164 @@
+"""Activities: merge and PUT the response; forward replies to the aggregate's queues."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+
+from temporalio import activity
+
+from activities.merge import LegBodies, MergeError, merge
+from bridge.models import MQFMT_STRING, MQMessage, PutOptions
+from bridge.routing import PROP_GATHER_ID, already_on, forward
+from bridge.transport import Transport
+from workflows.models import PutResponseInput, PutResponseResult, RouteInput
+
+PROP_STATE = "mqgather_state"
+PROP_MISSING = "mqgather_missing"
+
+
+def response_msg_id(gather: str, outcome: str) -> bytes:
+    """MsgId of a response: derived from gather and outcome, so a retried PUT repeats it."""
+    return hashlib.sha256(f"{gather}|{outcome}".encode()).digest()[:24]
+
+
+def response_queues(inp: PutResponseInput) -> list[str]:
+    """Where a response goes, by outcome and the aggregate's destination mode."""
+    spec = inp.aggregate
+    if inp.outcome in ("TIMEOUT", "CANCELLED"):
+        return [spec.timeout_queue]
+    if spec.destination == "replyToQueue" and inp.reply_to_q:
+        return [inp.reply_to_q]
+    if spec.destination == "destinationList":
+        queues = list(spec.destination_list)
+        if inp.reply_to_q and inp.reply_to_q not in queues:
+            queues.append(inp.reply_to_q)
+        return queues
+    return [spec.response_queue]
+
+
+class MQActivities:
+    """The activities that PUT; each worker thread keeps its own MQ connection."""
+
+    def __init__(self, connect: Callable[[], Transport]) -> None:
+        self._connect = connect
+        self._local = threading.local()
+
+    def _transport(self) -> Transport:
+        transport = getattr(self._local, "transport", None)
+        if transport is None:
+            transport = self._local.transport = self._connect()
+        return transport
+
+    def _unit_of_work(self, work: Callable[[Transport], None]) -> None:
+        transport = self._transport()
+        try:
+            work(transport)
+            transport.commit()
+        except BaseException:
+            try:
+                transport.backout()
+            finally:
+                # A broken connection is replaced on the next attempt.
+                self._local.transport = None
+                transport.close()
+            raise
+
+    @activity.defn(name="put_response")
+    def put_response(self, inp: PutResponseInput) -> PutResponseResult:
+        """Merge the legs and PUT one response under syncpoint."""
+        spec = inp.aggregate
+        legs = [
+            LegBodies(
+                name=leg.leg.name,
+                sequence=leg.leg.sequence,
+                bodies=tuple(r.message.body for r in leg.replies),
+            )
+            for leg in inp.legs
+        ]
+        all_text = all(r.message.format == MQFMT_STRING for leg in inp.legs for r in leg.replies)
+        try:
+            merged = merge(
+                spec,
+                legs,
+                correl_id=inp.correl_id.hex(),
+                state=inp.outcome,
+                missing=inp.missing,
+                all_text=all_text,
+            )
+        except MergeError as exc:
+            return self._merge_failed(inp, exc)
+        msg_id = response_msg_id(inp.gather_id, inp.outcome)
+        queues = response_queues(inp)
+        response = MQMessage(
+            msg_id=msg_id,
+            correl_id=inp.request_msg_id or inp.correl_id,
+            format=merged.format,
+            reply_to_q=inp.reply_to_q,
+            reply_to_qmgr=inp.reply_to_qmgr,
+            properties={
+                PROP_STATE: inp.outcome,
+                PROP_GATHER_ID: inp.gather_id,
+                PROP_MISSING: ",".join(inp.missing),
+            },
+            body=merged.body,
+        )
+
+        def work(transport: Transport) -> None:
+            for queue in queues:
+                if not already_on(transport, queue, msg_id):
+                    transport.put(queue, response, PutOptions(syncpoint=True))
+
+        self._unit_of_work(work)
+        return PutResponseResult(outcome=inp.outcome, queues=queues, msg_id=msg_id.hex())
+
+    def _merge_failed(self, inp: PutResponseInput, exc: MergeError) -> PutResponseResult:
+        """A bad leg body: every reply of the gather goes, intact, to the failure queue."""
+        spec = inp.aggregate
+
+        def work(transport: Transport) -> None:
+            for leg in inp.legs:
+                for reply in leg.replies:
+                    forward(
+                        transport,
+                        spec.failure_queue,
+                        reply.message,
+                        f"merge failed: {exc}",
+                        reply.source_queue,
+                        inp.gather_id,
+                        idempotent=True,
+                    )
+
+        self._unit_of_work(work)
+        return PutResponseResult(
+            outcome="FAILED", queues=[spec.failure_queue], msg_id="", error=str(exc)
+        )
+
+    @activity.defn(name="route_replies")
+    def route_replies(self, inp: RouteInput) -> int:
+        """Forward replies intact to the late, unknown, duplicate or failure queue."""
+        spec = inp.aggregate
+        queue_of = {
+            "late": spec.late_queue,
+            "unknown": spec.unknown_queue,
+            "duplicate": spec.duplicate_queue,
+            "failure": spec.failure_queue,
+        }
+
+        def work(transport: Transport) -> None:
+            for item in inp.items:
+                queue = queue_of[item.kind]
+                if queue:
+                    forward(
+                        transport,
+                        queue,
+                        item.reply.message,
+                        item.reason,
+                        item.reply.source_queue,
+                        inp.gather_id,
+                        idempotent=True,
+                    )
+
+        self._unit_of_work(work)
+        return len(inp.items)

@@ -1,0 +1,122 @@
+"""The fan-out side: register a gather and PUT its leg requests in one unit of work."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from bridge.identify import AGGREGATE_PROPERTY, gather_correl_id, leg_correl_id
+from bridge.models import MQMessage, PropertyValue, PutOptions
+from bridge.transport import Transport
+from mqgather.config import AggregateSpec, LegSpec
+from mqgather.constants import TASK_QUEUE
+from mqgather.errors import MQGatherError
+from workflows.gather import GatherWorkflow
+from workflows.models import GatherInput, Registration, gather_id
+
+
+class ScatterError(MQGatherError):
+    """The gather could not be registered (for example it is already closed)."""
+
+
+@dataclass(frozen=True)
+class Scattered:
+    """What scatter registered and sent."""
+
+    gather_id: str
+    correl_id: bytes
+    request_msg_id: bytes
+    legs: tuple[LegSpec, ...]
+
+
+def new_gather_key() -> bytes:
+    """A fresh 24-byte CorrelId for a gather (its last 4 bytes zero, for the CorrelId layout)."""
+    return gather_correl_id(os.urandom(20))
+
+
+async def scatter(
+    client: Client,
+    transport: Transport,
+    spec: AggregateSpec,
+    *,
+    bodies: Mapping[str, bytes] | None = None,
+    legs: tuple[LegSpec, ...] | None = None,
+    correl_id: bytes | None = None,
+    request_msg_id: bytes | None = None,
+    reply_to_q: str = "",
+    reply_to_qmgr: str = "",
+    timeout_seconds: float | None = None,
+    leg_properties: Mapping[str, Mapping[str, PropertyValue]] | None = None,
+    task_queue: str = TASK_QUEUE,
+) -> Scattered:
+    """Register a gather and PUT one request per leg (ReplyToQ = the aggregate's reply queue).
+
+    The requests are put under syncpoint, the registration is sent, and only then the
+    unit of work is committed; if Temporal refuses, the requests are backed out.
+
+    Args:
+        bodies: request body per leg name (default: an empty JSON object).
+        legs: the legs (default: the aggregate's).
+        correl_id: the gather's CorrelId (default: a fresh one).
+        request_msg_id: the original request's MsgId, which becomes the response's
+            CorrelId (default: the gather's CorrelId).
+        reply_to_q: where the requester wants the response (replyToQueue mode).
+        leg_properties: extra properties per leg request.
+
+    Raises:
+        ScatterError: the gather already exists and is closed.
+    """
+    chosen = tuple(legs or spec.legs)
+    if not chosen:
+        raise ScatterError(f"aggregate {spec.name} lists no legs; pass the legs to scatter")
+    correl = correl_id or new_gather_key()
+    for index, leg in enumerate(chosen, start=1):
+        props: dict[str, PropertyValue] = {
+            spec.leg_property: leg.name,
+            AGGREGATE_PROPERTY: spec.name,
+        }
+        props.update((leg_properties or {}).get(leg.name, {}))
+        msg_id = leg_correl_id(correl, index) if spec.leg_identification == "correlid" else correl
+        transport.put(
+            leg.queue(),
+            MQMessage(
+                msg_id=msg_id,
+                correl_id=msg_id,
+                reply_to_q=spec.reply_queue,
+                properties=props,
+                body=(bodies or {}).get(leg.name, b"{}"),
+            ),
+            PutOptions(syncpoint=True),
+        )
+    registration = Registration(
+        legs=list(chosen),
+        count=len(chosen) if spec.leg_identification == "count" else 0,
+        request_msg_id=request_msg_id or correl,
+        reply_to_q=reply_to_q,
+        reply_to_qmgr=reply_to_qmgr,
+        timeout_seconds=timeout_seconds,
+    )
+    gid = gather_id(spec.name, correl)
+    try:
+        await client.start_workflow(
+            GatherWorkflow.run,
+            GatherInput(aggregate=spec, correl_id=correl),
+            id=gid,
+            task_queue=task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            start_signal="expect",
+            start_signal_args=[registration],
+        )
+    except WorkflowAlreadyStartedError as exc:
+        transport.backout()
+        raise ScatterError(f"gather {gid} is already closed; use a new CorrelId") from exc
+    except BaseException:
+        transport.backout()
+        raise
+    transport.commit()
+    return Scattered(gid, correl, request_msg_id or correl, chosen)

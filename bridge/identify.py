@@ -1,0 +1,87 @@
+"""Which aggregate, gather and leg a reply belongs to: pure functions of the message."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bridge.models import ID_LENGTH, NONE_ID, MQMessage
+from mqgather.config import AggregateSpec
+from mqgather.errors import MQGatherError
+
+#: Property naming the aggregate when several share one reply queue.
+AGGREGATE_PROPERTY = "aggregate"
+#: CorrelId layout of our own fan-out: 20 bytes of gather key, then the leg index.
+KEY_LENGTH = 20
+INDEX_LENGTH = ID_LENGTH - KEY_LENGTH
+
+
+class IdentificationError(MQGatherError):
+    """The reply cannot be matched to a gather; the message says why (it becomes the
+    dead-letter reason on the failure queue)."""
+
+
+@dataclass(frozen=True)
+class Identified:
+    """Where a reply belongs."""
+
+    aggregate: AggregateSpec
+    correl_id: bytes
+    leg: str | None = None
+    leg_index: int | None = None
+
+
+def leg_correl_id(gather_key: bytes, index: int) -> bytes:
+    """The request MsgId (and so the reply CorrelId) for leg ``index`` of a gather."""
+    return gather_key[:KEY_LENGTH].ljust(KEY_LENGTH, b"\x00") + index.to_bytes(INDEX_LENGTH, "big")
+
+
+def gather_correl_id(gather_key: bytes) -> bytes:
+    """The gather's CorrelId in the CorrelId layout: the key with a zero leg index."""
+    return leg_correl_id(gather_key, 0)
+
+
+def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identified:
+    """Match a reply to its aggregate, gather (CorrelId) and leg.
+
+    Args:
+        message: the reply.
+        candidates: the aggregates whose reply queue it came from.
+
+    Raises:
+        IdentificationError: no CorrelId, unknown aggregate, no leg, or too big.
+    """
+    if message.correl_id == NONE_ID:
+        raise IdentificationError("the reply has no CorrelId (MQCI_NONE)")
+    named = message.properties.get(AGGREGATE_PROPERTY)
+    if named is not None:
+        spec = next((a for a in candidates if a.name == named), None)
+        if spec is None:
+            raise IdentificationError(
+                f"unknown aggregate {named!r} (property {AGGREGATE_PROPERTY})"
+            )
+    elif len(candidates) == 1:
+        spec = candidates[0]
+    else:
+        raise IdentificationError(
+            f"unknown aggregate: several share this queue and the reply has no "
+            f"{AGGREGATE_PROPERTY!r} property"
+        )
+    if len(message.body) > spec.max_reply_bytes:
+        raise IdentificationError(
+            f"reply of {len(message.body)} bytes exceeds max_reply_bytes "
+            f"({spec.max_reply_bytes}) of aggregate {spec.name}"
+        )
+    if spec.leg_identification == "property":
+        leg = message.properties.get(spec.leg_property)
+        if not isinstance(leg, str) or not leg:
+            raise IdentificationError(
+                f"the reply has no string property {spec.leg_property!r} naming its leg"
+            )
+        return Identified(spec, message.correl_id, leg=leg)
+    if spec.leg_identification == "correlid":
+        index = int.from_bytes(message.correl_id[KEY_LENGTH:], "big")
+        if index == 0:
+            raise IdentificationError("the CorrelId carries no leg index (last 4 bytes are 0)")
+        return Identified(spec, gather_correl_id(message.correl_id), leg_index=index - 1)
+    return Identified(spec, message.correl_id)

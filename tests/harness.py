@@ -1,0 +1,135 @@
+"""A whole gather pipeline for a test: queue manager file, worker, bridge, helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHandle
+
+from bridge.errors import NoMessageAvailable
+from bridge.fanout import Scattered, scatter
+from bridge.inbound import InboundBridge
+from bridge.local_qm import LocalQueueManager
+from bridge.models import Match, MQMessage, PutOptions, QueueAttributes
+from mqgather.config import AggregateSpec, default_queues
+from workers.worker import build_worker
+from workflows.models import GatherResult, gather_id
+
+
+class Pipeline:
+    """Handles on a running pipeline; blocking MQ calls run in threads."""
+
+    def __init__(self, client: Client, path: Path, task_queue: str, bridge: InboundBridge):
+        self.client = client
+        self.path = path
+        self.task_queue = task_queue
+        self.bridge = bridge
+        self.qm = LocalQueueManager(path)  # used from the test's thread only
+
+    def connect(self) -> LocalQueueManager:
+        return LocalQueueManager(self.path)
+
+    def put(self, queue: str, message: MQMessage) -> MQMessage:
+        done = self.qm.put(queue, message, PutOptions(syncpoint=False))
+        return done
+
+    def reply(
+        self, spec: AggregateSpec, correl: bytes, leg: str | None, body: bytes, **props
+    ) -> MQMessage:
+        properties = dict(props)
+        if leg is not None:
+            properties[spec.leg_property] = leg
+        return self.put(
+            spec.reply_queue, MQMessage(correl_id=correl, properties=properties, body=body)
+        )
+
+    async def scatter(self, spec: AggregateSpec, **kwargs) -> Scattered:
+        return await scatter(self.client, self.qm, spec, task_queue=self.task_queue, **kwargs)
+
+    async def wait_message(
+        self, queue: str, timeout: float = 30.0, match: Match | None = None
+    ) -> MQMessage:
+        """Get (and remove) the next message from a queue, waiting up to ``timeout``."""
+
+        def get() -> MQMessage:
+            with LocalQueueManager(self.path) as qm:
+                message = qm.get(queue, wait_ms=int(timeout * 1000), syncpoint=False, match=match)
+                return message
+
+        return await asyncio.to_thread(get)
+
+    def messages(self, queue: str) -> list[MQMessage]:
+        """Every message on a queue now (browse)."""
+        return list(self.qm.browse(queue))
+
+    def depth(self, queue: str) -> int:
+        return self.qm.inquire(queue).curdepth
+
+    def empty(self, queue: str) -> bool:
+        try:
+            self.qm.get(queue, browse="first")
+        except NoMessageAvailable:
+            return True
+        return False
+
+    def handle(self, spec: AggregateSpec, correl: bytes) -> WorkflowHandle:
+        return self.client.get_workflow_handle(
+            gather_id(spec.name, correl), result_type=GatherResult
+        )
+
+    async def result(self, spec: AggregateSpec, correl: bytes, timeout: float = 60) -> GatherResult:
+        return await asyncio.wait_for(self.handle(spec, correl).result(), timeout)
+
+
+def prepare_queues(path: Path, extra: Sequence[str] = (), bothresh: int = 3) -> None:
+    """Define the default queues (and ``extra``) in a fresh queue manager file."""
+    with LocalQueueManager(path) as qm:
+        for name, definition in default_queues().items():
+            attrs = definition.model_dump()
+            if name == "GATHER.IN":
+                attrs["bothresh"] = bothresh
+            qm.define(QueueAttributes(name=name, **attrs), replace=True)
+        for name in extra:
+            qm.define(QueueAttributes(name=name, maxdepth=100_000), replace=True)
+
+
+@asynccontextmanager
+async def pipeline(
+    client: Client,
+    tmp_path: Path,
+    aggregates: Sequence[AggregateSpec],
+    *,
+    extra_queues: Sequence[str] = (),
+    bothresh: int = 3,
+    run_worker: bool = True,
+    run_bridge: bool = True,
+) -> AsyncIterator[Pipeline]:
+    """Worker and bridge on a unique task queue and a fresh queue manager file."""
+    path = tmp_path / "qm.db"
+    prepare_queues(path, extra_queues, bothresh)
+    task_queue = f"test-{uuid.uuid4().hex[:10]}"
+
+    def connect() -> LocalQueueManager:
+        return LocalQueueManager(path)
+
+    bridge = InboundBridge(client, connect, aggregates, task_queue=task_queue, wait_ms=100)
+    stop = asyncio.Event()
+    tasks = []
+    worker = build_worker(client, connect, task_queue=task_queue) if run_worker else None
+    if worker is not None:
+        tasks.append(asyncio.create_task(worker.run()))
+    if run_bridge:
+        tasks.append(asyncio.create_task(bridge.run(stop)))
+    pipe = Pipeline(client, path, task_queue, bridge)
+    try:
+        yield pipe
+    finally:
+        stop.set()
+        if worker is not None:
+            await worker.shutdown()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        pipe.qm.close()

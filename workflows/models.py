@@ -1,0 +1,207 @@
+"""Inputs and outputs of the gather workflow: one model per signal, update, query and result."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bridge.models import MQMessage
+from mqgather.config import AggregateSpec, LegSpec
+
+GatherStateName = Literal[
+    "OPEN", "PARTIAL", "COMPLETE", "TIMEOUT", "RELEASED", "CANCELLED", "UNKNOWN", "FAILED"
+]
+#: The states after which a gather takes no more replies.
+CLOSED_STATES = ("COMPLETE", "TIMEOUT", "RELEASED", "CANCELLED", "UNKNOWN", "FAILED")
+Outcome = Literal["COMPLETE", "TIMEOUT", "RELEASED", "CANCELLED"]
+
+_BYTES = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+
+class Reply(BaseModel):
+    """One reply as the bridge got it, with what identification found."""
+
+    message: MQMessage
+    leg: str | None = Field(default=None, description="leg name (property identification)")
+    leg_index: int | None = Field(default=None, description="leg index (CorrelId layout)")
+    source_queue: str = ""
+    received_at: datetime
+
+
+class ReplyBatch(BaseModel):
+    """Signal ``replies``: every reply of one gather from one bridge batch."""
+
+    replies: list[Reply]
+
+
+class Registration(BaseModel):
+    """Signal ``expect`` from the fan-out side (ACE AggregateControl + AggregateRequest)."""
+
+    model_config = _BYTES
+
+    legs: list[LegSpec] = Field(default_factory=list, description="empty: the aggregate's legs")
+    count: int = Field(default=0, ge=0, description="count-only aggregates: replies to expect")
+    request_msg_id: bytes | None = None
+    reply_to_q: str = ""
+    reply_to_qmgr: str = ""
+    timeout_seconds: float | None = Field(default=None, ge=0, description="overrides the spec")
+
+
+class ExtendInput(BaseModel):
+    """Update ``extend``: push the deadline out by ``seconds`` from now."""
+
+    seconds: float = Field(gt=0)
+
+
+class ReleaseInput(BaseModel):
+    """Update ``release``: PUT what has arrived now, as a RELEASED response."""
+
+    reason: str = "released by an operator"
+
+
+class CancelInput(BaseModel):
+    """Update ``cancel``: end the gather; what arrived goes to the timeout queue."""
+
+    reason: str = "cancelled by an operator"
+
+
+class UpdateResult(BaseModel):
+    """What an operator update did."""
+
+    accepted: bool
+    state: GatherStateName
+    deadline: datetime | None = None
+    message: str = ""
+
+
+class Routed(BaseModel):
+    """A reply to forward, intact, to a queue of the aggregate (late, unknown, duplicate...)."""
+
+    kind: Literal["late", "unknown", "duplicate", "failure"]
+    reply: Reply
+    reason: str
+
+
+class GatherState(BaseModel):
+    """Everything a gather knows; carried across continue-as-new."""
+
+    model_config = _BYTES
+
+    state: GatherStateName = "OPEN"
+    registered: bool = False
+    expected: list[LegSpec] = Field(default_factory=list)
+    received: dict[str, list[Reply]] = Field(default_factory=dict)
+    held: list[Reply] = Field(default_factory=list, description="replies before registration")
+    seen_msg_ids: list[str] = Field(default_factory=list)
+    duplicates: int = 0
+    redeliveries: int = 0
+    late: int = 0
+    unknown: int = 0
+    request_msg_id: bytes | None = None
+    reply_to_q: str = ""
+    reply_to_qmgr: str = ""
+    started_at: datetime | None = None
+    registered_at: datetime | None = None
+    deadline: datetime | None = None
+    unknown_deadline: datetime | None = None
+    release: str | None = None
+    cancel: str | None = None
+    outbox: list[Routed] = Field(default_factory=list)
+
+
+class GatherInput(BaseModel):
+    """Workflow input: the aggregate's spec (recorded in history) and the CorrelId."""
+
+    model_config = _BYTES
+
+    aggregate: AggregateSpec
+    correl_id: bytes
+    carried: GatherState | None = None
+
+
+class GatherStatus(BaseModel):
+    """Query ``status``."""
+
+    gather_id: str
+    aggregate: str
+    correl_id: str
+    state: GatherStateName
+    registered: bool
+    legs_expected: list[str]
+    legs_received: list[str]
+    legs_missing: list[str]
+    duplicates: int
+    redeliveries: int
+    late: int
+    unknown: int
+    started_at: datetime | None
+    deadline: datetime | None
+
+
+class ReceivedLeg(BaseModel):
+    """One expected leg and the replies that filled it (several with duplicates=all)."""
+
+    leg: LegSpec
+    replies: list[Reply]
+
+
+class PutResponseInput(BaseModel):
+    """Activity input: merge the legs and PUT the response."""
+
+    model_config = _BYTES
+
+    aggregate: AggregateSpec
+    gather_id: str
+    correl_id: bytes
+    outcome: Outcome
+    legs: list[ReceivedLeg]
+    missing: list[str]
+    request_msg_id: bytes | None = None
+    reply_to_q: str = ""
+    reply_to_qmgr: str = ""
+
+
+class PutResponseResult(BaseModel):
+    """Activity result: where the response went, or why the merge failed."""
+
+    outcome: Literal["COMPLETE", "TIMEOUT", "RELEASED", "CANCELLED", "FAILED"]
+    queues: list[str]
+    msg_id: str
+    error: str = ""
+
+
+class RouteInput(BaseModel):
+    """Activity input: forward replies, intact, to the aggregate's queues."""
+
+    aggregate: AggregateSpec
+    gather_id: str
+    items: list[Routed]
+
+
+class GatherResult(BaseModel):
+    """The workflow's result: what the gather ended as."""
+
+    gather_id: str
+    aggregate: str
+    correl_id: str
+    state: GatherStateName
+    legs_expected: list[str]
+    legs_received: list[str]
+    legs_missing: list[str]
+    duplicates: int
+    redeliveries: int
+    late: int
+    unknown: int
+    response_queues: list[str] = Field(default_factory=list)
+    response_msg_id: str = ""
+    error: str = ""
+    consumed_msg_ids: list[str] = Field(default_factory=list)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+def gather_id(aggregate: str, correl_id: bytes) -> str:
+    """The workflow id of a gather: ``gather:<aggregate>:<CorrelId as 48 hex chars>``."""
+    return f"gather:{aggregate}:{correl_id.hex()}"
