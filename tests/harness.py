@@ -110,7 +110,8 @@ async def pipeline(
 ) -> AsyncIterator[Pipeline]:
     """Worker and bridge on a unique task queue and a fresh queue manager file."""
     path = tmp_path / "qm.db"
-    prepare_queues(path, extra_queues, bothresh)
+    leg_queues = [leg.queue() for spec in aggregates for leg in spec.legs]
+    prepare_queues(path, [*extra_queues, *leg_queues], bothresh)
     task_queue = f"test-{uuid.uuid4().hex[:10]}"
 
     def connect() -> LocalQueueManager:

@@ -132,6 +132,7 @@ class GatherWorkflow:
             legs_expected=[leg.name for leg in self.s.expected],
             legs_received=self._received_names(),
             legs_missing=self._missing(),
+            held=len(self.s.held),
             duplicates=self.s.duplicates,
             redeliveries=self.s.redeliveries,
             late=self.s.late,

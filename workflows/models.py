@@ -132,6 +132,7 @@ class GatherStatus(BaseModel):
     legs_expected: list[str]
     legs_received: list[str]
     legs_missing: list[str]
+    held: int = Field(description="replies waiting for a registration")
     duplicates: int
     redeliveries: int
     late: int

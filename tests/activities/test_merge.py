@@ -1,0 +1,86 @@
+"""Merge formats as pure functions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from activities.merge import LegBodies, MergeError, merge, merge_blob, merge_folders, merge_xml
+from mqgather.config import AggregateSpec
+
+
+def legs(*items: tuple[str, int, bytes]) -> list[LegBodies]:
+    return [LegBodies(name, seq, (body,)) for name, seq, body in items]
+
+
+def test_xml_is_the_ia72_shape_in_sequence_order():
+    merged = merge_xml(
+        legs(("B", 50, b"<reply>data2</reply>"), ("A", 30, b"<reply>data1</reply>")),
+        label="MyReply",
+    )
+    assert merged.body == (
+        b"<MyReply><MyReply30><reply>data1</reply></MyReply30>"
+        b"<MyReply50><reply>data2</reply></MyReply50></MyReply>"
+    )
+    assert merged.format == "MQSTR"
+
+
+def test_xml_drops_each_replys_declaration_and_dtd():
+    body = b'<?xml version="1.0"?>\n<!DOCTYPE reply [<!ELEMENT reply (#PCDATA)>]>\n<reply>x</reply>'
+    assert merge_xml(legs(("A", 1, body)), label="R").body == b"<R><R1><reply>x</reply></R1></R>"
+
+
+def test_xml_rejects_a_body_that_is_not_xml():
+    with pytest.raises(MergeError, match="leg A: body is not valid XML"):
+        merge_xml(legs(("A", 1, b"<open>")), label="R")
+
+
+def test_blob_in_sequence_order_with_hex_separator():
+    spec = AggregateSpec(name="b", merge="blob", hex_separator="0d0a", separator="ignored")
+    merged = merge(
+        spec, legs(("C", 30, b"ccc"), ("A", 10, b"aaa"), ("B", 20, b"bbb")),
+        correl_id="", state="COMPLETE", missing=[],
+    )  # fmt: skip
+    assert merged.body == b"aaa\r\nbbb\r\nccc"
+
+
+def test_blob_of_binary_legs_is_format_none():
+    assert merge_blob(legs(("A", 1, b"\x00")), separator=b"|", text=False).format == ""
+
+
+def test_json_has_legs_as_keys_schema_state_and_missing():
+    spec = AggregateSpec(name="j")
+    merged = merge(
+        spec, legs(("CREDIT", 10, b'{"ok":true}')),
+        correl_id="ab", state="TIMEOUT", missing=["STOCK", "TAX"],
+    )  # fmt: skip
+    assert json.loads(merged.body) == {
+        "schema": 1, "correlId": "ab", "state": "TIMEOUT",
+        "legs": {"credit": {"ok": True}}, "missing": ["stock", "tax"],
+    }  # fmt: skip
+
+
+def test_json_with_duplicates_all_gives_arrays():
+    spec = AggregateSpec(name="j", duplicates="all")
+    merged = merge(
+        spec, [LegBodies("A", 1, (b"1", b"2"))], correl_id="", state="COMPLETE", missing=[]
+    )
+    assert json.loads(merged.body)["legs"] == {"a": [1, 2]}
+
+
+def test_json_rejects_invalid_json():
+    with pytest.raises(MergeError, match="leg CREDIT: body is not valid JSON"):
+        merge(
+            AggregateSpec(name="j"), legs(("CREDIT", 1, b"{nope")),
+            correl_id="", state="COMPLETE", missing=[],
+        )  # fmt: skip
+
+
+def test_folders_are_the_ace_shape_with_arrays_for_repeats():
+    merged = merge_folders(
+        [LegBodies("TAXI", 1, (b'{"id":1}', b'{"id":2}')), LegBodies("HOTEL", 2, (b"text",))]
+    )
+    assert json.loads(merged.body) == {
+        "ComIbmAggregateReplyBody": {"TAXI": [{"id": 1}, {"id": 2}], "HOTEL": "text"}
+    }

@@ -1,0 +1,60 @@
+"""Leg identification: property, CorrelId layout, count-only; and bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.identify import IdentificationError, gather_correl_id, identify, leg_correl_id
+from bridge.models import MQMessage, parse_id
+from mqgather.config import AggregateSpec
+
+ORDERS = AggregateSpec(name="orders")
+PAYMENTS = AggregateSpec(name="payments")
+
+
+def test_property_names_the_leg():
+    found = identify(MQMessage(correl_id=b"R1", properties={"leg": "CREDIT"}), [ORDERS])
+    assert (found.aggregate.name, found.correl_id, found.leg) == (
+        "orders",
+        parse_id("R1"),
+        "CREDIT",
+    )
+
+
+def test_correlid_layout_carries_gather_and_leg_index():
+    spec = AggregateSpec(name="o", leg_identification="correlid")
+    key = gather_correl_id(b"k" * 20)
+    found = identify(MQMessage(correl_id=leg_correl_id(key, 3)), [spec])
+    assert found.correl_id == key and found.leg_index == 2
+
+
+def test_count_only_needs_just_the_correl_id():
+    spec = AggregateSpec(name="c", leg_identification="count")
+    found = identify(MQMessage(correl_id=b"X"), [spec])
+    assert found.leg is None and found.leg_index is None
+
+
+def test_aggregate_property_picks_among_several():
+    found = identify(
+        MQMessage(correl_id=b"R", properties={"leg": "A", "aggregate": "payments"}),
+        [ORDERS, PAYMENTS],
+    )
+    assert found.aggregate.name == "payments"
+
+
+@pytest.mark.parametrize(
+    ("message", "candidates", "reason"),
+    [
+        (MQMessage(properties={"leg": "A"}), [ORDERS], "no CorrelId"),
+        (MQMessage(correl_id=b"R", properties={"leg": "A", "aggregate": "x"}), [ORDERS],
+         "unknown aggregate 'x'"),
+        (MQMessage(correl_id=b"R", properties={"leg": "A"}), [ORDERS, PAYMENTS],
+         "unknown aggregate"),
+        (MQMessage(correl_id=b"R"), [ORDERS], "no string property 'leg'"),
+        (MQMessage(correl_id=b"R", properties={"leg": "A"}, body=b"x" * 300_000), [ORDERS],
+         "exceeds max_reply_bytes"),
+    ],
+)  # fmt: skip
+def test_bad_input_says_why(message, candidates, reason):
+    with pytest.raises(IdentificationError, match=reason):
+        identify(message, candidates)

@@ -1,0 +1,212 @@
+"""Gather semantics end to end: formats, arrival order, unknown, timeout, late,
+duplicates, redeliveries and bad input, on the real dev server and embedded MQ."""
+
+from __future__ import annotations
+
+import json
+
+from bridge.models import MQMessage, PutOptions, parse_id
+from bridge.routing import PROP_REASON, PROP_SOURCE_QUEUE
+from mqgather.config import AggregateSpec, LegSpec
+from tests.harness import pipeline
+from workflows.gather import GatherWorkflow
+
+LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
+        LegSpec(name="TAX", sequence=30))  # fmt: skip
+
+
+async def test_xml_response_is_byte_for_byte_ia72(temporal_env, tmp_path):
+    spec = AggregateSpec(
+        name="xmlagg",
+        merge="xml",
+        label="MyReply",
+        legs=(LegSpec(name="A", sequence=30), LegSpec(name="B", sequence=50)),
+    )
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "B", b"<reply>data2</reply>")
+        p.reply(spec, sent.correl_id, "A", b'<?xml version="1.0"?><reply>data1</reply>')
+        response = await p.wait_message("ORDER.RESPONSE")
+    assert response.body == (
+        b"<MyReply><MyReply30><reply>data1</reply></MyReply30>"
+        b"<MyReply50><reply>data2</reply></MyReply50></MyReply>"
+    )
+    assert response.format == "MQSTR"
+
+
+async def test_blob_in_sequence_order_with_hex_separator(temporal_env, tmp_path):
+    spec = AggregateSpec(name="blobagg", merge="blob", hex_separator="1f", legs=LEGS)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        for leg in ("STOCK", "TAX", "CREDIT"):
+            p.reply(spec, sent.correl_id, leg, leg.lower().encode())
+        response = await p.wait_message("ORDER.RESPONSE")
+    assert response.body == b"credit\x1fstock\x1ftax"
+
+
+async def test_replies_before_registration_in_any_order_complete(temporal_env, tmp_path):
+    spec = AggregateSpec(name="early", legs=LEGS, unknown_timeout_seconds=30)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        correl = parse_id("hex:" + "ab" * 20 + "00000000")
+        for leg in ("TAX", "CREDIT", "STOCK"):
+            p.reply(spec, correl, leg, json.dumps({"leg": leg}).encode())
+        # The replies are held as unknown until the registration comes.
+        handle = p.handle(spec, correl)
+        await _until(lambda: _status(handle), lambda s: s.held == 3 and not s.registered)
+        await p.scatter(spec, correl_id=correl, request_msg_id=parse_id("REQ-EARLY"))
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, correl)
+    assert json.loads(response.body)["state"] == "COMPLETE"
+    assert response.correl_id == parse_id("REQ-EARLY")
+    assert result.state == "COMPLETE" and result.unknown == 0
+
+
+async def test_reply_never_registered_goes_to_unknown_queue(temporal_env, tmp_path):
+    spec = AggregateSpec(name="unreg", legs=LEGS, unknown_timeout_seconds=1)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = p.reply(spec, parse_id("NOBODY-ASKED"), "CREDIT", b'{"x":1}')
+        unknown = await p.wait_message("GATHER.UNKNOWN")
+        result = await p.result(spec, parse_id("NOBODY-ASKED"))
+    assert unknown.msg_id == sent.msg_id and unknown.body == b'{"x":1}'
+    assert unknown.correl_id == parse_id("NOBODY-ASKED")
+    assert "unknown timeout" in str(unknown.properties[PROP_REASON])
+    assert result.state == "UNKNOWN" and result.unknown == 1
+
+
+async def test_static_legs_start_with_the_first_reply(temporal_env, tmp_path):
+    spec = AggregateSpec(name="static", mode="static", legs=LEGS, timeout_seconds=30)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, parse_id("R1"), leg, b"{}")
+        response = await p.wait_message("ORDER.RESPONSE")
+    # No registration: the response is correlated to the replies' CorrelId (seeds/000).
+    assert response.correl_id == parse_id("R1")
+    assert json.loads(response.body)["state"] == "COMPLETE"
+
+
+async def test_missing_leg_times_out_then_late_reply_goes_to_late_queue(temporal_env, tmp_path):
+    spec = AggregateSpec(name="slow", legs=LEGS, timeout_seconds=1)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+        p.reply(spec, sent.correl_id, "TAX", b'{"t":1}')
+        partial = await p.wait_message("GATHER.TIMEOUT")
+        result = await p.result(spec, sent.correl_id)
+        late_sent = p.reply(spec, sent.correl_id, "STOCK", b'{"late":true}')
+        late = await p.wait_message("GATHER.LATE")
+        assert p.empty("ORDER.RESPONSE")
+    doc = json.loads(partial.body)
+    assert doc["state"] == "TIMEOUT" and doc["missing"] == ["stock"]
+    assert set(doc["legs"]) == {"credit", "tax"}
+    assert partial.properties["mqgather_missing"] == "STOCK"
+    assert result.state == "TIMEOUT" and result.legs_missing == ["STOCK"]
+    assert late.body == b'{"late":true}' and late.msg_id == late_sent.msg_id
+    assert late.correl_id == sent.correl_id and late.properties["leg"] == "STOCK"
+    assert late.properties[PROP_SOURCE_QUEUE] == "GATHER.IN"
+
+
+async def test_duplicates_first_wins_counted_and_copied(temporal_env, tmp_path):
+    spec = AggregateSpec(name="dupfirst", legs=LEGS, duplicate_queue="GATHER.DUPLICATE")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "CREDIT", b'{"n":1}')
+        second = p.reply(spec, sent.correl_id, "CREDIT", b'{"n":2}')
+        await _until(lambda: _status(p.handle(spec, sent.correl_id)), lambda s: s.duplicates == 1)
+        p.reply(spec, sent.correl_id, "STOCK", b"{}")
+        p.reply(spec, sent.correl_id, "TAX", b"{}")
+        response = await p.wait_message("ORDER.RESPONSE")
+        copy = await p.wait_message("GATHER.DUPLICATE")
+        result = await p.result(spec, sent.correl_id)
+    assert json.loads(response.body)["legs"]["credit"] == {"n": 1}
+    assert copy.msg_id == second.msg_id and copy.body == b'{"n":2}'
+    assert result.duplicates == 1
+
+
+async def test_duplicates_last_and_all(temporal_env, tmp_path):
+    last = AggregateSpec(name="duplast", legs=LEGS[:1], duplicates="last")
+    every = AggregateSpec(name="dupall", legs=LEGS[:2], duplicates="all")
+    async with pipeline(temporal_env.client, tmp_path, [last, every]) as p:
+        one = await p.scatter(last, legs=(LegSpec(name="CREDIT", sequence=10),
+                                          LegSpec(name="STOCK", sequence=20)))  # fmt: skip
+        two = await p.scatter(every)
+        for agg, sent in ((last, one), (every, two)):
+            for n in (1, 2):
+                p.reply(agg, sent.correl_id, "CREDIT", json.dumps(n).encode(), aggregate=agg.name)
+            await _until(lambda a=agg, s=sent: _status(p.handle(a, s.correl_id)),
+                         lambda st: st.duplicates == 1)  # fmt: skip
+            p.reply(agg, sent.correl_id, "STOCK", b"0", aggregate=agg.name)
+        responses = [await p.wait_message("ORDER.RESPONSE") for _ in range(2)]
+    by_correl = {r.correl_id: json.loads(r.body) for r in responses}
+    assert by_correl[one.correl_id]["legs"]["credit"] == 2
+    assert by_correl[two.correl_id]["legs"] == {"credit": [1, 2], "stock": [0]}
+
+
+async def test_redelivered_msg_id_is_a_no_op(temporal_env, tmp_path):
+    spec = AggregateSpec(name="redeliver", legs=LEGS)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        first = p.reply(spec, sent.correl_id, "CREDIT", b'{"n":1}')
+        # The same message again (same MsgId), as after a bridge crash before MQCMIT.
+        p.qm.put("GATHER.IN", first, PutOptions(syncpoint=False, set_all_context=True))
+        await _until(lambda: _status(p.handle(spec, sent.correl_id)), lambda s: s.redeliveries == 1)
+        p.reply(spec, sent.correl_id, "STOCK", b"{}")
+        p.reply(spec, sent.correl_id, "TAX", b"{}")
+        await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, sent.correl_id)
+        assert p.empty("GATHER.LATE") and p.empty("GATHER.DUPLICATE")
+    assert result.redeliveries == 1 and result.duplicates == 0
+
+
+async def test_bad_input_goes_to_failure_queue_and_the_rest_flows(temporal_env, tmp_path):
+    spec = AggregateSpec(name="strict", legs=LEGS, max_reply_bytes=1000)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        no_correl = p.put("GATHER.IN", MQMessage(properties={"leg": "CREDIT"}, body=b"a"))
+        wrong_agg = p.put(
+            "GATHER.IN",
+            MQMessage(correl_id=b"X", properties={"leg": "A", "aggregate": "nope"}, body=b"b"),
+        )
+        oversize = p.reply(spec, parse_id("BIG"), "CREDIT", b"x" * 2000)
+        bad_json = await p.scatter(spec)
+        p.reply(spec, bad_json.correl_id, "CREDIT", b"{not json")
+        p.reply(spec, bad_json.correl_id, "STOCK", b"{}")
+        p.reply(spec, bad_json.correl_id, "TAX", b"{}")
+        good = await p.scatter(spec)
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, good.correl_id, leg, b"{}")
+        response = await p.wait_message("ORDER.RESPONSE")
+        failed = await p.result(spec, bad_json.correl_id)
+        failures = [await p.wait_message("GATHER.FAILURE") for _ in range(6)]
+    assert response.correl_id == good.correl_id
+    reasons = {m.msg_id: str(m.properties[PROP_REASON]) for m in failures}
+    assert "no CorrelId" in reasons[no_correl.msg_id]
+    assert "unknown aggregate 'nope'" in reasons[wrong_agg.msg_id]
+    assert "max_reply_bytes" in reasons[oversize.msg_id]
+    assert failed.state == "FAILED" and "leg CREDIT: body is not valid JSON" in failed.error
+    merge_failures = [m for m in failures if m.correl_id == bad_json.correl_id]
+    assert len(merge_failures) == 3
+    assert {m.body for m in merge_failures} == {b"{not json", b"{}"}
+    original = next(m for m in failures if m.msg_id == oversize.msg_id)
+    assert original.body == b"x" * 2000 and original.correl_id == parse_id("BIG")
+
+
+async def _status(handle):
+    return await handle.query(GatherWorkflow.status)
+
+
+async def _until(get, check, timeout: float = 20.0):
+    """Await a condition on the workflow (queried, not slept on)."""
+    import asyncio
+
+    from temporalio.service import RPCError
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    last = None
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            last = await get()
+            if check(last):
+                return last
+        except RPCError:
+            pass  # not started yet
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout}s; last status {last}")
