@@ -68,8 +68,11 @@ def cli() -> None:
 
 def _register() -> None:
     from mqgather.queues_cli import queues
+    from mqgather.run_cli import COMMANDS
 
     cli.add_command(queues)
+    for command in COMMANDS:
+        cli.add_command(command)
 
 
 def main() -> None:
