@@ -48,13 +48,18 @@ def plan_requests(n: int, spec: AggregateSpec, rates: Rates, seed: int = 7) -> l
     names = [leg.name for leg in spec.legs]
     fates: list[Fate] = ["ok"] * n
     offset = 0
-    for rate, fate in ((rates.drop, "drop"), (rates.late, "late"), (rates.duplicate, "dup")):
+    special: tuple[tuple[float, Fate], ...] = (
+        (rates.drop, "drop"),
+        (rates.late, "late"),
+        (rates.duplicate, "dup"),
+    )
+    for rate, fate in special:
         count = min(round(n * rate), n)
         for k in range(count):
             slot = (k * n // max(count, 1) + offset) % n
             while fates[slot] != "ok":
                 slot = (slot + 1) % n
-            fates[slot] = fate  # type: ignore[assignment]
+            fates[slot] = fate
         offset += max(1, n // 7)
     return [
         RequestPlan(new_gather_key(), fate, rng.choice(names) if fate != "ok" else None)
