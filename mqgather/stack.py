@@ -85,9 +85,9 @@ class DevStack:
         me = [sys.executable, "-m", "mqgather.cli"]
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for name, args in (
-            ("worker", [*me, "worker"]),
-            ("bridge", [*me, "bridge"]),
-            ("backends", [*me, "backends", *self.backends_args]),
+            ("worker", [*me, "worker", "--mq", self.mq]),
+            ("bridge", [*me, "bridge", "--mq", self.mq]),
+            ("backends", [*me, "backends", "--mq", self.mq, *self.backends_args]),
         ):
             child = Child(name, args, log=self.state_dir / f"{name}.log")
             self._spawn(child)
