@@ -307,11 +307,16 @@ def _update_command(update: str, doc: str) -> click.Command:
         }[update]
 
         async def main(_: asyncio.Event) -> UpdateResult:
+            from temporalio.service import RPCError
+
             client = await connect()
             handle = _gather_handle(client, name, correl_id)
-            result: UpdateResult = await handle.execute_update(
-                update, arg, result_type=UpdateResult
-            )
+            try:
+                result: UpdateResult = await handle.execute_update(
+                    update, arg, result_type=UpdateResult
+                )
+            except RPCError as exc:
+                raise MQGatherError(f"{update} {handle.id}: {exc.message}") from exc
             return result
 
         click.echo(_run(main).model_dump_json())

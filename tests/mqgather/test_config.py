@@ -1,0 +1,79 @@
+"""The configuration file: valid files load; invalid ones fail naming the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from mqgather.config import load_config
+from mqgather.errors import ConfigError
+
+GOOD = """
+[queues."APP.REPLIES"]
+maxdepth = 20000
+bothresh = 2
+boqname = "APP.BACKOUT"
+
+[aggregates.travel]
+reply_queue = "APP.REPLIES"
+merge = "xml"
+label = "Trip"
+timeout_seconds = 15
+timer = "restart"
+legs = [{name = "FLIGHT", sequence = 10}, {name = "HOTEL", sequence = 20}]
+"""
+
+
+def test_a_valid_file_loads(tmp_path):
+    path = tmp_path / "mqgather.toml"
+    path.write_text(GOOD)
+    config = load_config(path)
+    travel = config.aggregate("travel")
+    assert travel.name == "travel" and travel.timer == "restart"
+    assert [leg.name for leg in travel.legs] == ["FLIGHT", "HOTEL"]
+    assert config.queues["APP.REPLIES"].bothresh == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('[aggregates.a]\nmerge = "csv"', "aggregates.a.merge"),
+        ("[aggregates.a]\ntimeout_seconds = -1", "aggregates.a.timeout_seconds"),
+        ('[aggregates.a]\nhex_separator = "zz"', "aggregates.a.hex_separator"),
+        ('[aggregates.a]\nmode = "static"', "static mode needs the legs"),
+        ('[aggregates.a]\nlegs = [{name="X"}, {name="X"}]', "leg names must be unique"),
+        ('[aggregates.a]\ncolour = "red"', "aggregates.a.colour"),
+        ("[queues.Q]\nmaxdepth = -5", "queues.Q.maxdepth"),
+        ("not toml at all [", "not valid TOML"),
+    ],
+)
+def test_invalid_files_name_the_key_and_reason(tmp_path, text, fragment):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert fragment in str(info.value) and str(path) in str(info.value)
+
+
+def test_missing_named_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "absent.toml")
+
+
+def test_unknown_aggregate_lists_the_known_ones():
+    with pytest.raises(ConfigError, match=r"aggregates\.nope: no such aggregate \(known: orders\)"):
+        load_config().aggregate("nope")
+
+
+def test_cli_fails_at_start_on_an_invalid_file(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[aggregates.a]\nduplicates = "some"')
+    out = subprocess.run(
+        [sys.executable, "-m", "mqgather.cli", "bridge", "--config", str(path)],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    err = out.stderr.decode()
+    assert out.returncode != 0 and "Traceback" not in err
+    assert "aggregates.a.duplicates" in err
