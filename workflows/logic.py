@@ -1,0 +1,268 @@
+"""The gather's rules as pure functions of its state: deterministic, no I/O, no clock
+(the workflow passes ``now``). Imported into the workflow sandbox as passed through, so
+it is compiled once per worker rather than once per gather."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from mqgather.config import AggregateSpec, LegSpec
+from workflows.models import (
+    CLOSED_STATES,
+    GatherResult,
+    GatherState,
+    GatherStatus,
+    Outcome,
+    PutResponseInput,
+    PutResponseResult,
+    ReceivedLeg,
+    Registration,
+    Reply,
+    Routed,
+)
+
+
+def is_closed(state: GatherState) -> bool:
+    """Whether the gather takes no more replies."""
+    return state.state in CLOSED_STATES
+
+
+def received_names(state: GatherState) -> list[str]:
+    """Expected legs that have a reply, in leg order."""
+    return [leg.name for leg in state.expected if leg.name in state.received]
+
+
+def missing(state: GatherState) -> list[str]:
+    """Expected legs still without a reply."""
+    return [leg.name for leg in state.expected if leg.name not in state.received]
+
+
+def refresh(state: GatherState) -> None:
+    """OPEN with no leg yet, PARTIAL with some (closed states stay)."""
+    if not is_closed(state):
+        state.state = "PARTIAL" if received_names(state) else "OPEN"
+
+
+def route(state: GatherState, kind: str, reply: Reply, reason: str) -> None:
+    """Queue a reply for forwarding to the late / unknown / duplicate / failure queue."""
+    if kind == "late":
+        state.late += 1
+    elif kind == "unknown":
+        state.unknown += 1
+    state.outbox.append(Routed.model_validate({"kind": kind, "reply": reply, "reason": reason}))
+
+
+def leg_of(state: GatherState, reply: Reply) -> LegSpec | None:
+    """The expected leg a reply fills: by name, by CorrelId index, or the next empty one."""
+    if reply.leg is not None:
+        return next((leg for leg in state.expected if leg.name == reply.leg), None)
+    if reply.leg_index is not None:
+        index = reply.leg_index
+        return state.expected[index] if 0 <= index < len(state.expected) else None
+    return next((leg for leg in state.expected if leg.name not in state.received), None)
+
+
+def accept(spec: AggregateSpec, state: GatherState, reply: Reply) -> None:
+    """File a reply under its leg, applying the duplicate policy."""
+    leg = leg_of(state, reply)
+    if leg is None:
+        route(state, "unknown", reply, "reply names no expected leg")
+        return
+    have = state.received.setdefault(leg.name, [])
+    if not have:
+        have.append(reply)
+        return
+    state.duplicates += 1
+    if spec.duplicates == "all":
+        have.append(reply)
+        return
+    dropped = reply
+    if spec.duplicates == "last":
+        dropped, have[0] = have[0], reply
+    if spec.duplicate_queue:
+        route(state, "duplicate", dropped, f"duplicate reply for leg {leg.name}")
+
+
+def start_static(spec: AggregateSpec, state: GatherState, now: datetime) -> None:
+    """Static legs: the first reply starts the gather and its timer."""
+    state.registered = True
+    state.expected = list(spec.legs)
+    if spec.timeout_seconds > 0:
+        state.deadline = now + timedelta(seconds=spec.timeout_seconds)
+    state.unknown_deadline = None
+    held, state.held = state.held, []
+    for reply in held:
+        accept(spec, state, reply)
+
+
+def register(spec: AggregateSpec, state: GatherState, reg: Registration, now: datetime) -> None:
+    """Apply a registration: legs, reply-to, and the timer (ACE: from the first
+    registration; IA72 restart: from each one)."""
+    if is_closed(state):
+        return
+    if not state.registered or spec.timer == "restart":
+        timeout = reg.timeout_seconds if reg.timeout_seconds is not None else spec.timeout_seconds
+        state.deadline = now + timedelta(seconds=timeout) if timeout > 0 else None
+    first = state.registered_at is None
+    state.registered_at = state.registered_at or now
+    state.request_msg_id = reg.request_msg_id or state.request_msg_id
+    state.reply_to_q = reg.reply_to_q or state.reply_to_q
+    state.reply_to_qmgr = reg.reply_to_qmgr or state.reply_to_qmgr
+    if first or not state.expected:
+        if reg.legs:
+            state.expected = list(reg.legs)
+        elif reg.count:
+            state.expected = [
+                LegSpec(name=f"{spec.label}{i}", sequence=i) for i in range(1, reg.count + 1)
+            ]
+        elif spec.legs:
+            state.expected = list(spec.legs)
+    state.registered = True
+    state.unknown_deadline = None
+    held, state.held = state.held, []
+    for reply in held:
+        accept(spec, state, reply)
+    refresh(state)
+
+
+def take_replies(
+    spec: AggregateSpec, state: GatherState, replies: list[Reply], now: datetime, gather: str
+) -> None:
+    """Apply a batch of replies: redeliveries ignored, late ones routed, early ones held."""
+    for reply in replies:
+        msg_id = reply.message.msg_id.hex()
+        if msg_id in state.seen_msg_ids:
+            state.redeliveries += 1  # the bridge died before MQCMIT: already counted
+            continue
+        state.seen_msg_ids.append(msg_id)
+        if is_closed(state):
+            route(state, "late", reply, f"gather {gather} already {state.state}")
+        elif not state.registered:
+            state.held.append(reply)
+            if state.unknown_deadline is None:
+                state.unknown_deadline = now + timedelta(seconds=spec.unknown_timeout_seconds)
+        else:
+            accept(spec, state, reply)
+    refresh(state)
+
+
+def unknown_expired(state: GatherState, now: datetime) -> bool:
+    """No registration came within the unknown-message timeout."""
+    return (
+        not state.registered
+        and state.unknown_deadline is not None
+        and now >= state.unknown_deadline
+    )
+
+
+def expire_unknown(state: GatherState) -> None:
+    """Send every held reply to the unknown queue and close as UNKNOWN."""
+    for reply in state.held:
+        route(state, "unknown", reply, "no registration came within the unknown timeout")
+    state.held = []
+    state.state = "UNKNOWN"
+
+
+def decide(state: GatherState, now: datetime) -> Outcome | None:
+    """Whether the gather ends now, and how."""
+    if state.cancel is not None:
+        return "CANCELLED"
+    if state.registered and state.expected and not missing(state):
+        return "COMPLETE"
+    if state.release is not None:
+        return "RELEASED"
+    if state.registered and state.deadline is not None and now >= state.deadline:
+        return "TIMEOUT"
+    return None
+
+
+def next_timer(state: GatherState, now: datetime) -> float | None:
+    """Seconds until the next deadline (gather or unknown-message), or None to wait forever."""
+    due = state.deadline if state.registered else state.unknown_deadline
+    if due is None:
+        return None
+    return max((due - now).total_seconds(), 0.001)
+
+
+def response_input(
+    spec: AggregateSpec, state: GatherState, correl_id: bytes, gather: str, outcome: Outcome
+) -> PutResponseInput:
+    """The merge-and-PUT activity's input for this outcome."""
+    return PutResponseInput(
+        aggregate=spec,
+        gather_id=gather,
+        correl_id=correl_id,
+        outcome=outcome,
+        legs=[
+            ReceivedLeg(leg=leg, replies=state.received[leg.name])
+            for leg in state.expected
+            if leg.name in state.received
+        ],
+        missing=missing(state),
+        request_msg_id=state.request_msg_id,
+        reply_to_q=state.reply_to_q,
+        reply_to_qmgr=state.reply_to_qmgr,
+    )
+
+
+def status(spec: AggregateSpec, state: GatherState, correl_id: bytes, gather: str) -> GatherStatus:
+    """The ``status`` query's answer."""
+    return GatherStatus(
+        gather_id=gather,
+        aggregate=spec.name,
+        correl_id=correl_id.hex(),
+        state=state.state,
+        registered=state.registered,
+        legs_expected=[leg.name for leg in state.expected],
+        legs_received=received_names(state),
+        legs_missing=missing(state),
+        held=len(state.held),
+        duplicates=state.duplicates,
+        redeliveries=state.redeliveries,
+        late=state.late,
+        unknown=state.unknown,
+        started_at=state.started_at,
+        deadline=state.deadline,
+    )
+
+
+def result(
+    spec: AggregateSpec,
+    state: GatherState,
+    correl_id: bytes,
+    gather: str,
+    response: PutResponseResult | None,
+    now: datetime,
+) -> GatherResult:
+    """The workflow's result."""
+    return GatherResult(
+        gather_id=gather,
+        aggregate=spec.name,
+        correl_id=correl_id.hex(),
+        state=state.state,
+        legs_expected=[leg.name for leg in state.expected],
+        legs_received=received_names(state),
+        legs_missing=missing(state),
+        duplicates=state.duplicates,
+        redeliveries=state.redeliveries,
+        late=state.late,
+        unknown=state.unknown,
+        response_queues=response.queues if response else [],
+        response_msg_id=response.msg_id if response else "",
+        error=response.error if response else "",
+        consumed_msg_ids=list(state.seen_msg_ids),
+        started_at=state.started_at,
+        ended_at=now,
+    )
+
+
+def details(state: GatherState) -> str:
+    """The one-line summary the Temporal UI shows as the workflow's current details."""
+    received = received_names(state)
+    deadline = state.deadline.isoformat() if state.deadline else "none"
+    return (
+        f"**{state.state}** — {len(received)}/{len(state.expected)} legs "
+        f"(received: {', '.join(received) or 'none'}; missing: "
+        f"{', '.join(missing(state)) or 'none'}); deadline {deadline}; "
+        f"duplicates {state.duplicates}, late {state.late}, unknown {state.unknown}"
+    )
