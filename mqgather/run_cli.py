@@ -335,7 +335,7 @@ async def _ensure_server(stack: DevStack, console: Console) -> Any:
         return await connect(stack.address)
     except TemporalUnavailable:
         pass
-    console.print(f"starting the embedded Temporal server on {stack.address} …")
+    console.print(f"starting the embedded Temporal server on {stack.address} …", soft_wrap=True)
     stack.start_server()
     deadline = time.monotonic() + 60
     while True:
@@ -366,11 +366,11 @@ def dev(mq: str, config_path: str | None, temporal_port: int, ui_port: int) -> N
         client = await _ensure_server(stack, console)
         await ensure_search_attributes(client)
         stack.start_children()
-        console.print(f"mqgather dev stack up. Temporal UI: {stack.ui_url}")
-        console.print(f"MQ: {mq}; logs in {stack.state_dir}/; Ctrl-C stops everything")
+        click.echo(f"mqgather dev stack up. Temporal UI: {stack.ui_url}", err=True)
+        click.echo(f"MQ: {mq}; logs in {stack.state_dir}/; Ctrl-C stops everything", err=True)
         while not stop.is_set():
             for line in stack.supervise():
-                console.print(line)
+                click.echo(line, err=True)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=1.0)
             except TimeoutError:
@@ -380,7 +380,7 @@ def dev(mq: str, config_path: str | None, temporal_port: int, ui_port: int) -> N
         _run(main)
     finally:
         stack.stop()
-        console.print("dev stack stopped")
+        click.echo("dev stack stopped", err=True)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -523,7 +523,7 @@ def _summary(figures: dict[str, Any], expected: dict[str, int], ui_url: str) -> 
     table.add_row("latency p50/p95/p99", f"{lat['p50']}/{lat['p95']}/{lat['p99']} ms", "")
     console = Console(file=sys.stdout)
     console.print(table)
-    console.print(f"Every gather's history: {ui_url}")
+    console.print(f"Every gather's history: {ui_url}", soft_wrap=True)
     console.print("(the UI is up while `mqgather dev` runs)")
 
 

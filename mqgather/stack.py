@@ -46,6 +46,14 @@ class DevStack:
     children: list[Child] = field(default_factory=list)
     server: subprocess.Popen[bytes] | None = None
 
+    def __post_init__(self) -> None:
+        # Absolute paths: children may start elsewhere, and `ps` shows which stack they serve.
+        self.state_dir = self.state_dir.resolve()
+        if self.mq.startswith("local:"):
+            self.mq = "local:" + str(Path(self.mq[len("local:") :]).resolve())
+        if self.config:
+            self.config = str(Path(self.config).resolve())
+
     @property
     def address(self) -> str:
         """The Temporal frontend address."""

@@ -210,3 +210,79 @@ async def _until(get, check, timeout: float = 20.0):
             pass  # not started yet
         await asyncio.sleep(0.05)
     raise AssertionError(f"condition not met within {timeout}s; last status {last}")
+
+
+async def test_reply_to_queue_and_destination_list(temporal_env, tmp_path):
+    to_requester = AggregateSpec(name="rtq", legs=LEGS[:1], destination="replyToQueue")
+    to_list = AggregateSpec(
+        name="dlist", legs=LEGS[:1], destination="destinationList",
+        destination_list=("COPY.A", "COPY.B"),
+    )  # fmt: skip
+    extra = ["APP.REPLY", "COPY.A", "COPY.B"]
+    async with pipeline(
+        temporal_env.client, tmp_path, [to_requester, to_list], extra_queues=extra
+    ) as p:
+        one = await p.scatter(to_requester, reply_to_q="APP.REPLY", reply_to_qmgr="QM9")
+        two = await p.scatter(to_list)
+        p.reply(to_requester, one.correl_id, "CREDIT", b"{}", aggregate="rtq")
+        p.reply(to_list, two.correl_id, "CREDIT", b"{}", aggregate="dlist")
+        direct = await p.wait_message("APP.REPLY")
+        copies = [await p.wait_message(q) for q in ("COPY.A", "COPY.B")]
+        assert p.empty("ORDER.RESPONSE")
+    assert direct.correl_id == one.correl_id and direct.reply_to_qmgr == "QM9"
+    assert [c.correl_id for c in copies] == [two.correl_id] * 2
+    assert copies[0].msg_id == copies[1].msg_id  # one response, two destinations
+
+
+async def test_correlid_layout_identifies_legs(temporal_env, tmp_path):
+    from bridge.identify import leg_correl_id
+
+    spec = AggregateSpec(name="bycorrel", legs=LEGS, leg_identification="correlid")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        requests = [await p.wait_message(leg.queue()) for leg in LEGS]
+        assert [r.msg_id for r in requests] == [leg_correl_id(sent.correl_id, i) for i in (1, 2, 3)]
+        for i, request in enumerate(requests):
+            # A back end copies the request's MsgId to the reply's CorrelId; no property.
+            p.put(
+                spec.reply_queue, MQMessage(correl_id=request.msg_id, body=f'{{"i":{i}}}'.encode())
+            )
+        response = await p.wait_message("ORDER.RESPONSE")
+    assert json.loads(response.body)["legs"] == {
+        "credit": {"i": 0},
+        "stock": {"i": 1},
+        "tax": {"i": 2},
+    }
+
+
+async def test_count_only_gathers_n_replies(temporal_env, tmp_path):
+    spec = AggregateSpec(
+        name="counted", legs=LEGS[:2], leg_identification="count", merge="blob", separator="|"
+    )
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        p.put(spec.reply_queue, MQMessage(correl_id=sent.correl_id, body=b"first"))
+        p.put(spec.reply_queue, MQMessage(correl_id=sent.correl_id, body=b"second"))
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, sent.correl_id)
+    assert response.body == b"first|second"
+    assert result.legs_received == ["CREDIT", "STOCK"]  # filled in arrival order
+
+
+async def test_member_count_registration_names_replies_by_label(temporal_env, tmp_path):
+    from workflows.models import GatherInput, Registration
+
+    spec = AggregateSpec(name="members", leg_identification="count", merge="blob", label="R")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        correl = parse_id("MEMBERS-1")
+        await p.client.start_workflow(
+            GatherWorkflow.run, GatherInput(aggregate=spec, correl_id=correl),
+            id=p.handle(spec, correl).id, task_queue=p.task_queue,
+            start_signal="expect", start_signal_args=[Registration(count=3)],
+        )  # fmt: skip
+        for body in (b"a", b"b", b"c"):
+            p.put(spec.reply_queue, MQMessage(correl_id=correl, body=body))
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, correl)
+    assert response.body == b"abc"
+    assert result.legs_received == ["R1", "R2", "R3"]
