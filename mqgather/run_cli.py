@@ -458,9 +458,12 @@ def demo(
                 TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
                 TimeElapsedColumn(), console=console,
             ) as progress:  # fmt: skip
+                ready = progress.add_task("starting the stack", total=None)
+                put_strays(qm, spec, unknown, poison)
+                await _until_ready(client, qm, spec, stop)
+                progress.remove_task(ready)
                 sent_bar = progress.add_task("requests sent", total=n)
                 done_bar = progress.add_task("gathers finished", total=n)
-                put_strays(qm, spec, unknown, poison)
                 sent = await do_drive(
                     client, qm, spec, plans, rate=rate,
                     on_sent=lambda i: progress.update(sent_bar, completed=i),
@@ -500,6 +503,32 @@ def demo(
     mismatched = [k for k in expected if k != "requests" and figures[k] != expected[k]]
     if mismatched:
         raise MQGatherError(f"the demo's counts differ from the plan for: {', '.join(mismatched)}")
+
+
+async def _until_ready(
+    client: Any, qm: Transport, spec: AggregateSpec, stop: asyncio.Event, limit: float = 120
+) -> None:
+    """Until a worker polls the task queue and the bridge has taken the first replies,
+    so the latency figures measure gathers, not process start-up."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=TASK_QUEUE),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    deadline = time.monotonic() + limit
+    while not stop.is_set():
+        polled = await client.workflow_service.describe_task_queue(request)
+        if polled.pollers and qm.inquire(spec.reply_queue).curdepth == 0:
+            return
+        if time.monotonic() > deadline:
+            raise MQGatherError(
+                "the worker or bridge did not start; see the logs in the state directory"
+            )
+        await asyncio.sleep(0.2)  # polling other processes' progress
 
 
 def _latencies(qm: Transport, spec: AggregateSpec, sent: dict[bytes, datetime]) -> list[float]:
