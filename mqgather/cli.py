@@ -67,11 +67,12 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from mqgather.analytics_cli import analyze, export
     from mqgather.queues_cli import queues
     from mqgather.run_cli import COMMANDS
 
     cli.add_command(queues)
-    for command in COMMANDS:
+    for command in [*COMMANDS, export, analyze]:
         cli.add_command(command)
 
 

@@ -70,6 +70,11 @@ class AggregateSpec(BaseModel):
     label: str = Field(default="Reply", description="AggregatedReplyLabelName (xml)")
     separator: str = Field(default="", description="SeparatorString (blob)")
     hex_separator: str = Field(default="", description="HexSeparatorString (blob)")
+    late_window_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="after closing, keep routing late replies (counted in history) this long",
+    )
     duplicates: Literal["first", "last", "all"] = "first"
     destination: Literal["default", "replyToQueue", "destinationList"] = Field(
         default="default", description="AggregatedReplyDestination"

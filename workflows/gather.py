@@ -141,10 +141,18 @@ class GatherWorkflow:
                 await workflow.wait_condition(
                     lambda: self._wake, timeout=logic.next_timer(self.s, workflow.now())
                 )
-        # Replies that raced the close are routed as late; none is dropped.
+        # Replies that raced the close are routed as late; none is dropped. With a late
+        # window the gather stays to count late replies in its own history.
+        linger_until = workflow.now() + timedelta(seconds=self.spec.late_window_seconds)
         while True:
             self._publish()
             await self._flush()
+            left = (linger_until - workflow.now()).total_seconds()
+            if left > 0:
+                self._wake = False
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(lambda: self._wake, timeout=left)
+                continue
             await workflow.wait_condition(workflow.all_handlers_finished)
             if not self.s.outbox:
                 break

@@ -286,3 +286,18 @@ async def test_member_count_registration_names_replies_by_label(temporal_env, tm
         result = await p.result(spec, correl)
     assert response.body == b"abc"
     assert result.legs_received == ["R1", "R2", "R3"]
+
+
+async def test_late_window_counts_late_replies_in_the_gather(temporal_env, tmp_path):
+    spec = AggregateSpec(name="linger", legs=LEGS, timeout_seconds=0.5, late_window_seconds=30)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "CREDIT", b"{}")
+        await p.wait_message("GATHER.TIMEOUT")
+        handle = p.handle(spec, sent.correl_id)
+        late = p.reply(spec, sent.correl_id, "TAX", b'{"late":1}')
+        routed = await p.wait_message("GATHER.LATE")
+        status = await _status(handle)
+        await handle.terminate("test over")  # no need to wait out the window
+    assert routed.msg_id == late.msg_id
+    assert status.state == "TIMEOUT" and status.late == 1

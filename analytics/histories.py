@@ -1,0 +1,163 @@
+"""Readers for gather histories: our export files, ``temporal workflow show --output json``
+files and Temporal Cloud history-export files (protobuf). All three become the same
+NDJSON lines, ``{"workflowId", "runId", "history": {...}}``, with the history in
+Temporal's proto-JSON form, which the Spark job reads."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from temporalio.api.export.v1 import WorkflowExecutions
+from temporalio.api.history.v1 import History
+from temporalio.client import WorkflowHistory
+
+from mqgather.errors import MQGatherError
+
+EXPORT_SUFFIXES = (".ndjson", ".jsonl")
+CLI_SUFFIXES = (".json",)
+CLOUD_SUFFIXES = (".pb", ".binpb", ".proto", ".bin")
+
+
+class BadHistoryFile(MQGatherError):
+    """An input file could not be read as a history file; the message names it."""
+
+
+@dataclass
+class Inputs:
+    """What the readers found: NDJSON files for Spark, and the files that were skipped."""
+
+    ndjson: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    duplicates_dropped: int = 0
+
+
+def history_line(workflow_id: str, run_id: str, history: History) -> str:
+    """One NDJSON line of the export format."""
+    return json.dumps(
+        {
+            "workflowId": workflow_id,
+            "runId": run_id,
+            "history": json_format.MessageToDict(history),
+        },
+        separators=(",", ":"),
+    )
+
+
+def ids_of(history: History) -> tuple[str, str]:
+    """(workflow id, run id) of a history, from its first event.
+
+    Older servers do not record the workflow id in the start event; a gather's id is then
+    rebuilt from its input (aggregate name and CorrelId).
+    """
+    if not history.events or not history.events[0].HasField(
+        "workflow_execution_started_event_attributes"
+    ):
+        raise BadHistoryFile("the history does not start with WorkflowExecutionStarted")
+    started = history.events[0].workflow_execution_started_event_attributes
+    run_id = started.original_execution_run_id
+    workflow_id = getattr(started, "workflow_id", "")
+    if not workflow_id and started.input.payloads:
+        try:
+            data = json.loads(started.input.payloads[0].data)
+            correl = base64.urlsafe_b64decode(data["correl_id"] + "==")
+            workflow_id = f"gather:{data['aggregate']['name']}:{correl.hex()}"
+        except (ValueError, KeyError, TypeError):
+            workflow_id = ""
+    return workflow_id or f"run:{run_id}", run_id
+
+
+def read_cli_json(path: Path) -> Iterator[tuple[str, str, History]]:
+    """A ``temporal workflow show --output json`` file (one history)."""
+    try:
+        text = path.read_text()
+        data: Any = json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadHistoryFile(f"{path}: not a JSON history ({exc})") from exc
+    if isinstance(data, dict) and "history" in data and "events" not in data:
+        data = data["history"]
+    try:
+        events = WorkflowHistory.from_json("", data).events
+    except (json_format.ParseError, KeyError, TypeError, ValueError) as exc:
+        raise BadHistoryFile(f"{path}: not a Temporal history ({exc})") from exc
+    history = History(events=events)
+    workflow_id, run_id = ids_of(history)
+    yield workflow_id, run_id, history
+
+
+def read_cloud_export(path: Path) -> Iterator[tuple[str, str, History]]:
+    """A Temporal Cloud history-export file: ``WorkflowExecutions`` with ``items[].history``."""
+    try:
+        message = WorkflowExecutions.FromString(path.read_bytes())
+    except (OSError, DecodeError) as exc:
+        raise BadHistoryFile(f"{path}: not a history-export protobuf file ({exc})") from exc
+    if not message.items:
+        raise BadHistoryFile(f"{path}: the export file holds no workflow executions")
+    for item in message.items:
+        workflow_id, run_id = ids_of(item.history)
+        yield workflow_id, run_id, item.history
+
+
+def kind_of(path: Path) -> str:
+    """``export``, ``cli`` or ``cloud``, by the file's name (and first byte for ``.json``)."""
+    name = path.name.lower()
+    if name.endswith(EXPORT_SUFFIXES):
+        return "export"
+    if name.endswith(CLOUD_SUFFIXES):
+        return "cloud"
+    if name.endswith(CLI_SUFFIXES):
+        return "cli"
+    return "unknown"
+
+
+def collect(paths: list[Path], staging: Path) -> Inputs:
+    """Find the history files under ``paths``; turn CLI and Cloud files into NDJSON under
+    ``staging`` (each workflow run once: Cloud exports are delivered at least once).
+
+    Export NDJSON files are passed on as they are; Spark reads them and reports a corrupt
+    one by name.
+    """
+    found = Inputs()
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(
+                p for p in path.rglob("*") if p.is_file() and not p.name.startswith(("_", "."))
+            )
+        elif path.exists():
+            files.append(path)
+        else:
+            found.skipped[str(path)] = "no such file or directory"
+    staging.mkdir(parents=True, exist_ok=True)
+    seen: set[tuple[str, str]] = set()
+    staged = staging / "converted.ndjson"
+    with staged.open("w") as out:
+        for file in files:
+            kind = kind_of(file)
+            if kind == "export":
+                found.ndjson.append(str(file))
+                continue
+            if kind == "unknown":
+                found.skipped[str(file)] = "not a history file (.ndjson, .json or .pb)"
+                continue
+            reader = read_cli_json if kind == "cli" else read_cloud_export
+            try:
+                histories = list(reader(file))
+            except BadHistoryFile as exc:
+                found.skipped[str(file)] = str(exc)
+                continue
+            for workflow_id, run_id, history in histories:
+                if (workflow_id, run_id) in seen:
+                    found.duplicates_dropped += 1
+                    continue
+                seen.add((workflow_id, run_id))
+                out.write(history_line(workflow_id, run_id, history) + "\n")
+    if seen:
+        found.ndjson.append(str(staged))
+    return found

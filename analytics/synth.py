@@ -1,0 +1,130 @@
+"""Synthetic gather histories with the event shapes the gather workflow really writes
+(start, registration and reply signals, workflow tasks, search-attribute upserts, the
+local-activity marker, completion with the result), for benchmarks and tests."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+LEGS = ("CREDIT", "STOCK", "TAX")
+_JSON_PLAIN = base64.b64encode(b"json/plain").decode()
+
+
+@dataclass
+class Truth:
+    """What a synthetic gather is known to be."""
+
+    gather_id: str
+    outcome: str
+    legs_missing: list[str]
+    completion_ms: float
+    leg_latency_ms: dict[str, float] = field(default_factory=dict)
+    duplicates: int = 0
+
+
+def _payload(value: Any) -> dict[str, Any]:
+    data = json.dumps(value, separators=(",", ":")).encode()
+    return {"metadata": {"encoding": _JSON_PLAIN}, "data": base64.b64encode(data).decode()}
+
+
+def _time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _History:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def add(self, when: datetime, kind: str, attrs: dict[str, Any] | None = None) -> None:
+        event: dict[str, Any] = {
+            "eventId": str(len(self.events) + 1),
+            "eventTime": _time(when),
+            "eventType": f"EVENT_TYPE_{kind}",
+        }
+        if attrs is not None:
+            name = "".join(p.capitalize() for p in kind.lower().split("_"))
+            event[name[0].lower() + name[1:] + "EventAttributes"] = attrs
+        self.events.append(event)
+
+    def task(self, when: datetime) -> None:
+        for kind in ("WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED"):
+            self.add(when, kind, {})
+
+
+def synthesize(
+    n: int, *, start: datetime | None = None, seed: int = 1, aggregate: str = "orders"
+) -> Iterator[tuple[str, Truth]]:
+    """``n`` gathers, one export NDJSON line each, with their truth.
+
+    About 8 % time out missing one leg and 3 % have a duplicate leg; gathers start 0.1 s
+    apart from ``start``.
+    """
+    rng = random.Random(seed)
+    base = start or datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(n):
+        t0 = base + timedelta(milliseconds=100 * i)
+        correl = rng.randbytes(24)
+        gid = f"gather:{aggregate}:{correl.hex()}"
+        run_id = str(uuid.UUID(bytes=rng.randbytes(16)))
+        draw = rng.random()
+        missing = [rng.choice(LEGS)] if draw < 0.08 else []
+        duplicate = rng.choice(LEGS) if 0.08 <= draw < 0.11 else None
+        h = _History()
+        h.add(t0, "WORKFLOW_EXECUTION_STARTED", {
+            "workflowType": {"name": "Gather"},
+            "taskQueue": {"name": "mqgather"},
+            "input": {"payloads": [_payload({
+                "aggregate": {"name": aggregate, "timeout_seconds": 3.0},
+                "correl_id": base64.urlsafe_b64encode(correl).decode(), "carried": None})]},
+            "originalExecutionRunId": run_id,
+            "workflowId": gid,
+        })  # fmt: skip
+        h.add(t0, "WORKFLOW_EXECUTION_SIGNALED", {
+            "signalName": "expect",
+            "input": {"payloads": [_payload({"legs": [{"name": leg} for leg in LEGS]})]},
+        })  # fmt: skip
+        h.task(t0)
+        h.add(t0, "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", {"searchAttributes": {}})
+        arrivals: dict[str, float] = {}
+        for leg in LEGS:
+            if leg in missing:
+                continue
+            ms = round(rng.uniform(20, 400), 3)
+            arrivals[leg] = ms
+        when = sorted(arrivals.items(), key=lambda kv: kv[1])
+        for leg, ms in when:
+            t = t0 + timedelta(milliseconds=ms)
+            copies = 2 if leg == duplicate else 1
+            replies = [
+                {"message": {"msg_id": base64.urlsafe_b64encode(rng.randbytes(24)).decode()},
+                 "leg": leg, "leg_index": None, "source_queue": "GATHER.IN",
+                 "received_at": _time(t)}
+                for _ in range(copies)
+            ]  # fmt: skip
+            h.add(t, "WORKFLOW_EXECUTION_SIGNALED", {
+                "signalName": "replies", "input": {"payloads": [_payload({"replies": replies})]},
+            })  # fmt: skip
+            h.task(t)
+        done_ms = 3000.0 if missing else max(arrivals.values()) + round(rng.uniform(2, 20), 3)
+        t_end = t0 + timedelta(milliseconds=done_ms)
+        h.add(t_end, "MARKER_RECORDED", {"markerName": "core_local_activity"})
+        h.task(t_end)
+        outcome = "TIMEOUT" if missing else "COMPLETE"
+        received = [leg for leg in LEGS if leg not in missing]
+        h.add(t_end, "WORKFLOW_EXECUTION_COMPLETED", {"result": {"payloads": [_payload({
+            "gather_id": gid, "aggregate": aggregate, "correl_id": correl.hex(), "state": outcome,
+            "legs_expected": list(LEGS), "legs_received": received, "legs_missing": missing,
+            "duplicates": 1 if duplicate else 0, "redeliveries": 0, "late": 0, "unknown": 0,
+        })]}})  # fmt: skip
+        line = json.dumps(
+            {"workflowId": gid, "runId": run_id, "history": {"events": h.events}},
+            separators=(",", ":"),
+        )
+        yield line, Truth(gid, outcome, missing, done_ms, arrivals, 1 if duplicate else 0)

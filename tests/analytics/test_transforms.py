@@ -1,0 +1,55 @@
+"""The Spark transforms on synthetic histories, no server needed."""
+
+from __future__ import annotations
+
+import statistics
+from datetime import UTC, datetime
+
+from analytics.synth import synthesize
+from analytics.transforms import RAW_SCHEMA, dedupe_histories, gather_facts, history_events, trends
+
+
+def _raw(spark, tmp_path, n=60, duplicate_first=False):
+    made = list(synthesize(n, start=datetime(2026, 3, 1, 10, 0, tzinfo=UTC)))
+    lines = [line for line, _ in made]
+    if duplicate_first:
+        lines.append(lines[0])  # delivered twice
+    path = tmp_path / "h.ndjson"
+    path.write_text("\n".join(lines) + "\n")
+    return spark.read.schema(RAW_SCHEMA).json(str(path)), [t for _, t in made]
+
+
+def test_facts_match_the_synthetic_truth(spark, tmp_path):
+    raw, truth = _raw(spark, tmp_path, duplicate_first=True)
+    facts = {
+        r["gather_id"]: r for r in gather_facts(history_events(dedupe_histories(raw))).collect()
+    }
+    assert len(facts) == len(truth)
+    for t in truth:
+        row = facts[t.gather_id]
+        assert row["outcome"] == t.outcome
+        assert row["legs_missing"] == t.legs_missing
+        assert row["duplicates"] == t.duplicates
+        assert abs(row["completion_ms"] - t.completion_ms) < 0.002
+        assert set(row["leg_latency_ms"]) == set(t.leg_latency_ms)
+        for leg, ms in t.leg_latency_ms.items():
+            assert abs(row["leg_latency_ms"][leg] - ms) < 0.002
+
+
+def test_trends_percentiles_are_exact(spark, tmp_path):
+    raw, truth = _raw(spark, tmp_path, n=80)
+    facts = gather_facts(history_events(raw))
+    rows = trends(facts, "1 day").collect()
+    assert len(rows) == 1
+    row = rows[0]
+    done = [t.completion_ms for t in truth if t.outcome == "COMPLETE"]
+    q = statistics.quantiles(done, n=100, method="inclusive")
+    assert abs(row["p50_ms"] - q[49]) < 0.01 and abs(row["p95_ms"] - q[94]) < 0.01
+    assert abs(row["p99_ms"] - q[98]) < 0.01
+    timed_out = sum(t.outcome == "TIMEOUT" for t in truth)
+    assert (row["gathers"], row["timed_out"]) == (80, timed_out)
+    assert row["timeout_rate"] == timed_out / 80
+    if timed_out:
+        missed = [leg for t in truth for leg in t.legs_missing]
+        top = max(sorted(set(missed)), key=missed.count)
+        assert row["most_missed_leg"] == top
