@@ -41,6 +41,7 @@ test: lint typecheck unit
 bench: bytecode
 	$(BIN)/python -m bench.mq_throughput
 	$(BIN)/python -m bench.gather_throughput
+	$(BIN)/python -m bench.analytics_scale
 
 clean:
 	rm -rf $(VENV) .mqgather .pytest_cache .mypy_cache .ruff_cache

@@ -40,39 +40,53 @@ class Analysis:
     summary: dict[str, Any]
     skipped: dict[str, str] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
 
 
-def spark_session(master: str = "local[*]", app: str = "mqgather-analytics") -> SparkSession:
-    """A SparkSession in UTC with a shuffle size that suits one machine."""
-    return (
-        SparkSession.builder.master(master)
-        .appName(app)
+def spark_session(master: str | None = "local[*]", app: str = "mqgather-analytics") -> SparkSession:
+    """A SparkSession in UTC with a shuffle size that suits one machine.
+
+    ``master=None`` keeps the master spark-submit set (local[*] when there is none).
+    """
+    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
+    spark = (
+        builder.appName(app)
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.sql.shuffle.partitions", "4")
+        # Split large export files so every core parses JSON.
+        .config("spark.sql.files.maxPartitionBytes", str(32 * 1024 * 1024))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def read_histories(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, str]]:
     """Read export NDJSON files; a file with a corrupt or truncated line is reported by
     name and left out entirely."""
-    raw = (
-        spark.read.schema(RAW_SCHEMA)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT)
-        .json(files)
-        .withColumn("_file", F.input_file_name())
-        .cache()
-    )
-    bad_rows = raw.filter(F.col(CORRUPT).isNotNull() | F.col("workflowId").isNull())
+
+    def read() -> DataFrame:
+        return (
+            spark.read.schema(RAW_SCHEMA)
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT)
+            .json(files)
+            .withColumn("_file", F.input_file_name())
+        )
+
+    # A pruned pass finds the bad files; the full records are parsed once, later.
+    check = read().select("_file", CORRUPT, "workflowId").cache()
+    bad_rows = check.filter(F.col(CORRUPT).isNotNull() | F.col("workflowId").isNull())
     bad = sorted(row["_file"] for row in bad_rows.select("_file").distinct().collect())
+    check.unpersist()
     skipped = {
         name.removeprefix("file://"): "corrupt or truncated line (not a history record)"
         for name in bad
     }
-    return raw.filter(~F.col("_file").isin(bad)).drop(CORRUPT, "_file"), skipped
+    return read().filter(~F.col("_file").isin(bad)).drop(CORRUPT, "_file"), skipped
 
 
 def analyze(
@@ -94,10 +108,10 @@ def analyze(
     raw, corrupt = read_histories(spark, found.ndjson)
     skipped = {**found.skipped, **corrupt}
     progress("gather facts")
-    events = history_events(dedupe_histories(raw)).cache()
-    facts = gather_facts(events).cache()
+    facts = gather_facts(history_events(dedupe_histories(raw))).cache()
     facts_dir = out / "facts"
     facts.write.mode("overwrite").parquet(str(facts_dir))
+    facts_done = time.perf_counter()
     progress("trends")
     trend_df: pd.DataFrame = trends(facts, window).toPandas()
     leg_df: pd.DataFrame = leg_trends(facts, window).toPandas()
@@ -114,14 +128,15 @@ def analyze(
         F.sum("late").alias("late"),
         F.sum("duplicates").alias("duplicates"),
         F.sum("unknown").alias("unknown"),
+        F.sum("events").alias("events"),
     ).first()
     assert totals is not None
     missed = (
         facts.select(F.explode("legs_missing").alias("leg")).groupBy("leg").count()
         .orderBy(F.desc("count"), "leg").first()
     )  # fmt: skip
-    n_events = events.count()
-    seconds = time.perf_counter() - started
+    trends_done = time.perf_counter()
+    seconds = trends_done - started
     gathers = int(totals["gathers"] or 0)
     p = totals["p"] or [None, None, None]
     summary: dict[str, Any] = {
@@ -136,7 +151,7 @@ def analyze(
         "duplicates": int(totals["duplicates"] or 0),
         "unknown": int(totals["unknown"] or 0),
         "most_missed_leg": missed["leg"] if missed else "",
-        "events": n_events,
+        "events": int(totals["events"] or 0),
         "seconds": round(seconds, 2),
         "skipped_files": len(skipped),
         "duplicate_histories_dropped": found.duplicates_dropped,
@@ -145,10 +160,14 @@ def analyze(
     images = charts(trend_df, leg_df, out / "charts")
     report = html_report(summary, trend_df, leg_df, images, out / "report.html")
     shutil.rmtree(staging, ignore_errors=True)
-    events.unpersist()
     facts.unpersist()
     files = [facts_dir, out / "trends.csv", out / "leg_trends.csv", *images, report]
-    return Analysis(out=out, summary=summary, skipped=skipped, files=files)
+    timings = {
+        "facts": facts_done - started,
+        "trends": trends_done - facts_done,
+        "report": time.perf_counter() - trends_done,
+    }
+    return Analysis(out=out, summary=summary, skipped=skipped, files=files, timings=timings)
 
 
 def format_summary(result: Analysis) -> str:
@@ -179,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", default="1 hour")
     parser.add_argument("--master", default=None, help="default: spark-submit's, or local[*]")
     ns = parser.parse_args(argv)
-    builder_master = ns.master or "local[*]"
-    spark = spark_session(builder_master)
+    spark = spark_session(ns.master)
     try:
         result = analyze(spark, ns.inputs, ns.out, window=ns.window, progress=print)
     finally:

@@ -119,7 +119,12 @@ def dedupe_histories(raw: DataFrame) -> DataFrame:
 def history_events(raw: DataFrame) -> DataFrame:
     """One row per event: ids, time, type (without ``EVENT_TYPE_``), workflow type, signal
     name and the first payload decoded to its JSON text."""
-    events = raw.select("workflowId", "runId", F.explode("history.events").alias("e"))
+    events = raw.select(
+        "workflowId",
+        "runId",
+        F.size("history.events").alias("history_length"),
+        F.explode("history.events").alias("e"),
+    )
     payload = F.coalesce(
         _first_payload("workflowExecutionStartedEventAttributes", "input"),
         _first_payload("workflowExecutionSignaledEventAttributes", "input"),
@@ -136,13 +141,14 @@ def history_events(raw: DataFrame) -> DataFrame:
         F.col("e.workflowExecutionStartedEventAttributes.workflowType.name").alias("workflow_type"),
         F.col("e.workflowExecutionSignaledEventAttributes.signalName").alias("signal_name"),
         F.unbase64(payload).cast("string").alias("payload"),
+        "history_length",
     )
 
 
 def gather_facts(events: DataFrame) -> DataFrame:
     """One row per closed gather: aggregate, CorrelId, start, end, outcome, legs expected /
     received / missing, completion and per-leg arrival latency (ms from the gather's start),
-    duplicates, redeliveries, late and unknown replies."""
+    duplicates, redeliveries, late and unknown replies, and its number of history events."""
     keys = ["workflow_id", "run_id"]
     starts = events.filter(
         (F.col("event_type") == "WORKFLOW_EXECUTION_STARTED")
@@ -151,6 +157,7 @@ def gather_facts(events: DataFrame) -> DataFrame:
         *keys,
         F.col("event_time").alias("start_time"),
         F.from_json("payload", _INPUT).alias("input"),
+        "history_length",
     )
     closes = events.filter(F.col("event_type").isin(*CLOSE_TYPES)).select(
         *keys,
@@ -171,6 +178,7 @@ def gather_facts(events: DataFrame) -> DataFrame:
         F.coalesce("r.legs_received", F.array().cast("array<string>")).alias("legs_received"),
         F.coalesce("r.legs_missing", F.array().cast("array<string>")).alias("legs_missing"),
         _millis_between("start_time", "end_time").alias("completion_ms"),
+        "history_length",
         *(
             F.coalesce(f"r.{c}", F.lit(0)).alias(c)
             for c in ("duplicates", "redeliveries", "late", "unknown")
@@ -233,6 +241,7 @@ def gather_facts(events: DataFrame) -> DataFrame:
         "redeliveries",
         "late",
         "unknown",
+        F.col("history_length").alias("events"),
     )
 
 

@@ -1,0 +1,323 @@
+"""Analytics on real histories: gathers with known outcomes run on the dev server, are
+exported, and are analysed from all three input formats."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import html.parser
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from temporalio.api.export.v1 import WorkflowExecution, WorkflowExecutions
+from temporalio.api.history.v1 import History
+
+from analytics.export import export_histories
+from bridge.models import parse_id
+from mqgather.config import AggregateSpec, LegSpec
+from tests.harness import pipeline
+
+LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
+        LegSpec(name="TAX", sequence=30))  # fmt: skip
+SPEC = AggregateSpec(
+    name="shop", legs=LEGS, timeout_seconds=1.0, unknown_timeout_seconds=0.5,
+    late_window_seconds=1.0, duplicate_queue="GATHER.DUPLICATE",
+)  # fmt: skip
+
+
+@dataclass
+class Recorded:
+    export_dir: Path
+    truth: dict[str, dict]
+    runs: list[tuple[str, str]]
+    address: str
+
+
+@pytest.fixture(scope="module")
+async def recorded(temporal_env, tmp_path_factory) -> Recorded:
+    """Six gathers with known outcomes, exported with the SDK."""
+    client = temporal_env.client
+    base = tmp_path_factory.mktemp("recorded")
+    truth: dict[str, dict] = {}
+    async with pipeline(client, base, [SPEC]) as p:
+        plans = {
+            "A1": (["CREDIT", "STOCK", "TAX"], "COMPLETE", [], 0, 0),
+            "A2": (["TAX", "CREDIT", "STOCK"], "COMPLETE", [], 0, 0),
+            "B": (["CREDIT", "CREDIT", "STOCK", "TAX"], "COMPLETE", [], 1, 0),
+            "C": (["CREDIT", "STOCK"], "TIMEOUT", ["TAX"], 0, 1),
+            "D": (["CREDIT"], "TIMEOUT", ["STOCK", "TAX"], 0, 0),
+        }
+        sent = {}
+        for name, (legs, *_rest) in plans.items():
+            sent[name] = await p.scatter(SPEC)
+            for leg in legs:
+                p.reply(SPEC, sent[name].correl_id, leg, json.dumps({"leg": leg}).encode())
+        await p.wait_message("GATHER.TIMEOUT")
+        await p.wait_message("GATHER.TIMEOUT")
+        # C's missing leg arrives late, inside the gather's late window.
+        p.reply(SPEC, sent["C"].correl_id, "TAX", b'{"late":true}')
+        p.reply(SPEC, parse_id("NEVER-REGISTERED"), "CREDIT", b"{}")
+        results = {name: await p.result(SPEC, s.correl_id) for name, s in sent.items()}
+        results["U"] = await p.result(SPEC, parse_id("NEVER-REGISTERED"))
+        for name, (_, outcome, missing, dups, late) in plans.items():
+            truth[results[name].gather_id] = {
+                "outcome": outcome, "legs_missing": missing, "duplicates": dups, "late": late,
+                "unknown": 0,
+            }  # fmt: skip
+        truth[results["U"].gather_id] = {
+            "outcome": "UNKNOWN",
+            "legs_missing": [],
+            "duplicates": 0,
+            "late": 0,
+            "unknown": 1,
+        }
+        for name, r in results.items():
+            assert r.state == truth[r.gather_id]["outcome"], name
+    export_dir = base / "export"
+    await _export_all(client, export_dir, len(truth))
+    runs = []
+    for file in export_dir.rglob("*.ndjson"):
+        for line in file.read_text().splitlines():
+            record = json.loads(line)
+            runs.append((record["workflowId"], record["runId"]))
+    return Recorded(export_dir, truth, runs, client.service_client.config.target_host)
+
+
+async def _export_all(client, export_dir: Path, expected: int) -> None:
+    """Export until the visibility store lists every closed gather (it may lag a close)."""
+    total = 0
+    for _ in range(100):
+        result = await export_histories(client, export_dir, aggregate="shop")
+        total += result.exported
+        if total >= expected:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"exported {total} of {expected}")
+
+
+def _facts(spark, out: Path) -> dict[str, dict]:
+    rows = spark.read.parquet(str(out / "facts")).collect()
+    return {r["gather_id"]: r.asDict() for r in rows}
+
+
+def _trunc(ts: str) -> datetime:
+    head, _, frac = ts.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
+
+
+def _plain_python(export_dir: Path) -> tuple[list[float], dict[str, dict[str, float]]]:
+    """Completion latencies of completed gathers and leg arrival latencies, straight
+    from the history JSON."""
+    import base64
+
+    done: list[float] = []
+    legs: dict[str, dict[str, float]] = {}
+    for file in export_dir.rglob("*.ndjson"):
+        for line in file.read_text().splitlines():
+            record = json.loads(line)
+            events = record["history"]["events"]
+            start = _trunc(events[0]["eventTime"])
+            last = events[-1]
+            completed = last["workflowExecutionCompletedEventAttributes"]
+            result = json.loads(base64.b64decode(completed["result"]["payloads"][0]["data"]))
+            if result["state"] == "COMPLETE":
+                done.append((_trunc(last["eventTime"]) - start).total_seconds() * 1000)
+            first: dict[str, float] = {}
+            for e in events:
+                attrs = e.get("workflowExecutionSignaledEventAttributes")
+                if not attrs or attrs["signalName"] != "replies":
+                    continue
+                batch = json.loads(base64.b64decode(attrs["input"]["payloads"][0]["data"]))
+                for reply in batch["replies"]:
+                    if reply["leg"] in result["legs_received"] and reply["leg"] not in first:
+                        first[reply["leg"]] = (
+                            _trunc(e["eventTime"]) - start
+                        ).total_seconds() * 1000
+            legs[record["workflowId"]] = first
+    return done, legs
+
+
+def test_facts_equal_the_ground_truth(spark, recorded, tmp_path):
+    from analytics.job import analyze
+
+    out = tmp_path / "out"
+    result = analyze(spark, [recorded.export_dir], out)
+    facts = _facts(spark, out)
+    assert set(facts) == set(recorded.truth)
+    for gid, expected in recorded.truth.items():
+        row = facts[gid]
+        for key, value in expected.items():
+            assert row[key] == value, (gid, key)
+        assert row["aggregate"] == "shop"
+        assert row["n_missing"] == len(expected["legs_missing"])
+    done, legs = _plain_python(recorded.export_dir)
+    q = statistics.quantiles(done, n=100, method="inclusive")
+    s = result.summary
+    assert (s["gathers"], s["completed"], s["timed_out"]) == (6, 3, 2)
+    assert abs(s["p50_ms"] - q[49]) < 1e-6 and abs(s["p95_ms"] - q[94]) < 1e-6
+    assert abs(s["p99_ms"] - q[98]) < 1e-6
+    assert s["most_missed_leg"] == "TAX" and s["late"] == 1 and s["unknown"] == 1
+    for gid, arrivals in legs.items():
+        assert facts[gid]["leg_latency_ms"].keys() == arrivals.keys()
+        for leg, ms in arrivals.items():
+            assert abs(facts[gid]["leg_latency_ms"][leg] - ms) < 1e-6
+
+
+def test_report_and_charts_show_the_csv_numbers(spark, recorded, tmp_path):
+    from analytics.job import analyze
+
+    out = tmp_path / "out"
+    result = analyze(spark, [recorded.export_dir], out, window="1 hour")
+    for name in ("timeout_rate", "latency", "leg_latency"):
+        png = (out / "charts" / f"{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 2000
+    page = (out / "report.html").read_text()
+    assert "data:image/png;base64," in page and len(page) > 10_000
+    tables = _html_tables(page)
+    for table_id, csv_name in (("trends", "trends.csv"), ("leg_trends", "leg_trends.csv")):
+        with (out / csv_name).open() as f:
+            rows = list(csv.reader(f))
+        shown = tables[table_id]
+        assert shown[0] == rows[0]
+        assert len(shown) == len(rows) > 1
+        for got, want in zip(shown[1:], rows[1:], strict=True):
+            for g, w in zip(got, want, strict=True):
+                assert g == w or (w and abs(float(g) - float(w)) < 0.001), (table_id, g, w)
+    assert result.summary["gathers"] == sum(int(r[2]) for r in tables["trends"][1:])
+
+
+class _Tables(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self._id = None
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self._id = dict(attrs).get("id")
+            self.tables[self._id] = []
+        elif tag == "tr":
+            self._row = []
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._row is not None:
+            self._row.append("".join(self._cell or []))
+            self._cell = None
+        elif tag == "tr" and self._id is not None:
+            self.tables[self._id].append(self._row or [])
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _html_tables(page: str) -> dict[str, list[list[str]]]:
+    parser = _Tables()
+    parser.feed(page)
+    return parser.tables
+
+
+def test_cli_json_and_cloud_export_give_identical_facts(spark, recorded, tmp_path):
+    from analytics.job import analyze
+
+    binary = shutil.which("temporal")
+    cli_dir = tmp_path / "cli"
+    cli_dir.mkdir()
+    histories = []
+    for i, (workflow_id, run_id) in enumerate(recorded.runs):
+        out = subprocess.run(
+            [binary, "workflow", "show", "--workflow-id", workflow_id, "--run-id", run_id,
+             "--output", "json", "--address", recorded.address],
+            capture_output=True, check=True, timeout=60,
+        )  # fmt: skip
+        (cli_dir / f"history-{i}.json").write_bytes(out.stdout)
+    for file in recorded.export_dir.rglob("*.ndjson"):
+        for line in file.read_text().splitlines():
+            from google.protobuf import json_format
+
+            histories.append(json_format.ParseDict(json.loads(line)["history"], History()))
+    cloud_dir = tmp_path / "cloud"
+    cloud_dir.mkdir()
+    items = [WorkflowExecution(history=h) for h in histories]
+    # At-least-once delivery: the first history comes again in a second file.
+    (cloud_dir / "export-1.pb").write_bytes(WorkflowExecutions(items=items).SerializeToString())
+    (cloud_dir / "export-2.pb").write_bytes(WorkflowExecutions(items=items[:1]).SerializeToString())
+
+    def facts_from(inputs: Path, name: str) -> tuple[list[tuple], dict]:
+        out = tmp_path / name
+        result = analyze(spark, [inputs], out)
+        rows = sorted(
+            (r["gather_id"], r["run_id"], r["outcome"], tuple(r["legs_missing"]),
+             r["duplicates"], r["late"], r["unknown"], r["completion_ms"],
+             tuple(sorted(r["leg_latency_ms"].items())))
+            for r in _facts(spark, out).values()
+        )  # fmt: skip
+        return rows, result.summary
+
+    sdk, _ = facts_from(recorded.export_dir, "sdk")
+    cli, _ = facts_from(cli_dir, "cli")
+    cloud, cloud_summary = facts_from(cloud_dir, "cloud")
+    assert len(sdk) == 6
+    assert sdk == cli == cloud
+    assert cloud_summary["duplicate_histories_dropped"] == 1
+
+
+async def test_export_again_adds_nothing_then_only_the_new(temporal_env, recorded, tmp_path):
+    client = temporal_env.client
+    before = sorted(recorded.export_dir.rglob("*.ndjson"))
+    again = await export_histories(client, recorded.export_dir, aggregate="shop")
+    assert (again.exported, again.files) == (0, [])
+    assert again.skipped_known >= 0
+    assert sorted(recorded.export_dir.rglob("*.ndjson")) == before
+    # From a shell, too.
+    env = {"TEMPORAL_ADDRESS": recorded.address, "PATH": __import__("os").environ["PATH"]}
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "mqgather.cli", "export", str(recorded.export_dir),
+         "--aggregate", "shop"],
+        capture_output=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "exported 0 histories" in out.stdout.decode()
+
+
+def test_corrupt_and_truncated_inputs_are_named_and_skipped(spark, recorded, tmp_path):
+    from analytics.job import analyze, format_summary
+
+    inputs = tmp_path / "inputs"
+    shutil.copytree(recorded.export_dir, inputs)
+    good = next(inputs.rglob("*.ndjson")).read_text()
+    truncated = inputs / "truncated.ndjson"
+    truncated.write_text(good[: len(good) // 2])
+    garbage_json = inputs / "garbage.json"
+    garbage_json.write_text("{ not json")
+    garbage_pb = inputs / "garbage.pb"
+    garbage_pb.write_bytes(b"\xff\xfe not protobuf")
+    result = analyze(spark, [inputs], tmp_path / "out")
+    assert set(result.skipped) == {str(truncated), str(garbage_json), str(garbage_pb)}
+    assert result.summary["gathers"] == 6
+    text = format_summary(result)
+    assert f"skipped {truncated}" in text and "6 gathers" in text
+
+
+def test_analyze_from_a_shell(recorded, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "mqgather.cli", "analyze", str(recorded.export_dir),
+         "--out", str(tmp_path / "a"), "--window", "15 minutes"],
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    text = out.stdout.decode()
+    assert "6 gathers: 3 completed, 2 timed out" in text
+    assert (tmp_path / "a" / "report.html").stat().st_size > 0
