@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, unquote
 
 from pydantic import BaseModel, Field, SecretStr
 
-from bridge.errors import MQError, NoMessageAvailable, error_for_reason
+from bridge.errors import MQError, error_for_reason
 from bridge.models import (
     NONE_ID,
     Match,
@@ -472,6 +472,3 @@ def _put_time(date: str, time_text: str) -> datetime | None:
         return None
     hundredths = int(time_text[6:8]) if time_text[6:8].isdigit() else 0
     return stamp.replace(tzinfo=UTC, microsecond=hundredths * 10000)
-
-
-__all__ = ["IBMMQSettings", "IBMMQTransport", "NoMessageAvailable", "parse_ibmmq_url"]

@@ -85,7 +85,10 @@ class AggregateSpec(BaseModel):
     late_queue: str = k.GATHER_LATE
     unknown_queue: str = k.GATHER_UNKNOWN
     failure_queue: str = k.GATHER_FAILURE
-    duplicate_queue: str = Field(default="", description="copy duplicates here; empty: drop")
+    duplicate_queue: str = Field(
+        default=k.GATHER_DUPLICATE,
+        description='where duplicate replies go; "" counts them and discards the copy',
+    )
     max_reply_bytes: int = Field(default=256 * 1024, gt=0)
 
     @field_validator("hex_separator")
@@ -152,7 +155,6 @@ def default_aggregates() -> dict[str, AggregateSpec]:
             legs=DEMO_LEGS,
             timeout_seconds=3.0,
             unknown_timeout_seconds=3.0,
-            duplicate_queue=k.GATHER_DUPLICATE,
         )
     }
 

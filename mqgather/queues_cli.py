@@ -50,9 +50,7 @@ def parse_property(text: str) -> tuple[str, PropertyValue]:
                 raise ValueError("expected true or false")
             return name, value.lower() in ("true", "1", "yes")
         if kind == "bytes":
-            return name, parse_id(value).rstrip(b"\x00") if value.startswith("hex:") else (
-                value.encode()
-            )
+            return name, bytes.fromhex(value[4:]) if value.startswith("hex:") else value.encode()
         if kind == "null":
             return name, None
     except ValueError as exc:

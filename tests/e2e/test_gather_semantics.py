@@ -301,3 +301,42 @@ async def test_late_window_counts_late_replies_in_the_gather(temporal_env, tmp_p
         await handle.terminate("test over")  # no need to wait out the window
     assert routed.msg_id == late.msg_id
     assert status.state == "TIMEOUT" and status.late == 1
+
+
+async def test_every_message_ends_in_exactly_one_place(temporal_env, tmp_path):
+    """A mixed run: each reply put is accounted for on exactly one output queue (or inside
+    exactly one response), and nothing stays on the reply queue."""
+    spec = AggregateSpec(name="ledger", legs=LEGS, timeout_seconds=1, unknown_timeout_seconds=1)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        complete, partial = await p.scatter(spec), await p.scatter(spec)
+        put = []
+        for leg in ("CREDIT", "STOCK", "TAX", "CREDIT"):  # one duplicate
+            put.append(p.reply(spec, complete.correl_id, leg, json.dumps(leg).encode()))
+        put.append(p.reply(spec, partial.correl_id, "STOCK", b'"S"'))
+        put.append(p.reply(spec, parse_id("STRAY"), "TAX", b'"U"'))
+        put.append(p.put("GATHER.IN", MQMessage(properties={"leg": "TAX"}, body=b"poison")))
+        responses = [await p.wait_message("ORDER.RESPONSE")]
+        timeouts = [await p.wait_message("GATHER.TIMEOUT")]
+        await p.result(spec, partial.correl_id)
+        put.append(p.reply(spec, partial.correl_id, "TAX", b'"late"'))
+        routed = {
+            q: [await p.wait_message(q)]
+            for q in ("GATHER.DUPLICATE", "GATHER.UNKNOWN", "GATHER.FAILURE", "GATHER.LATE")
+        }
+        await p.result(spec, parse_id("STRAY"))
+        for q in ("ORDER.RESPONSE", "GATHER.TIMEOUT", *routed, "GATHER.IN", "GATHER.BACKOUT"):
+            assert p.empty(q), q
+    places: dict[bytes, list[str]] = {m.msg_id: [] for m in put}
+    for q, msgs in routed.items():
+        for m in msgs:
+            places[m.msg_id].append(q)
+    assert json.loads(responses[0].body)["legs"] == {
+        "credit": "CREDIT",
+        "stock": "STOCK",
+        "tax": "TAX",
+    }
+    assert json.loads(timeouts[0].body)["legs"] == {"stock": "S"}
+    in_response = [put[0], put[1], put[2], put[4]]  # the first CREDIT wins
+    for m in in_response:
+        places[m.msg_id].append("merged")
+    assert all(len(where) == 1 for where in places.values()), places

@@ -149,3 +149,15 @@ def test_bad_property_and_id_are_one_line_errors(tmp_path):
     _assert_one_line_error(
         run(["queues", "put", "P.Q", "--body", "x", "--correl-id", "x" * 30], tmp_path), "24"
     )
+
+
+def test_property_types_parse():
+    from mqgather.queues_cli import parse_property
+
+    assert parse_property("leg=CREDIT") == ("leg", "CREDIT")
+    assert parse_property("n:int=-3") == ("n", -3)
+    assert parse_property("f:float=2.5") == ("f", 2.5)
+    assert parse_property("b:bool=yes") == ("b", True)
+    assert parse_property("z:null=") == ("z", None)
+    assert parse_property("raw:bytes=hex:" + "ab" * 40) == ("raw", b"\xab" * 40)
+    assert parse_property("raw:bytes=text") == ("raw", b"text")
