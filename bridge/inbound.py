@@ -37,8 +37,26 @@ from workflows.models import GatherInput, GatherResult, Reply, ReplyBatch, gathe
 log = logging.getLogger("mqgather.bridge")
 T = TypeVar("T")
 
+#: Bodies per signal at most: Temporal refuses payloads over 2 MB, and base64 grows them.
+SIGNAL_BODY_BYTES = 1024 * 1024
+
 #: Errors after which the batch is backed out and retried later.
 RETRYABLE = (MQError, RPCError, TimeoutError, RuntimeError)
+
+
+def chunk_replies(replies: list[Reply], limit: int = SIGNAL_BODY_BYTES) -> list[list[Reply]]:
+    """Split one gather's replies into signals whose bodies stay under ``limit`` bytes
+    (a single larger reply travels alone)."""
+    chunks: list[list[Reply]] = [[]]
+    size = 0
+    for reply in replies:
+        body = len(reply.message.body)
+        if chunks[-1] and size + body > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(reply)
+        size += body
+    return chunks
 
 
 @dataclass
@@ -219,16 +237,17 @@ class InboundBridge:
             await call(self._move, transport, queue, moves)
 
     async def _signal(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> None:
-        await self.client.start_workflow(
-            GatherWorkflow.run,
-            GatherInput(aggregate=spec, correl_id=correl),
-            id=gather_id(spec.name, correl),
-            task_queue=self.task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            start_signal="replies",
-            start_signal_args=[ReplyBatch(replies=replies)],
-            rpc_timeout=self.rpc_timeout,
-        )
+        for chunk in chunk_replies(replies):
+            await self.client.start_workflow(
+                GatherWorkflow.run,
+                GatherInput(aggregate=spec, correl_id=correl),
+                id=gather_id(spec.name, correl),
+                task_queue=self.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                start_signal="replies",
+                start_signal_args=[ReplyBatch(replies=chunk)],
+                rpc_timeout=self.rpc_timeout,
+            )
 
     async def _late(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> list[_Move]:
         """Replies for a closed gather go to the late queue, except redeliveries of replies
