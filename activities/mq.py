@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from temporalio import activity
 
@@ -12,6 +13,7 @@ from activities.merge import LegBodies, MergeError, merge
 from bridge.models import MQFMT_STRING, MQMessage, PutOptions
 from bridge.routing import PROP_GATHER_ID, already_on, forward
 from bridge.transport import Transport
+from mqgather import telemetry
 from workflows.models import PutResponseInput, PutResponseResult, RouteInput
 
 PROP_STATE = "mqgather_state"
@@ -91,17 +93,19 @@ class MQActivities:
             return self._merge_failed(inp, exc)
         msg_id = response_msg_id(inp.gather_id, inp.outcome)
         queues = response_queues(inp)
+        properties: dict[str, str | int | float | bool | bytes | None] = {
+            PROP_STATE: inp.outcome,
+            PROP_GATHER_ID: inp.gather_id,
+            PROP_MISSING: ",".join(inp.missing),
+        }
+        telemetry.inject(properties)  # the requester can continue the gather's trace
         response = MQMessage(
             msg_id=msg_id,
             correl_id=inp.request_msg_id or inp.correl_id,
             format=merged.format,
             reply_to_q=inp.reply_to_q,
             reply_to_qmgr=inp.reply_to_qmgr,
-            properties={
-                PROP_STATE: inp.outcome,
-                PROP_GATHER_ID: inp.gather_id,
-                PROP_MISSING: ",".join(inp.missing),
-            },
+            properties=properties,
             body=merged.body,
         )
 
@@ -111,6 +115,7 @@ class MQActivities:
                     transport.put(queue, response, PutOptions(syncpoint=True))
 
         self._unit_of_work(work)
+        _record_close(inp, inp.outcome)
         return PutResponseResult(outcome=inp.outcome, queues=queues, msg_id=msg_id.hex())
 
     def _merge_failed(self, inp: PutResponseInput, exc: MergeError) -> PutResponseResult:
@@ -131,6 +136,7 @@ class MQActivities:
                     )
 
         self._unit_of_work(work)
+        _record_close(inp, "FAILED")
         return PutResponseResult(
             outcome="FAILED", queues=[spec.failure_queue], msg_id="", error=str(exc)
         )
@@ -161,4 +167,26 @@ class MQActivities:
                     )
 
         self._unit_of_work(work)
+        for item in inp.items:
+            telemetry.instruments().routed.add(1, {"aggregate": spec.name, "kind": item.kind})
         return len(inp.items)
+
+
+def _record_close(inp: PutResponseInput, outcome: str) -> None:
+    """Metrics of a gather that ended: outcome, completion and per-leg latency."""
+    m = telemetry.instruments()
+    labels = {"aggregate": inp.aggregate.name, "outcome": outcome}
+    m.gathers_closed.add(1, labels)
+    if inp.started_at is None:
+        return
+    m.completion_latency.record(_ms(inp.started_at, datetime.now(UTC)), labels)
+    for leg in inp.legs:
+        first = min(r.received_at for r in leg.replies)
+        m.leg_latency.record(
+            max(_ms(inp.started_at, first), 0.0),
+            {"aggregate": inp.aggregate.name, "leg": leg.leg.name},
+        )
+
+
+def _ms(start: datetime, end: datetime) -> float:
+    return (end - start).total_seconds() * 1000

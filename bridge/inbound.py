@@ -12,12 +12,14 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from opentelemetry import trace
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -28,6 +30,7 @@ from bridge.identify import IdentificationError, identify
 from bridge.models import MQMessage, QueueAttributes
 from bridge.routing import forward
 from bridge.transport import Transport
+from mqgather import telemetry
 from mqgather.config import AggregateSpec
 from mqgather.constants import TASK_QUEUE
 from mqgather.temporal import healthy
@@ -135,13 +138,30 @@ class InboundBridge:
                     )
                     if not batch:
                         continue
-                    await self._process(call, transport, queue, specs, attrs, dlq, batch)
-                    await call(transport.commit)
+                    got_at = time.perf_counter()
+                    with telemetry.tracer().start_as_current_span(
+                        "mqgather.bridge.batch",
+                        kind=trace.SpanKind.CONSUMER,
+                        attributes={
+                            "messaging.system": "ibm_mq",
+                            "messaging.destination.name": queue,
+                            "messaging.batch.message_count": len(batch),
+                        },
+                    ):
+                        await self._process(call, transport, queue, specs, attrs, dlq, batch)
+                        await call(transport.commit)
                     self.stats.batches += 1
                     self.stats.replies += len(batch)
+                    metrics = telemetry.instruments()
+                    metrics.bridge_replies.add(len(batch), {"queue": queue})
+                    metrics.bridge_batch_size.record(len(batch), {"queue": queue})
+                    metrics.bridge_commit_latency.record(
+                        (time.perf_counter() - got_at) * 1000, {"queue": queue}
+                    )
                     backoff = 0.2
                 except RETRYABLE as exc:
                     self.stats.rollbacks += 1
+                    telemetry.instruments().bridge_rollbacks.add(1, {"queue": queue})
                     log.warning("batch on %s backed out: %s", queue, exc)
                     transport = await self._recover(call, transport, exc)
                     await self._pause(stop, backoff)
@@ -237,6 +257,21 @@ class InboundBridge:
             await call(self._move, transport, queue, moves)
 
     async def _signal(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> None:
+        # Continue the back end's trace when the reply carries one; link the batch to it.
+        carried = [telemetry.extract(r.message.properties) for r in replies]
+        parents = [trace.get_current_span(c).get_span_context() for c in carried]
+        traced = [i for i, p in enumerate(parents) if p.is_valid]
+        batch = trace.get_current_span().get_span_context()
+        with telemetry.tracer().start_as_current_span(
+            "mqgather.bridge.signal",
+            context=carried[traced[0]] if traced else None,
+            links=[trace.Link(c) for c in (batch, *(parents[i] for i in traced[1:])) if c.is_valid],
+            attributes={"mqgather.gather_id": gather_id(spec.name, correl),
+                        "mqgather.replies": len(replies)},
+        ):  # fmt: skip
+            await self._send(spec, correl, replies)
+
+    async def _send(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> None:
         for chunk in chunk_replies(replies):
             await self.client.start_workflow(
                 GatherWorkflow.run,
@@ -275,6 +310,7 @@ class InboundBridge:
     def _move(self, transport: Transport, queue: str, moves: list[_Move]) -> None:
         for move in moves:
             forward(transport, move.queue, move.message, move.reason, queue)
+            telemetry.instruments().bridge_moved.add(1, {"queue": queue, "kind": move.kind})
             if move.kind == "failure":
                 self.stats.failures += 1
             elif move.kind == "backout":

@@ -23,6 +23,7 @@ from rich.table import Table
 from bridge.connect import open_transport
 from bridge.models import QueueAttributes, parse_id
 from bridge.transport import Transport
+from mqgather import telemetry
 from mqgather.cli import config_option, mq_option
 from mqgather.config import AggregateSpec, MQGatherConfig, load_config
 from mqgather.constants import STATE_DIR, TASK_QUEUE
@@ -86,6 +87,7 @@ def worker(mq: str, config_path: str | None, task_queue: str, threads: int) -> N
 
     load_config(config_path)  # fail at start on a bad file
     _logging()
+    telemetry.configure("mqgather-worker")
 
     async def main(stop: asyncio.Event) -> None:
         client = await connect()
@@ -109,6 +111,7 @@ def bridge(mq: str, config_path: str | None, task_queue: str, batch_size: int) -
 
     config = load_config(config_path)
     _logging()
+    telemetry.configure("mqgather-bridge")
 
     async def main(stop: asyncio.Event) -> None:
         client = await connect()

@@ -21,6 +21,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
 from mqgather.errors import ConfigError, MQGatherError
+from mqgather.telemetry import client_interceptors
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
@@ -60,7 +61,9 @@ async def connect(address: str | None = None) -> Client:
     """
     config = connect_config(address)
     try:
-        return await Client.connect(**config, data_converter=pydantic_data_converter)
+        return await Client.connect(
+            **config, data_converter=pydantic_data_converter, interceptors=client_interceptors()
+        )
     except RuntimeError as exc:
         raise TemporalUnavailable(
             f"cannot reach Temporal at {config['target_host']} ({exc}); start one with "

@@ -202,6 +202,7 @@ def response_input(
         request_msg_id=state.request_msg_id,
         reply_to_q=state.reply_to_q,
         reply_to_qmgr=state.reply_to_qmgr,
+        started_at=state.started_at,
     )
 
 

@@ -162,6 +162,7 @@ class PutResponseInput(BaseModel):
     request_msg_id: bytes | None = None
     reply_to_q: str = ""
     reply_to_qmgr: str = ""
+    started_at: datetime | None = None
 
 
 class PutResponseResult(BaseModel):
