@@ -153,7 +153,7 @@ def default_aggregates() -> dict[str, AggregateSpec]:
         "orders": AggregateSpec(
             name="orders",
             legs=DEMO_LEGS,
-            timeout_seconds=3.0,
+            timeout_seconds=5.0,
             unknown_timeout_seconds=3.0,
         )
     }

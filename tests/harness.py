@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
 
 from bridge.errors import NoMessageAvailable
 from bridge.fanout import Scattered, scatter
@@ -80,6 +81,29 @@ class Pipeline:
         return self.client.get_workflow_handle(
             gather_id(spec.name, correl), result_type=GatherResult
         )
+
+    async def partial(
+        self, spec: AggregateSpec, correl: bytes, legs: dict[str, bytes], timeout_seconds: float
+    ) -> tuple[Scattered, list[MQMessage]]:
+        """A gather that times out with exactly ``legs`` received, however slow the machine:
+        the replies go first and are held, then the registration starts the timer."""
+        from workflows.gather import GatherWorkflow
+
+        put = [self.reply(spec, correl, leg, body) for leg, body in legs.items()]
+        handle = self.handle(spec, correl)
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            try:
+                status = await handle.query(GatherWorkflow.status)
+                if status.held == len(legs):
+                    break
+            except RPCError:
+                pass  # the bridge has not started the gather yet
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{len(legs)} replies were not held")
+            await asyncio.sleep(0.05)
+        sent = await self.scatter(spec, correl_id=correl, timeout_seconds=timeout_seconds)
+        return sent, put
 
     async def result(self, spec: AggregateSpec, correl: bytes, timeout: float = 60) -> GatherResult:
         return await asyncio.wait_for(self.handle(spec, correl).result(), timeout)

@@ -100,6 +100,7 @@ def register(spec: AggregateSpec, state: GatherState, reg: Registration, now: da
     registration; IA72 restart: from each one)."""
     if is_closed(state):
         return
+    state.registrations += 1
     if not state.registered or spec.timer == "restart":
         timeout = reg.timeout_seconds if reg.timeout_seconds is not None else spec.timeout_seconds
         state.deadline = now + timedelta(seconds=timeout) if timeout > 0 else None
@@ -214,6 +215,7 @@ def status(spec: AggregateSpec, state: GatherState, correl_id: bytes, gather: st
         correl_id=correl_id.hex(),
         state=state.state,
         registered=state.registered,
+        registrations=state.registrations,
         legs_expected=[leg.name for leg in state.expected],
         legs_received=received_names(state),
         legs_missing=missing(state),

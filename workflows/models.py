@@ -91,6 +91,7 @@ class GatherState(BaseModel):
 
     state: GatherStateName = "OPEN"
     registered: bool = False
+    registrations: int = 0
     expected: list[LegSpec] = Field(default_factory=list)
     received: dict[str, list[Reply]] = Field(default_factory=dict)
     held: list[Reply] = Field(default_factory=list, description="replies before registration")
@@ -129,6 +130,7 @@ class GatherStatus(BaseModel):
     correl_id: str
     state: GatherStateName
     registered: bool
+    registrations: int = 0
     legs_expected: list[str]
     legs_received: list[str]
     legs_missing: list[str]

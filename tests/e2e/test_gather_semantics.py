@@ -85,11 +85,11 @@ async def test_static_legs_start_with_the_first_reply(temporal_env, tmp_path):
 
 
 async def test_missing_leg_times_out_then_late_reply_goes_to_late_queue(temporal_env, tmp_path):
-    spec = AggregateSpec(name="slow", legs=LEGS, timeout_seconds=1)
+    spec = AggregateSpec(name="slow", legs=LEGS)
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
-        sent = await p.scatter(spec)
-        p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
-        p.reply(spec, sent.correl_id, "TAX", b'{"t":1}')
+        sent, _ = await p.partial(
+            spec, parse_id("SLOW-1"), {"CREDIT": b'{"c":1}', "TAX": b'{"t":1}'}, 0.5
+        )
         partial = await p.wait_message("GATHER.TIMEOUT")
         result = await p.result(spec, sent.correl_id)
         late_sent = p.reply(spec, sent.correl_id, "STOCK", b'{"late":true}')
@@ -289,10 +289,9 @@ async def test_member_count_registration_names_replies_by_label(temporal_env, tm
 
 
 async def test_late_window_counts_late_replies_in_the_gather(temporal_env, tmp_path):
-    spec = AggregateSpec(name="linger", legs=LEGS, timeout_seconds=0.5, late_window_seconds=30)
+    spec = AggregateSpec(name="linger", legs=LEGS, late_window_seconds=30)
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
-        sent = await p.scatter(spec)
-        p.reply(spec, sent.correl_id, "CREDIT", b"{}")
+        sent, _ = await p.partial(spec, parse_id("LINGER-1"), {"CREDIT": b"{}"}, 0.5)
         await p.wait_message("GATHER.TIMEOUT")
         handle = p.handle(spec, sent.correl_id)
         late = p.reply(spec, sent.correl_id, "TAX", b'{"late":1}')
@@ -306,13 +305,14 @@ async def test_late_window_counts_late_replies_in_the_gather(temporal_env, tmp_p
 async def test_every_message_ends_in_exactly_one_place(temporal_env, tmp_path):
     """A mixed run: each reply put is accounted for on exactly one output queue (or inside
     exactly one response), and nothing stays on the reply queue."""
-    spec = AggregateSpec(name="ledger", legs=LEGS, timeout_seconds=1, unknown_timeout_seconds=1)
+    spec = AggregateSpec(name="ledger", legs=LEGS, unknown_timeout_seconds=3)
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
-        complete, partial = await p.scatter(spec), await p.scatter(spec)
+        complete = await p.scatter(spec)
         put = []
         for leg in ("CREDIT", "STOCK", "TAX", "CREDIT"):  # one duplicate
             put.append(p.reply(spec, complete.correl_id, leg, json.dumps(leg).encode()))
-        put.append(p.reply(spec, partial.correl_id, "STOCK", b'"S"'))
+        partial, held = await p.partial(spec, parse_id("LEDGER-P"), {"STOCK": b'"S"'}, 0.5)
+        put += held
         put.append(p.reply(spec, parse_id("STRAY"), "TAX", b'"U"'))
         put.append(p.put("GATHER.IN", MQMessage(properties={"leg": "TAX"}, body=b"poison")))
         responses = [await p.wait_message("ORDER.RESPONSE")]
