@@ -189,17 +189,23 @@ class InboundBridge:
         return transport
 
     async def _pause(self, stop: asyncio.Event, seconds: float) -> None:
-        """Wait ``seconds``, and then until Temporal answers, unless stopping."""
-        waited = 0.0
+        """Wait ``seconds``, then until Temporal answers (backing off), unless stopping.
+
+        While Temporal is down nothing is got, so replies wait on the queue instead of
+        gathering backouts toward BOTHRESH.
+        """
+        warned = False
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=seconds)
-            waited += seconds
             if await healthy(self.client):
+                if warned:
+                    log.warning("Temporal answers again; resuming")
                 return
+            if not warned:
+                log.warning("Temporal unreachable; replies stay on the queue until it answers")
+                warned = True
             seconds = min(seconds * 2, self.max_backoff)
-            if waited >= seconds:
-                log.warning("Temporal unreachable; replies stay on the queue, retrying")
 
     async def _process(
         self,
