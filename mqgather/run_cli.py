@@ -62,6 +62,13 @@ def task_queue_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def aggregate_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--aggregate`` option (default: the demo's aggregate)."""
+    return click.option(
+        "--aggregate", "name", default="orders", show_default=True, help="Aggregate name."
+    )(fn)
+
+
 def _connector(mq: str) -> Callable[[], Transport]:
     return lambda: open_transport(mq)
 
@@ -178,7 +185,7 @@ def backends(
 @mq_option
 @config_option
 @task_queue_option
-@click.option("--aggregate", "name", default="orders", show_default=True)
+@aggregate_option
 @click.option("--correl-id", default=None, help="The gather's CorrelId (default: new).")
 @click.option("--reply-to-q", default="", help="Requester's ReplyToQ (replyToQueue mode).")
 @click.option("--body", "bodies", multiple=True, metavar="LEG=TEXT", help="A leg request body.")
@@ -218,7 +225,7 @@ def scatter(
 @mq_option
 @config_option
 @task_queue_option
-@click.option("--aggregate", "name", default="orders", show_default=True)
+@aggregate_option
 @click.option("--requests", "n", default=100, show_default=True)
 @click.option("--rate", default=50.0, show_default=True, help="Requests per second.")
 @click.option("--drop-rate", default=0.02, show_default=True)
@@ -262,7 +269,7 @@ def _gather_handle(client: Any, name: str, correl: str) -> Any:
 
 @click.command()
 @click.argument("correl_id")
-@click.option("--aggregate", "name", default="orders", show_default=True)
+@aggregate_option
 @click.option("--json", "as_json", is_flag=True)
 def status(correl_id: str, name: str, as_json: bool) -> None:
     """Show a gather: state, legs received and missing, deadline (CORRELID as hex:… or text)."""
@@ -297,7 +304,7 @@ def status(correl_id: str, name: str, as_json: bool) -> None:
 def _update_command(update: str, doc: str) -> click.Command:
     @click.command(name=update, help=doc)
     @click.argument("correl_id")
-    @click.option("--aggregate", "name", default="orders", show_default=True)
+    @aggregate_option
     @click.option("--seconds", default=60.0, show_default=True, help="(extend) from now.")
     @click.option("--reason", default="", help="(release, cancel) recorded with the outcome.")
     def command(correl_id: str, name: str, seconds: float, reason: str) -> None:
@@ -412,7 +419,7 @@ def _counts(qm: Transport, spec: AggregateSpec) -> dict[str, int]:
 @config_option
 @click.option("--requests", "n", default=200, show_default=True, help="Requests to drive.")
 @click.option("--rate", default=25.0, show_default=True, help="Requests per second.")
-@click.option("--aggregate", "name", default="orders", show_default=True)
+@aggregate_option
 @click.option("--json", "as_json", is_flag=True, help="Also print the figures as JSON (last line).")
 @click.option("--port", "temporal_port", default=7233, show_default=True, help="Temporal port.")
 @click.option("--ui-port", default=8233, show_default=True, help="Temporal web UI port.")
