@@ -26,7 +26,6 @@ from analytics.transforms import (
     RAW_SCHEMA,
     dedupe_histories,
     gather_facts,
-    history_events,
     leg_trends,
     trends,
 )
@@ -108,7 +107,7 @@ def analyze(
     raw, corrupt = read_histories(spark, found.ndjson)
     skipped = {**found.skipped, **corrupt}
     progress("gather facts")
-    facts = gather_facts(history_events(dedupe_histories(raw))).cache()
+    facts = gather_facts(dedupe_histories(raw)).cache()
     facts_dir = out / "facts"
     facts.write.mode("overwrite").parquet(str(facts_dir))
     facts_done = time.perf_counter()

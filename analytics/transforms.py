@@ -103,10 +103,6 @@ CLOSE_TYPES = (
 GATHER_TYPE = "Gather"
 
 
-def _first_payload(attrs: str, field: str) -> Column:
-    return F.col(f"e.{attrs}.{field}.payloads").getItem(0).getField("data")
-
-
 def _millis_between(start: str, end: str) -> Column:
     return (F.unix_micros(F.col(end)) - F.unix_micros(F.col(start))) / F.lit(1000.0)
 
@@ -116,111 +112,142 @@ def dedupe_histories(raw: DataFrame) -> DataFrame:
     return raw.filter(F.col("runId").isNotNull()).dropDuplicates(["workflowId", "runId"])
 
 
-def history_events(raw: DataFrame) -> DataFrame:
-    """One row per event: ids, time, type (without ``EVENT_TYPE_``), workflow type, signal
-    name and the first payload decoded to its JSON text."""
-    events = raw.select(
-        "workflowId",
-        "runId",
-        F.size("history.events").alias("history_length"),
-        F.explode("history.events").alias("e"),
-    )
-    payload = F.coalesce(
-        _first_payload("workflowExecutionStartedEventAttributes", "input"),
-        _first_payload("workflowExecutionSignaledEventAttributes", "input"),
-        _first_payload("workflowExecutionCompletedEventAttributes", "result"),
-    )
+def _ts(text: Column) -> Column:
     # Proto JSON may carry nanoseconds; Spark keeps microseconds.
-    time_text = F.regexp_replace("e.eventTime", r"(\.\d{6})\d+", "$1")
-    return events.select(
-        F.col("workflowId").alias("workflow_id"),
-        F.col("runId").alias("run_id"),
-        F.col("e.eventId").cast("long").alias("event_id"),
-        F.to_timestamp(time_text).alias("event_time"),
-        F.regexp_replace("e.eventType", "^EVENT_TYPE_", "").alias("event_type"),
-        F.col("e.workflowExecutionStartedEventAttributes.workflowType.name").alias("workflow_type"),
-        F.col("e.workflowExecutionSignaledEventAttributes.signalName").alias("signal_name"),
-        F.unbase64(payload).cast("string").alias("payload"),
-        "history_length",
-    )
+    return F.to_timestamp(F.regexp_replace(text, r"(\.\d{6})\d+", "$1"))
 
 
-def gather_facts(events: DataFrame) -> DataFrame:
+def _decode(payloads: Column) -> Column:
+    return F.unbase64(payloads.getItem(0).getField("data")).cast("string")
+
+
+def gather_facts(histories: DataFrame) -> DataFrame:
     """One row per closed gather: aggregate, CorrelId, start, end, outcome, legs expected /
     received / missing, completion and per-leg arrival latency (ms from the gather's start),
-    duplicates, redeliveries, late and unknown replies, and its number of history events."""
-    keys = ["workflow_id", "run_id"]
-    starts = events.filter(
-        (F.col("event_type") == "WORKFLOW_EXECUTION_STARTED")
-        & (F.col("workflow_type") == GATHER_TYPE)
-    ).select(
-        *keys,
-        F.col("event_time").alias("start_time"),
-        F.from_json("payload", _INPUT).alias("input"),
-        "history_length",
+    duplicates, redeliveries, late and unknown replies, and its number of history events.
+
+    Works per history row with array functions: no joins, no shuffle.
+    """
+    events = F.col("history.events")
+    close_types = [f"EVENT_TYPE_{t}" for t in CLOSE_TYPES]
+    started = F.element_at(
+        F.filter(events, lambda e: e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED"), 1
     )
-    closes = events.filter(F.col("event_type").isin(*CLOSE_TYPES)).select(
-        *keys,
-        F.col("event_time").alias("end_time"),
-        F.col("event_type").alias("close_type"),
-        F.from_json("payload", _RESULT).alias("r"),
+    closed = F.element_at(F.filter(events, lambda e: e["eventType"].isin(*close_types)), -1)
+    reply_signals = F.filter(
+        events,
+        lambda e: (
+            (e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED")
+            & (e["workflowExecutionSignaledEventAttributes"]["signalName"] == "replies")
+        ),
     )
-    base = starts.join(closes, keys).select(
-        *keys,
+    base = (
+        histories.select(
+            F.col("workflowId").alias("gather_id"),
+            F.col("runId").alias("run_id"),
+            F.size(events).alias("events"),
+            started.alias("s"),
+            closed.alias("c"),
+            reply_signals.alias("signals"),
+        )
+        .filter(
+            (F.col("s.workflowExecutionStartedEventAttributes.workflowType.name") == GATHER_TYPE)
+            & F.col("c").isNotNull()
+        )
+        .select(
+            "gather_id",
+            "run_id",
+            "events",
+            "signals",
+            _ts(F.col("s.eventTime")).alias("start_time"),
+            _ts(F.col("c.eventTime")).alias("end_time"),
+            F.regexp_replace("c.eventType", "^EVENT_TYPE_WORKFLOW_EXECUTION_", "").alias("closed"),
+            F.from_json(
+                _decode(F.col("s.workflowExecutionStartedEventAttributes.input.payloads")), _INPUT
+            ).alias("input"),
+            F.from_json(
+                _decode(F.col("c.workflowExecutionCompletedEventAttributes.result.payloads")),
+                _RESULT,
+            ).alias("r"),
+        )
+    )
+    empty = F.array().cast("array<string>")
+    facts = base.select(
+        "gather_id",
+        "run_id",
         F.coalesce("r.aggregate", "input.aggregate.name").alias("aggregate"),
         F.col("r.correl_id").alias("correl_id"),
         "start_time",
         "end_time",
-        F.when(F.col("close_type") == "WORKFLOW_EXECUTION_COMPLETED", F.col("r.state"))
-        .otherwise(F.regexp_replace("close_type", "^WORKFLOW_EXECUTION_", ""))
+        F.when(F.col("closed") == "COMPLETED", F.col("r.state"))
+        .otherwise(F.col("closed"))
         .alias("outcome"),
-        F.coalesce("r.legs_expected", F.array().cast("array<string>")).alias("legs_expected"),
-        F.coalesce("r.legs_received", F.array().cast("array<string>")).alias("legs_received"),
-        F.coalesce("r.legs_missing", F.array().cast("array<string>")).alias("legs_missing"),
+        F.coalesce("r.legs_expected", empty).alias("legs_expected"),
+        F.coalesce("r.legs_received", empty).alias("legs_received"),
+        F.coalesce("r.legs_missing", empty).alias("legs_missing"),
         _millis_between("start_time", "end_time").alias("completion_ms"),
-        "history_length",
         *(
             F.coalesce(f"r.{c}", F.lit(0)).alias(c)
             for c in ("duplicates", "redeliveries", "late", "unknown")
         ),
-    )
-    replies = events.filter(
-        (F.col("event_type") == "WORKFLOW_EXECUTION_SIGNALED") & (F.col("signal_name") == "replies")
-    ).select(
-        *keys,
-        "event_id",
-        "event_time",
-        F.posexplode(F.from_json("payload", _BATCH).getField("replies")).alias("pos", "reply"),
-    )
-    arrival_rank = F.row_number().over(Window.partitionBy(*keys).orderBy("event_id", "pos"))
-    named = replies.join(
-        base.select(*keys, "start_time", "legs_expected", "legs_received"), keys
-    ).select(
-        *keys,
-        "event_time",
-        "start_time",
-        "legs_received",
-        F.coalesce(
-            F.col("reply.leg"),
-            F.element_at("legs_expected", F.col("reply.leg_index") + 1),
-            # Count-only aggregates fill legs in arrival order.
-            F.element_at("legs_expected", arrival_rank),
-        ).alias("leg"),
-    )
-    arrivals = (
-        named.filter(F.expr("array_contains(legs_received, leg)"))
-        .groupBy(*keys, "leg")
-        .agg(F.min("event_time").alias("arrived"), F.first("start_time").alias("start_time"))
-        .select(*keys, "leg", _millis_between("start_time", "arrived").alias("latency_ms"))
-        .groupBy(*keys)
-        .agg(
-            F.map_from_entries(F.collect_list(F.struct("leg", "latency_ms"))).alias(
-                "leg_latency_ms"
+        "events",
+        # Every reply in arrival order, with the time of the signal that brought it.
+        F.flatten(
+            F.transform(
+                "signals",
+                lambda e: F.transform(
+                    F.from_json(
+                        _decode(e["workflowExecutionSignaledEventAttributes"]["input"]["payloads"]),
+                        _BATCH,
+                    )["replies"],
+                    lambda r: F.struct(
+                        r["leg"].alias("leg"),
+                        r["leg_index"].alias("leg_index"),
+                        _ts(e["eventTime"]).alias("at"),
+                    ),
+                ),
             )
+        ).alias("arrivals"),
+    )
+    named = F.filter(
+        F.transform(
+            "arrivals",
+            lambda a, i: F.struct(
+                F.coalesce(
+                    a["leg"],
+                    F.element_at("legs_expected", a["leg_index"] + 1),
+                    # Count-only aggregates fill legs in arrival order.
+                    F.element_at("legs_expected", i + 1),
+                ).alias("leg"),
+                a["at"].alias("at"),
+            ),
+        ),
+        lambda a: F.array_contains("legs_received", a["leg"]),
+    )
+    start_us = F.unix_micros("start_time")
+    latency = F.map_from_entries(
+        F.transform(
+            F.array_distinct(F.transform(named, lambda a: a["leg"])),
+            lambda leg: F.struct(
+                leg.alias("leg"),
+                (
+                    (
+                        F.unix_micros(
+                            F.array_min(
+                                F.transform(
+                                    F.filter(named, lambda a: a["leg"] == leg), lambda a: a["at"]
+                                )
+                            )
+                        )
+                        - start_us
+                    )
+                    / F.lit(1000.0)
+                ).alias("latency_ms"),
+            ),
         )
     )
-    return base.join(arrivals, keys, "left").select(
-        F.col("workflow_id").alias("gather_id"),
+    return facts.select(
+        "gather_id",
         "run_id",
         "aggregate",
         "correl_id",
@@ -234,14 +261,12 @@ def gather_facts(events: DataFrame) -> DataFrame:
         F.size("legs_received").alias("n_received"),
         F.size("legs_missing").alias("n_missing"),
         "completion_ms",
-        F.coalesce("leg_latency_ms", F.create_map().cast("map<string,double>")).alias(
-            "leg_latency_ms"
-        ),
+        F.coalesce(latency, F.create_map().cast("map<string,double>")).alias("leg_latency_ms"),
         "duplicates",
         "redeliveries",
         "late",
         "unknown",
-        F.col("history_length").alias("events"),
+        "events",
     )
 
 
