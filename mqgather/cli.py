@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -79,7 +81,23 @@ def _register() -> None:
 def main() -> None:
     """Entry point of the ``mqgather`` command."""
     _register()
-    cli(prog_name="mqgather")
+    code: int | str | None = 0
+    try:
+        cli(prog_name="mqgather")
+    except SystemExit as exc:
+        code = exc.code
+    from mqgather import telemetry
+
+    telemetry.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    # Every command has closed its connections by now. Ending here skips interpreter
+    # finalisation, during which the Temporal client's native threads can abort the
+    # process (SIGABRT) after the command has already succeeded.
+    os._exit(code or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

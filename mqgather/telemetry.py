@@ -76,6 +76,17 @@ def configure(service: str, exporter: str | None = None) -> bool:
     return True
 
 
+def shutdown() -> None:
+    """Flush and stop the exporters (the process is about to end)."""
+    if not enabled():
+        return
+    provider: Any = trace.get_tracer_provider()
+    meters: Any = metrics.get_meter_provider()
+    for item in (provider, meters):
+        if hasattr(item, "shutdown"):
+            item.shutdown()
+
+
 def enabled() -> bool:
     """Whether :func:`configure` or :func:`install` turned telemetry on."""
     return _state["enabled"]
