@@ -11,8 +11,20 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 
+import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import pandas as pd
+
+
+def _time_axis(ax: Any, times: pd.Series) -> None:
+    """Readable dates; a lone window gets room on both sides instead of a span of years."""
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    stamps = pd.to_datetime(times).drop_duplicates()
+    if len(stamps) == 1:
+        pad = pd.Timedelta(minutes=30)
+        ax.set_xlim(stamps.iloc[0] - pad, stamps.iloc[0] + pad)
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -29,6 +41,7 @@ def charts(trends: pd.DataFrame, legs: pd.DataFrame, out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for name, rows in trends.groupby("aggregate"):
         ax.plot(rows["window_start"], 100 * rows["timeout_rate"], marker="o", label=str(name))
+    _time_axis(ax, trends["window_start"])
     ax.set_title("Timeout rate per window")
     ax.set_ylabel("% of gathers timed out")
     ax.legend(loc="best")
@@ -39,6 +52,7 @@ def charts(trends: pd.DataFrame, legs: pd.DataFrame, out: Path) -> list[Path]:
         for column, style in (("p50_ms", "-"), ("p95_ms", "--"), ("p99_ms", ":")):
             ax.plot(rows["window_start"], rows[column], style, marker="o",
                     label=f"{name} {column[:3]}")  # fmt: skip
+    _time_axis(ax, trends["window_start"])
     ax.set_title("Completion latency of completed gathers")
     ax.set_ylabel("ms")
     ax.legend(loc="best", fontsize="small")
@@ -47,6 +61,7 @@ def charts(trends: pd.DataFrame, legs: pd.DataFrame, out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for (name, leg), rows in legs.groupby(["aggregate", "leg"]):
         ax.plot(rows["window_start"], rows["p95_ms"], marker="o", label=f"{name} {leg}")
+    _time_axis(ax, legs["window_start"])
     ax.set_title("Per-leg p95 arrival latency (ms after the gather started)")
     ax.set_ylabel("ms")
     ax.legend(loc="best", fontsize="small")
