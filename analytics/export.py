@@ -17,13 +17,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from analytics.histories import history_line
+from mqgather.constants import GATHER_WORKFLOW
 from mqgather.errors import MQGatherError
 
 STATE_FILE = "_export_state.json"
-GATHER_TYPE = "Gather"
 
 
 @dataclass
@@ -38,7 +39,7 @@ class ExportResult:
 
 def visibility_query(aggregate: str | None, since: datetime | None, until: datetime | None) -> str:
     """The visibility query for closed gathers in a close-time window."""
-    parts = [f"WorkflowType = '{GATHER_TYPE}'", "ExecutionStatus != 'Running'"]
+    parts = [f"WorkflowType = '{GATHER_WORKFLOW}'", "ExecutionStatus != 'Running'"]
     if aggregate:
         if "'" in aggregate:
             raise MQGatherError(f"aggregate name {aggregate!r} cannot contain a quote")
@@ -114,8 +115,6 @@ async def export_histories(
     async def fetch(workflow_id: str, run_id: str) -> str:
         async with gate:
             history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        from temporalio.api.history.v1 import History
-
         return history_line(workflow_id, run_id, History(events=history.events))
 
     pending: list[tuple[str, datetime, asyncio.Task[str]]] = []

@@ -17,6 +17,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from mqgather.constants import GATHER_WORKFLOW
+
 CORRUPT = "_corrupt_record"
 
 _PAYLOADS = StructType(
@@ -100,7 +102,6 @@ CLOSE_TYPES = (
     "WORKFLOW_EXECUTION_TERMINATED",
     "WORKFLOW_EXECUTION_CANCELED",
 )
-GATHER_TYPE = "Gather"
 
 
 def _millis_between(start: str, end: str) -> Column:
@@ -151,7 +152,10 @@ def gather_facts(histories: DataFrame) -> DataFrame:
             reply_signals.alias("signals"),
         )
         .filter(
-            (F.col("s.workflowExecutionStartedEventAttributes.workflowType.name") == GATHER_TYPE)
+            (
+                F.col("s.workflowExecutionStartedEventAttributes.workflowType.name")
+                == GATHER_WORKFLOW
+            )
             & F.col("c").isNotNull()
         )
         .select(

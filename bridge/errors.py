@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from mqgather.errors import MQGatherError
 
-# MQ completion and reason codes used by mqgather (values as in cmqc.h).
-MQCC_WARNING = 1
-MQCC_FAILED = 2
-
+# MQ reason codes used by mqgather (values as in cmqc.h).
 REASONS: dict[str, int] = {
     "MQRC_BACKED_OUT": 2003,
     "MQRC_CONNECTION_BROKEN": 2009,

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -74,7 +74,6 @@ class BridgeStats:
     failures: int = 0
     backed_out_to_boq: int = 0
     rollbacks: int = 0
-    by_queue: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -264,14 +263,17 @@ class InboundBridge:
 
     async def _signal(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> None:
         # Continue the back end's trace when the reply carries one; link the batch to it.
-        carried = [telemetry.extract(r.message.properties) for r in replies]
+        carried = [
+            telemetry.extract(r.message.properties)
+            for r in replies
+            if "traceparent" in r.message.properties
+        ]
         parents = [trace.get_current_span(c).get_span_context() for c in carried]
-        traced = [i for i, p in enumerate(parents) if p.is_valid]
         batch = trace.get_current_span().get_span_context()
         with telemetry.tracer().start_as_current_span(
             "mqgather.bridge.signal",
-            context=carried[traced[0]] if traced else None,
-            links=[trace.Link(c) for c in (batch, *(parents[i] for i in traced[1:])) if c.is_valid],
+            context=carried[0] if carried else None,
+            links=[trace.Link(c) for c in (batch, *parents[1:]) if c.is_valid],
             attributes={"mqgather.gather_id": gather_id(spec.name, correl),
                         "mqgather.replies": len(replies)},
         ):  # fmt: skip

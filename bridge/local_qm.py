@@ -584,16 +584,6 @@ class LocalQueueManager(Transport):
     def define(self, attrs: QueueAttributes, *, replace: bool = False) -> None:
         self._call(self._define, attrs, replace)
 
-    def delete_queue(self, queue: str) -> None:
-        """DELETE QLOCAL ... PURGE: remove a queue and its messages."""
-
-        def op(db: sqlite3.Connection) -> None:
-            self._queue_row(db, queue)
-            db.execute("DELETE FROM messages WHERE queue = ?", (queue,))
-            db.execute("DELETE FROM queues WHERE name = ?", (queue,))
-
-        self._call(op)
-
     def list_queues(self, pattern: str = "*") -> list[QueueAttributes]:
         like = (
             pattern[:-1].replace("%", r"\%").replace("_", r"\_") + "%"

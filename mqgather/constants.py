@@ -32,3 +32,4 @@ GATHER_DUPLICATE = "GATHER.DUPLICATE"
 
 # Temporal.
 TASK_QUEUE = "mqgather"
+GATHER_WORKFLOW = "Gather"

@@ -14,8 +14,11 @@ from rich.table import Table
 from bridge.connect import open_transport
 from bridge.errors import NoMessageAvailable
 from bridge.models import (
+    MQPER_NOT_PERSISTENT,
+    MQPER_PERSISTENT,
     Match,
     MQMessage,
+    MsgFlags,
     PropertyValue,
     PutOptions,
     QueueAttributes,
@@ -217,13 +220,16 @@ def put(
     fields: dict[str, Any] = {
         "body": body,
         "msg_seq_number": msg_seq_number,
-        "msg_flags": (0x10 if last_in_group else 0) | (0x08 if in_group or last_in_group else 0),
+        "msg_flags": int(
+            (MsgFlags.LAST_MSG_IN_GROUP if last_in_group else MsgFlags.NONE)
+            | (MsgFlags.MSG_IN_GROUP if in_group or last_in_group else MsgFlags.NONE)
+        ),
         "reply_to_q": reply_to_q,
         "reply_to_qmgr": reply_to_qmgr,
         "format": fmt,
         "priority": priority,
         "expiry": expiry,
-        "persistence": 0 if non_persistent else 1,
+        "persistence": MQPER_NOT_PERSISTENT if non_persistent else MQPER_PERSISTENT,
         "properties": dict(parse_property(p) for p in props),
     }
     for key, value in (("msg_id", msg_id), ("correl_id", correl_id), ("group_id", group_id)):

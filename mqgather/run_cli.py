@@ -69,6 +69,14 @@ def aggregate_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def fanout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--mq``, ``--config``, ``--task-queue`` and ``--aggregate``: what a command that
+    registers gathers needs."""
+    for option in (aggregate_option, task_queue_option, config_option, mq_option):
+        fn = option(fn)
+    return fn
+
+
 def _connector(mq: str) -> Callable[[], Transport]:
     return lambda: open_transport(mq)
 
@@ -182,10 +190,7 @@ def backends(
 
 
 @click.command()
-@mq_option
-@config_option
-@task_queue_option
-@aggregate_option
+@fanout_options
 @click.option("--correl-id", default=None, help="The gather's CorrelId (default: new).")
 @click.option("--reply-to-q", default="", help="Requester's ReplyToQ (replyToQueue mode).")
 @click.option("--body", "bodies", multiple=True, metavar="LEG=TEXT", help="A leg request body.")
@@ -222,10 +227,7 @@ def scatter(
 
 
 @click.command()
-@mq_option
-@config_option
-@task_queue_option
-@aggregate_option
+@fanout_options
 @click.option("--requests", "n", default=100, show_default=True)
 @click.option("--rate", default=50.0, show_default=True, help="Requests per second.")
 @click.option("--drop-rate", default=0.02, show_default=True)

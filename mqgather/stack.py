@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from mqgather.constants import STATE_DIR
 from mqgather.errors import MQGatherError
@@ -45,6 +46,7 @@ class DevStack:
     backends_args: list[str] = field(default_factory=list)
     children: list[Child] = field(default_factory=list)
     server: subprocess.Popen[bytes] | None = None
+    logs: list[IO[bytes]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # Absolute paths: children may start elsewhere, and `ps` shows which stack they serve.
@@ -82,6 +84,7 @@ class DevStack:
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.state_dir / "temporal.log", "ab")  # noqa: SIM115
+        self.logs.append(log)
         self.server = subprocess.Popen(
             [binary, *dev_server_args(str(self.state_dir / "temporal.db"), self.temporal_port,
                                       self.ui_port)],
@@ -104,6 +107,7 @@ class DevStack:
     def _spawn(self, child: Child) -> None:
         assert child.log is not None
         log = open(child.log, "ab")  # noqa: SIM115
+        self.logs.append(log)
         child.process = subprocess.Popen(
             child.args, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -141,3 +145,6 @@ class DevStack:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        for log in self.logs:
+            log.close()
+        self.logs.clear()

@@ -16,23 +16,22 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
+from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
 from mqgather.errors import ConfigError, MQGatherError
 from mqgather.telemetry import client_interceptors
+from workflows.gather import SEARCH_ATTRIBUTES
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
 
-#: The gather's search attributes and their types (names as the UI shows them).
-SEARCH_ATTRIBUTE_TYPES: dict[str, str] = {
-    "AggregateName": "Keyword",
-    "CorrelId": "Keyword",
-    "GatherState": "Keyword",
-    "LegsPending": "Int",
-    "LegsReceived": "Int",
+#: How ``temporal server start-dev --search-attribute`` spells each value type.
+_CLI_TYPES = {
+    SearchAttributeIndexedValueType.KEYWORD: "Keyword",
+    SearchAttributeIndexedValueType.INT: "Int",
 }
 
 
@@ -77,9 +76,9 @@ async def ensure_search_attributes(client: Client) -> None:
         ListSearchAttributesRequest(namespace=client.namespace)
     )
     missing = {
-        name: getattr(IndexedValueType, f"INDEXED_VALUE_TYPE_{kind.upper()}")
-        for name, kind in SEARCH_ATTRIBUTE_TYPES.items()
-        if name not in existing.custom_attributes
+        key.name: IndexedValueType.ValueType(key.indexed_value_type)
+        for key in SEARCH_ATTRIBUTES
+        if key.name not in existing.custom_attributes
     }
     if missing:
         await client.operator_service.add_search_attributes(
@@ -104,6 +103,6 @@ def dev_server_args(db_file: str, port: int = 7233, ui_port: int = 8233) -> list
     # WAL without fsync per commit: a dev server survives process crashes, not power loss,
     # and keeps up with thousands of gathers on an ordinary disk.
     args += ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
-    for name, kind in SEARCH_ATTRIBUTE_TYPES.items():
-        args += ["--search-attribute", f"{name}={kind}"]
+    for key in SEARCH_ATTRIBUTES:
+        args += ["--search-attribute", f"{key.name}={_CLI_TYPES[key.indexed_value_type]}"]
     return args

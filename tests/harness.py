@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
@@ -35,8 +37,7 @@ class Pipeline:
         return LocalQueueManager(self.path)
 
     def put(self, queue: str, message: MQMessage) -> MQMessage:
-        done = self.qm.put(queue, message, PutOptions(syncpoint=False))
-        return done
+        return self.qm.put(queue, message, PutOptions(syncpoint=False))
 
     def reply(
         self, spec: AggregateSpec, correl: bytes, leg: str | None, body: bytes, **props
@@ -58,8 +59,7 @@ class Pipeline:
 
         def get() -> MQMessage:
             with LocalQueueManager(self.path) as qm:
-                message = qm.get(queue, wait_ms=int(timeout * 1000), syncpoint=False, match=match)
-                return message
+                return qm.get(queue, wait_ms=int(timeout * 1000), syncpoint=False, match=match)
 
         return await asyncio.to_thread(get)
 
@@ -87,21 +87,9 @@ class Pipeline:
     ) -> tuple[Scattered, list[MQMessage]]:
         """A gather that times out with exactly ``legs`` received, however slow the machine:
         the replies go first and are held, then the registration starts the timer."""
-        from workflows.gather import GatherWorkflow
-
         put = [self.reply(spec, correl, leg, body) for leg, body in legs.items()]
         handle = self.handle(spec, correl)
-        deadline = asyncio.get_running_loop().time() + 60
-        while True:
-            try:
-                status = await handle.query(GatherWorkflow.status)
-                if status.held == len(legs):
-                    break
-            except RPCError:
-                pass  # the bridge has not started the gather yet
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"{len(legs)} replies were not held")
-            await asyncio.sleep(0.05)
+        await until(lambda: status(handle), lambda s: s.held == len(legs), 60)
         sent = await self.scatter(spec, correl_id=correl, timeout_seconds=timeout_seconds)
         return sent, put
 
@@ -158,3 +146,48 @@ async def pipeline(
             await worker.shutdown()
         await asyncio.gather(*tasks, return_exceptions=True)
         pipe.qm.close()
+
+
+async def status(handle: WorkflowHandle) -> Any:
+    """The gather's ``status`` query."""
+    from workflows.gather import GatherWorkflow
+
+    return await handle.query(GatherWorkflow.status)
+
+
+async def until(get: Any, check: Any, timeout: float = 20.0) -> Any:
+    """Await a condition on a workflow or a counter (queried, not slept on)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = None
+    while loop.time() < deadline:
+        try:
+            last = await get()
+            if check(last):
+                return last
+        except RPCError:
+            pass  # the workflow has not started yet
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout}s; last seen {last}")
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain ``text``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\x00", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(cmdline)
+    return found

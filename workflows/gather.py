@@ -10,12 +10,14 @@ timer and the activities.
 # every workflow instance, and string annotations would be compiled each time.
 
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
+    from mqgather.constants import GATHER_WORKFLOW
     from workflows import logic
     from workflows.models import (
         CancelInput,
@@ -51,7 +53,7 @@ ACTIVITY_RETRY = RetryPolicy(
 ACTIVITY_TIMEOUT = timedelta(seconds=60)
 
 
-@workflow.defn(name="Gather")
+@workflow.defn(name=GATHER_WORKFLOW)
 class GatherWorkflow:
     """Collects the replies of one CorrelId and PUTs one merged response."""
 
@@ -80,32 +82,31 @@ class GatherWorkflow:
         """What the gather has and lacks now."""
         return logic.status(self.spec, self.s, self.correl_id, self.id)
 
+    def _operate(self, apply: Callable[[], None], message: str = "") -> UpdateResult:
+        """Apply an operator's change unless the gather is already closed."""
+        if logic.is_closed(self.s):
+            return UpdateResult(accepted=False, state=self.s.state, message="already closed")
+        apply()
+        self._wake = True
+        return UpdateResult(
+            accepted=True, state=self.s.state, deadline=self.s.deadline, message=message
+        )
+
     @workflow.update(name="release")
     def release(self, inp: ReleaseInput) -> UpdateResult:
         """PUT what has arrived now."""
-        if logic.is_closed(self.s):
-            return UpdateResult(accepted=False, state=self.s.state, message="already closed")
-        self.s.release = inp.reason
-        self._wake = True
-        return UpdateResult(accepted=True, state=self.s.state, message=inp.reason)
+        return self._operate(lambda: setattr(self.s, "release", inp.reason), inp.reason)
 
     @workflow.update(name="extend")
     def extend(self, inp: ExtendInput) -> UpdateResult:
         """Move the deadline to ``seconds`` from now."""
-        if logic.is_closed(self.s):
-            return UpdateResult(accepted=False, state=self.s.state, message="already closed")
-        self.s.deadline = workflow.now() + timedelta(seconds=inp.seconds)
-        self._wake = True
-        return UpdateResult(accepted=True, state=self.s.state, deadline=self.s.deadline)
+        deadline = workflow.now() + timedelta(seconds=inp.seconds)
+        return self._operate(lambda: setattr(self.s, "deadline", deadline))
 
     @workflow.update(name="cancel")
     def cancel(self, inp: CancelInput) -> UpdateResult:
         """End the gather; what arrived goes to the timeout queue as CANCELLED."""
-        if logic.is_closed(self.s):
-            return UpdateResult(accepted=False, state=self.s.state, message="already closed")
-        self.s.cancel = inp.reason
-        self._wake = True
-        return UpdateResult(accepted=True, state=self.s.state, message=inp.reason)
+        return self._operate(lambda: setattr(self.s, "cancel", inp.reason), inp.reason)
 
     @workflow.run
     async def run(self, inp: GatherInput) -> GatherResult:

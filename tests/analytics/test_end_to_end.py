@@ -7,6 +7,7 @@ import asyncio
 import csv
 import html.parser
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -281,21 +282,37 @@ def test_cli_json_and_cloud_export_give_identical_facts(spark, recorded, tmp_pat
 
 async def test_export_again_adds_nothing_then_only_the_new(temporal_env, recorded, tmp_path):
     client = temporal_env.client
-    before = sorted(recorded.export_dir.rglob("*.ndjson"))
-    again = await export_histories(client, recorded.export_dir, aggregate="shop")
-    assert (again.exported, again.files) == (0, [])
-    assert again.skipped_known >= 0
-    assert sorted(recorded.export_dir.rglob("*.ndjson")) == before
+    # A copy, so the other tests keep reading exactly the six recorded gathers.
+    export_dir = tmp_path / "export"
+    shutil.copytree(recorded.export_dir, export_dir)
+    before = sorted(export_dir.rglob("*.ndjson"))
+    again = await export_histories(client, export_dir, aggregate="shop")
+    assert again.exported == 0 and again.files == []
+    assert again.skipped_known == len(recorded.truth)  # listed again (overlap), all skipped
+    assert sorted(export_dir.rglob("*.ndjson")) == before
     # From a shell, too.
-    env = {"TEMPORAL_ADDRESS": recorded.address, "PATH": __import__("os").environ["PATH"]}
+    env = {"TEMPORAL_ADDRESS": recorded.address, "PATH": os.environ["PATH"]}
     out = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "mqgather.cli", "export", str(recorded.export_dir),
-         "--aggregate", "shop"],
+        [sys.executable, "-m", "mqgather.cli", "export", str(export_dir), "--aggregate", "shop"],
         capture_output=True, env=env, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "exported 0 histories" in out.stdout.decode()
+    # One more gather closes: the next export writes just that one.
+    quick = AggregateSpec(name="shop", legs=LEGS[:1])
+    async with pipeline(client, tmp_path / "more", [quick]) as p:
+        sent = await p.scatter(quick)
+        p.reply(quick, sent.correl_id, "CREDIT", b"{}")
+        new = await p.result(quick, sent.correl_id)
+    for _ in range(100):  # the visibility store may list the close a moment later
+        more = await export_histories(client, export_dir, aggregate="shop")
+        if more.exported:
+            break
+        await asyncio.sleep(0.1)
+    assert more.exported == 1 and len(more.files) == 1
+    line = json.loads(more.files[0].read_text())
+    assert line["workflowId"] == new.gather_id
 
 
 def test_corrupt_and_truncated_inputs_are_named_and_skipped(spark, recorded, tmp_path):

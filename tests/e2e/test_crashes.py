@@ -7,10 +7,8 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from temporalio.client import Client
@@ -21,18 +19,11 @@ from bridge.local_qm import LocalQueueManager
 from bridge.routing import PROP_REASON
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.temporal import dev_server_args
-from tests.e2e.test_gather_semantics import _status, _until
-from tests.harness import pipeline
+from tests.harness import free_port, pipeline, processes_mentioning, status, until
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
 CTX = mp.get_context("spawn")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mqgather_cmd(*args: str) -> list[str]:
@@ -51,7 +42,7 @@ async def test_worker_killed_mid_gather_completes_with_one_response(temporal_env
             p.reply(spec, sent.correl_id, "CREDIT", b"{}")
             p.reply(spec, sent.correl_id, "STOCK", b"{}")
             handle = p.handle(spec, sent.correl_id)
-            await _until(lambda: _status(handle), lambda s: len(s.legs_received) == 2, 60)
+            await until(lambda: status(handle), lambda s: len(s.legs_received) == 2, 60)
             worker.send_signal(signal.SIGKILL)
             worker.wait(10)
             p.reply(spec, sent.correl_id, "TAX", b"{}")
@@ -112,8 +103,8 @@ async def test_bridge_killed_between_signal_and_commit_counts_nothing_twice(temp
         task = asyncio.create_task(bridge.run(stop))
         try:
             handle = p.handle(spec, still_open.correl_id)
-            await _until(lambda: _status(handle), lambda s: s.redeliveries == 2)
-            await _until(
+            await until(lambda: status(handle), lambda s: s.redeliveries == 2)
+            await until(
                 lambda: asyncio.sleep(0, bridge.stats), lambda s: s.redeliveries_dropped == 3
             )
             p.reply(spec, still_open.correl_id, "TAX", b"{}")
@@ -166,7 +157,7 @@ async def test_temporal_stopped_while_replies_arrive_loses_nothing(tmp_path):
             for g in gathers:
                 for leg in ("CREDIT", "STOCK", "TAX"):
                     p.reply(spec, g.correl_id, leg, b"{}")
-            await _until(lambda: asyncio.sleep(0, p.bridge.stats), lambda s: s.rollbacks >= 1, 60)
+            await until(lambda: asyncio.sleep(0, p.bridge.stats), lambda s: s.rollbacks >= 1, 60)
             assert p.depth("ORDER.RESPONSE") == 0
             server = subprocess.Popen(
                 server_args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -211,18 +202,4 @@ def test_demo_from_a_shell(tmp_path):
         assert figures[key] == value, key
     assert set(figures["latency_ms"]) == {"p50", "p95", "p99"}
     assert 0 < figures["latency_ms"]["p50"] <= figures["latency_ms"]["p99"]
-    assert _processes_mentioning(str(state)) == [], "the demo left processes behind"
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\x00", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(cmdline)
-    return found
+    assert processes_mentioning(str(state)) == [], "the demo left processes behind"

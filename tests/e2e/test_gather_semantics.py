@@ -8,7 +8,7 @@ import json
 from bridge.models import MQMessage, PutOptions, parse_id
 from bridge.routing import PROP_REASON, PROP_SOURCE_QUEUE
 from mqgather.config import AggregateSpec, LegSpec
-from tests.harness import pipeline
+from tests.harness import pipeline, status, until
 from workflows.gather import GatherWorkflow
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
@@ -52,7 +52,7 @@ async def test_replies_before_registration_in_any_order_complete(temporal_env, t
             p.reply(spec, correl, leg, json.dumps({"leg": leg}).encode())
         # The replies are held as unknown until the registration comes.
         handle = p.handle(spec, correl)
-        await _until(lambda: _status(handle), lambda s: s.held == 3 and not s.registered)
+        await until(lambda: status(handle), lambda s: s.held == 3 and not s.registered)
         await p.scatter(spec, correl_id=correl, request_msg_id=parse_id("REQ-EARLY"))
         response = await p.wait_message("ORDER.RESPONSE")
         result = await p.result(spec, correl)
@@ -111,7 +111,7 @@ async def test_duplicates_first_wins_counted_and_copied(temporal_env, tmp_path):
         sent = await p.scatter(spec)
         p.reply(spec, sent.correl_id, "CREDIT", b'{"n":1}')
         second = p.reply(spec, sent.correl_id, "CREDIT", b'{"n":2}')
-        await _until(lambda: _status(p.handle(spec, sent.correl_id)), lambda s: s.duplicates == 1)
+        await until(lambda: status(p.handle(spec, sent.correl_id)), lambda s: s.duplicates == 1)
         p.reply(spec, sent.correl_id, "STOCK", b"{}")
         p.reply(spec, sent.correl_id, "TAX", b"{}")
         response = await p.wait_message("ORDER.RESPONSE")
@@ -132,7 +132,7 @@ async def test_duplicates_last_and_all(temporal_env, tmp_path):
         for agg, sent in ((last, one), (every, two)):
             for n in (1, 2):
                 p.reply(agg, sent.correl_id, "CREDIT", json.dumps(n).encode(), aggregate=agg.name)
-            await _until(lambda a=agg, s=sent: _status(p.handle(a, s.correl_id)),
+            await until(lambda a=agg, s=sent: status(p.handle(a, s.correl_id)),
                          lambda st: st.duplicates == 1)  # fmt: skip
             p.reply(agg, sent.correl_id, "STOCK", b"0", aggregate=agg.name)
         responses = [await p.wait_message("ORDER.RESPONSE") for _ in range(2)]
@@ -148,7 +148,7 @@ async def test_redelivered_msg_id_is_a_no_op(temporal_env, tmp_path):
         first = p.reply(spec, sent.correl_id, "CREDIT", b'{"n":1}')
         # The same message again (same MsgId), as after a bridge crash before MQCMIT.
         p.qm.put("GATHER.IN", first, PutOptions(syncpoint=False, set_all_context=True))
-        await _until(lambda: _status(p.handle(spec, sent.correl_id)), lambda s: s.redeliveries == 1)
+        await until(lambda: status(p.handle(spec, sent.correl_id)), lambda s: s.redeliveries == 1)
         p.reply(spec, sent.correl_id, "STOCK", b"{}")
         p.reply(spec, sent.correl_id, "TAX", b"{}")
         await p.wait_message("ORDER.RESPONSE")
@@ -187,29 +187,6 @@ async def test_bad_input_goes_to_failure_queue_and_the_rest_flows(temporal_env, 
     assert {m.body for m in merge_failures} == {b"{not json", b"{}"}
     original = next(m for m in failures if m.msg_id == oversize.msg_id)
     assert original.body == b"x" * 2000 and original.correl_id == parse_id("BIG")
-
-
-async def _status(handle):
-    return await handle.query(GatherWorkflow.status)
-
-
-async def _until(get, check, timeout: float = 20.0):
-    """Await a condition on the workflow (queried, not slept on)."""
-    import asyncio
-
-    from temporalio.service import RPCError
-
-    deadline = asyncio.get_running_loop().time() + timeout
-    last = None
-    while asyncio.get_running_loop().time() < deadline:
-        try:
-            last = await get()
-            if check(last):
-                return last
-        except RPCError:
-            pass  # not started yet
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout}s; last status {last}")
 
 
 async def test_reply_to_queue_and_destination_list(temporal_env, tmp_path):
@@ -296,10 +273,10 @@ async def test_late_window_counts_late_replies_in_the_gather(temporal_env, tmp_p
         handle = p.handle(spec, sent.correl_id)
         late = p.reply(spec, sent.correl_id, "TAX", b'{"late":1}')
         routed = await p.wait_message("GATHER.LATE")
-        status = await _status(handle)
+        now = await status(handle)
         await handle.terminate("test over")  # no need to wait out the window
     assert routed.msg_id == late.msg_id
-    assert status.state == "TIMEOUT" and status.late == 1
+    assert now.state == "TIMEOUT" and now.late == 1
 
 
 async def test_every_message_ends_in_exactly_one_place(temporal_env, tmp_path):

@@ -13,8 +13,7 @@ import pytest
 from temporalio.service import RPCError
 
 from mqgather.config import AggregateSpec, LegSpec
-from tests.e2e.test_gather_semantics import _status, _until
-from tests.harness import pipeline
+from tests.harness import pipeline, status, until
 from workflows.gather import GatherWorkflow
 from workflows.models import CancelInput, ExtendInput, Registration, ReleaseInput
 
@@ -28,7 +27,7 @@ async def test_release_puts_what_is_there_now(temporal_env, tmp_path):
         sent = await p.scatter(spec)
         p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
         handle = p.handle(spec, sent.correl_id)
-        await _until(lambda: _status(handle), lambda s: s.legs_received == ["CREDIT"])
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
         done = await handle.execute_update(GatherWorkflow.release, ReleaseInput(reason="ops"))
         response = await p.wait_message("ORDER.RESPONSE")
         result = await p.result(spec, sent.correl_id)
@@ -43,7 +42,7 @@ async def test_extend_moves_the_deadline_and_cancel_ends(temporal_env, tmp_path)
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
         slow, stopped = await p.scatter(spec), await p.scatter(spec)
         handle = p.handle(spec, slow.correl_id)
-        before = await _until(lambda: _status(handle), lambda s: s.deadline is not None)
+        before = await until(lambda: status(handle), lambda s: s.deadline is not None)
         moved = await handle.execute_update(GatherWorkflow.extend, ExtendInput(seconds=0.5))
         assert moved.accepted and moved.deadline < before.deadline
         partial = await p.wait_message("GATHER.TIMEOUT")
@@ -68,9 +67,9 @@ async def test_timer_modes(temporal_env, tmp_path, mode, moves):
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
         sent = await p.scatter(spec)
         handle = p.handle(spec, sent.correl_id)
-        first = await _until(lambda: _status(handle), lambda s: s.deadline is not None)
+        first = await until(lambda: status(handle), lambda s: s.deadline is not None)
         await handle.signal(GatherWorkflow.expect, Registration())
-        second = await _until(lambda: _status(handle), lambda s: s.registrations == 2)
+        second = await until(lambda: status(handle), lambda s: s.registrations == 2)
     assert (second.deadline > first.deadline) is moves
     assert (second.deadline == first.deadline) is (not moves)
 
@@ -82,13 +81,13 @@ async def test_operator_finds_a_gather_by_correl_id_and_status_cli(temporal_env,
         sent = await p.scatter(spec)
         p.reply(spec, sent.correl_id, "TAX", b"{}")
         handle = p.handle(spec, sent.correl_id)
-        await _until(lambda: _status(handle), lambda s: s.state == "PARTIAL")
+        await until(lambda: status(handle), lambda s: s.state == "PARTIAL")
 
         async def search():
             query = f'CorrelId = "{sent.correl_id.hex()}" AND GatherState = "PARTIAL"'
             return [w async for w in client.list_workflows(query)]
 
-        found = await _until(search, lambda rows: len(rows) == 1, 30)
+        found = await until(search, lambda rows: len(rows) == 1, 30)
         env = dict(os.environ, TEMPORAL_ADDRESS=client.service_client.config.target_host)
         out = await asyncio.to_thread(
             subprocess.run,

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from bridge.local_qm import LocalQueueManager
-from tests.e2e.test_crashes import _processes_mentioning, free_port
+from tests.harness import free_port, processes_mentioning
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -63,7 +63,7 @@ def test_dev_runs_supervises_and_stops_everything(tmp_path):
         dev.send_signal(signal.SIGINT)
         dev.wait(60)
     assert dev.returncode == 0
-    assert _processes_mentioning(str(tmp_path)) == []
+    assert processes_mentioning(str(tmp_path)) == []
 
 
 def _pids(text: str, role: str) -> list[int]:
