@@ -10,14 +10,14 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from activities.merge import LegBodies, MergeError, merge
-from bridge.models import MQFMT_STRING, MQMessage, PutOptions
-from bridge.routing import PROP_GATHER_ID, already_on, forward
-from bridge.transport import Transport
-from mqgather import telemetry
+from bridge.mq.forward import already_on, forward
+from bridge.mq.models import MQFMT_STRING, MQMessage, PutOptions
+from bridge.mq.transport import Transport
+from mqgather import names
+from mqgather.names import PROP_GATHER_ID, PROP_MISSING, PROP_STATE
+from mqgather.routing import Destination, queue_for
+from mqgather.runtime import telemetry
 from workflows.models import PutResponseInput, PutResponseResult, RouteInput
-
-PROP_STATE = "mqgather_state"
-PROP_MISSING = "mqgather_missing"
 
 
 def response_msg_id(gather: str, outcome: str) -> bytes:
@@ -29,7 +29,7 @@ def response_queues(inp: PutResponseInput) -> list[str]:
     """Where a response goes, by outcome and the aggregate's destination mode."""
     spec = inp.aggregate
     if inp.outcome in ("TIMEOUT", "CANCELLED"):
-        return [spec.timeout_queue]
+        return [queue_for(spec, Destination.TIMEOUT)]
     if spec.destination == "replyToQueue" and inp.reply_to_q:
         return [inp.reply_to_q]
     if spec.destination == "destinationList":
@@ -37,7 +37,7 @@ def response_queues(inp: PutResponseInput) -> list[str]:
         if inp.reply_to_q and inp.reply_to_q not in queues:
             queues.append(inp.reply_to_q)
         return queues
-    return [spec.response_queue]
+    return [queue_for(spec, Destination.RESPONSE)]
 
 
 class MQActivities:
@@ -67,7 +67,7 @@ class MQActivities:
                 transport.close()
             raise
 
-    @activity.defn(name="put_response")
+    @activity.defn(name=names.ACTIVITY_PUT_RESPONSE)
     def put_response(self, inp: PutResponseInput) -> PutResponseResult:
         """Merge the legs and PUT one response under syncpoint."""
         spec = inp.aggregate
@@ -121,13 +121,14 @@ class MQActivities:
     def _merge_failed(self, inp: PutResponseInput, exc: MergeError) -> PutResponseResult:
         """A bad leg body: every reply of the gather goes, intact, to the failure queue."""
         spec = inp.aggregate
+        failure_queue = queue_for(spec, Destination.FAILURE)
 
         def work(transport: Transport) -> None:
             for leg in inp.legs:
                 for reply in leg.replies:
                     forward(
                         transport,
-                        spec.failure_queue,
+                        failure_queue,
                         reply.message,
                         f"merge failed: {exc}",
                         reply.source_queue,
@@ -138,24 +139,18 @@ class MQActivities:
         self._unit_of_work(work)
         _record_close(inp, "FAILED")
         return PutResponseResult(
-            outcome="FAILED", queues=[spec.failure_queue], msg_id="", error=str(exc)
+            outcome="FAILED", queues=[failure_queue], msg_id="", error=str(exc)
         )
 
-    @activity.defn(name="route_replies")
+    @activity.defn(name=names.ACTIVITY_ROUTE_REPLIES)
     def route_replies(self, inp: RouteInput) -> int:
         """Forward replies intact to the late, unknown, duplicate or failure queue."""
         spec = inp.aggregate
-        queue_of = {
-            "late": spec.late_queue,
-            "unknown": spec.unknown_queue,
-            "duplicate": spec.duplicate_queue,
-            "failure": spec.failure_queue,
-        }
 
         def work(transport: Transport) -> None:
             for item in inp.items:
-                queue = queue_of[item.kind]
-                if queue:
+                queue = queue_for(spec, item.kind)
+                if queue:  # "" for duplicates the aggregate discards
                     forward(
                         transport,
                         queue,
@@ -168,7 +163,7 @@ class MQActivities:
 
         self._unit_of_work(work)
         for item in inp.items:
-            telemetry.instruments().routed.add(1, {"aggregate": spec.name, "kind": item.kind})
+            telemetry.instruments().routed.add(1, {"aggregate": spec.name, "kind": item.kind.value})
         return len(inp.items)
 
 

@@ -21,8 +21,8 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from analytics.histories import history_line
-from mqgather.constants import GATHER_WORKFLOW
 from mqgather.errors import MQGatherError
+from mqgather.names import GATHER_WORKFLOW
 
 STATE_FILE = "_export_state.json"
 

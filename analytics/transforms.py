@@ -17,7 +17,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from mqgather.constants import GATHER_WORKFLOW
+from mqgather.names import GATHER_WORKFLOW, SIGNAL_REPLIES
 
 CORRUPT = "_corrupt_record"
 
@@ -139,7 +139,7 @@ def gather_facts(histories: DataFrame) -> DataFrame:
         events,
         lambda e: (
             (e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED")
-            & (e["workflowExecutionSignaledEventAttributes"]["signalName"] == "replies")
+            & (e["workflowExecutionSignaledEventAttributes"]["signalName"] == SIGNAL_REPLIES)
         ),
     )
     base = (

@@ -30,9 +30,9 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bridge.local_qm import LocalQueueManager
-from bridge.models import MQMessage, PutOptions
-from mqgather.temporal import dev_server_args, ensure_search_attributes
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQMessage, PutOptions
+from mqgather.runtime.temporal import dev_server_args, ensure_search_attributes
 from tests.harness import prepare_queues
 
 BODY = b'{"pad":"' + b"x" * 1000 + b'"}'

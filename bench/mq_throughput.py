@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bridge.local_qm import LocalQueueManager
-from bridge.models import MQMessage, QueueAttributes
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQMessage, QueueAttributes
 
 BODY = b"x" * 1024
 QUEUE = "BENCH.Q"

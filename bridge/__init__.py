@@ -1,1 +1,2 @@
-"""All MQ I/O: the transport interface, its two implementations, and the inbound bridge."""
+"""MQ I/O. ``bridge.mq`` is the MQ client layer; the modules here are the Temporal-facing
+bridge: identification, the inbound loop and the fan-out side."""

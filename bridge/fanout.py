@@ -10,12 +10,12 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from bridge.identify import AGGREGATE_PROPERTY, gather_correl_id, leg_correl_id
-from bridge.models import MQMessage, PropertyValue, PutOptions
-from bridge.transport import Transport
+from bridge.identify import gather_correl_id, leg_correl_id
+from bridge.mq.models import MQMessage, PropertyValue, PutOptions
+from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.constants import TASK_QUEUE
 from mqgather.errors import MQGatherError
+from mqgather.names import PROP_AGGREGATE, SIGNAL_EXPECT, TASK_QUEUE
 from workflows.gather import GatherWorkflow
 from workflows.models import GatherInput, Registration, gather_id
 
@@ -78,7 +78,7 @@ async def scatter(
     for index, leg in enumerate(chosen, start=1):
         props: dict[str, PropertyValue] = {
             spec.leg_property: leg.name,
-            AGGREGATE_PROPERTY: spec.name,
+            PROP_AGGREGATE: spec.name,
         }
         props.update((leg_properties or {}).get(leg.name, {}))
         msg_id = leg_correl_id(correl, index) if spec.leg_identification == "correlid" else correl
@@ -109,7 +109,7 @@ async def scatter(
             id=gid,
             task_queue=task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            start_signal="expect",
+            start_signal=SIGNAL_EXPECT,
             start_signal_args=[registration],
         )
     except WorkflowAlreadyStartedError as exc:

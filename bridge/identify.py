@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bridge.models import ID_LENGTH, NONE_ID, MQMessage
+from bridge.mq.models import ID_LENGTH, NONE_ID, MQMessage
 from mqgather.config import AggregateSpec
 from mqgather.errors import MQGatherError
+from mqgather.names import PROP_AGGREGATE
 
-#: Property naming the aggregate when several share one reply queue.
-AGGREGATE_PROPERTY = "aggregate"
 #: CorrelId layout of our own fan-out: 20 bytes of gather key, then the leg index.
 KEY_LENGTH = 20
 INDEX_LENGTH = ID_LENGTH - KEY_LENGTH
@@ -18,7 +17,12 @@ INDEX_LENGTH = ID_LENGTH - KEY_LENGTH
 
 class IdentificationError(MQGatherError):
     """The reply cannot be matched to a gather; the message says why (it becomes the
-    dead-letter reason on the failure queue)."""
+    dead-letter reason on the failure queue). ``aggregate`` is the aggregate it was
+    found to belong to, if identification got that far."""
+
+    def __init__(self, reason: str, aggregate: AggregateSpec | None = None) -> None:
+        self.aggregate = aggregate
+        super().__init__(reason)
 
 
 @dataclass(frozen=True)
@@ -53,35 +57,36 @@ def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identif
     """
     if message.correl_id == NONE_ID:
         raise IdentificationError("the reply has no CorrelId (MQCI_NONE)")
-    named = message.properties.get(AGGREGATE_PROPERTY)
+    named = message.properties.get(PROP_AGGREGATE)
     if named is not None:
         spec = next((a for a in candidates if a.name == named), None)
         if spec is None:
-            raise IdentificationError(
-                f"unknown aggregate {named!r} (property {AGGREGATE_PROPERTY})"
-            )
+            raise IdentificationError(f"unknown aggregate {named!r} (property {PROP_AGGREGATE})")
     elif len(candidates) == 1:
         spec = candidates[0]
     else:
         raise IdentificationError(
             f"unknown aggregate: several share this queue and the reply has no "
-            f"{AGGREGATE_PROPERTY!r} property"
+            f"{PROP_AGGREGATE!r} property"
         )
     if len(message.body) > spec.max_reply_bytes:
         raise IdentificationError(
             f"reply of {len(message.body)} bytes exceeds max_reply_bytes "
-            f"({spec.max_reply_bytes}) of aggregate {spec.name}"
+            f"({spec.max_reply_bytes}) of aggregate {spec.name}",
+            spec,
         )
     if spec.leg_identification == "property":
         leg = message.properties.get(spec.leg_property)
         if not isinstance(leg, str) or not leg:
             raise IdentificationError(
-                f"the reply has no string property {spec.leg_property!r} naming its leg"
+                f"the reply has no string property {spec.leg_property!r} naming its leg", spec
             )
         return Identified(spec, message.correl_id, leg=leg)
     if spec.leg_identification == "correlid":
         index = int.from_bytes(message.correl_id[KEY_LENGTH:], "big")
         if index == 0:
-            raise IdentificationError("the CorrelId carries no leg index (last 4 bytes are 0)")
+            raise IdentificationError(
+                "the CorrelId carries no leg index (last 4 bytes are 0)", spec
+            )
         return Identified(spec, gather_correl_id(message.correl_id), leg_index=index - 1)
     return Identified(spec, message.correl_id)

@@ -25,15 +25,16 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from bridge.errors import MQError
 from bridge.identify import IdentificationError, identify
-from bridge.models import MQMessage, QueueAttributes
-from bridge.routing import forward
-from bridge.transport import Transport
-from mqgather import telemetry
+from bridge.mq.errors import MQError
+from bridge.mq.forward import forward
+from bridge.mq.models import MQMessage, QueueAttributes
+from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
-from mqgather.constants import TASK_QUEUE
-from mqgather.temporal import healthy
+from mqgather.names import PROP_TRACEPARENT, SIGNAL_REPLIES, TASK_QUEUE
+from mqgather.routing import Destination, owner_of_shared_queue, queue_for
+from mqgather.runtime import telemetry
+from mqgather.runtime.temporal import healthy
 from workflows.gather import GatherWorkflow
 from workflows.models import GatherInput, GatherResult, Reply, ReplyBatch, gather_id
 
@@ -43,7 +44,9 @@ T = TypeVar("T")
 #: Bodies per signal at most: Temporal refuses payloads over 2 MB, and base64 grows them.
 SIGNAL_BODY_BYTES = 1024 * 1024
 
-#: Errors after which the batch is backed out and retried later.
+#: Errors after which the batch is backed out and retried later. The SDK's native client
+#: reports a failed (re)connect to the server as a plain RuntimeError ("Failed client
+#: connect"), not as an RPCError.
 RETRYABLE = (MQError, RPCError, TimeoutError, RuntimeError)
 
 
@@ -78,10 +81,10 @@ class BridgeStats:
 
 @dataclass
 class _Move:
+    kind: Destination
     queue: str
     message: MQMessage
     reason: str
-    kind: str
 
 
 class InboundBridge:
@@ -219,19 +222,22 @@ class InboundBridge:
         now = datetime.now(UTC)
         moves: list[_Move] = []
         groups: dict[tuple[str, bytes], tuple[AggregateSpec, list[Reply]]] = {}
+        owner = owner_of_shared_queue(specs)
         for message in batch:
             if attrs.bothresh and message.backout_count >= attrs.bothresh:
-                target = attrs.boqname or dlq
+                kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
+                target = queue_for(owner, kind, boqname=attrs.boqname, dead_letter_queue=dlq)
                 reason = (
                     f"backed out {message.backout_count} times (BOTHRESH {attrs.bothresh} of "
                     f"{queue})"
                 )
-                moves.append(_Move(target, message, reason, "backout"))
+                moves.append(_Move(kind, target, message, reason))
                 continue
             try:
                 found = identify(message, specs)
             except IdentificationError as exc:
-                moves.append(_Move(specs[0].failure_queue, message, str(exc), "failure"))
+                target = queue_for(exc.aggregate or owner, Destination.FAILURE)
+                moves.append(_Move(Destination.FAILURE, target, message, str(exc)))
                 continue
             key = (found.aggregate.name, found.correl_id)
             group = groups.setdefault(key, (found.aggregate, []))
@@ -266,7 +272,7 @@ class InboundBridge:
         carried = [
             telemetry.extract(r.message.properties)
             for r in replies
-            if "traceparent" in r.message.properties
+            if PROP_TRACEPARENT in r.message.properties
         ]
         parents = [trace.get_current_span(c).get_span_context() for c in carried]
         batch = trace.get_current_span().get_span_context()
@@ -287,7 +293,7 @@ class InboundBridge:
                 id=gather_id(spec.name, correl),
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                start_signal="replies",
+                start_signal=SIGNAL_REPLIES,
                 start_signal_args=[ReplyBatch(replies=chunk)],
                 rpc_timeout=self.rpc_timeout,
             )
@@ -311,16 +317,21 @@ class InboundBridge:
                 continue
             self.stats.late += 1
             moves.append(
-                _Move(spec.late_queue, reply.message, f"gather {gid} already closed", "late")
+                _Move(
+                    Destination.LATE,
+                    queue_for(spec, Destination.LATE),
+                    reply.message,
+                    f"gather {gid} already closed",
+                )
             )
         return moves
 
     def _move(self, transport: Transport, queue: str, moves: list[_Move]) -> None:
         for move in moves:
             forward(transport, move.queue, move.message, move.reason, queue)
-            telemetry.instruments().bridge_moved.add(1, {"queue": queue, "kind": move.kind})
-            if move.kind == "failure":
+            telemetry.instruments().bridge_moved.add(1, {"queue": queue, "kind": move.kind.value})
+            if move.kind is Destination.FAILURE:
                 self.stats.failures += 1
-            elif move.kind == "backout":
+            elif move.kind in (Destination.BACKOUT, Destination.DEAD_LETTER):
                 self.stats.backed_out_to_boq += 1
             log.info("moved a message from %s to %s: %s", queue, move.queue, move.reason)

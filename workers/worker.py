@@ -9,8 +9,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.mq import MQActivities
-from bridge.transport import Transport
-from mqgather.constants import TASK_QUEUE
+from bridge.mq.transport import Transport
+from mqgather.names import TASK_QUEUE
 from workflows.gather import GatherWorkflow
 
 

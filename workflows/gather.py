@@ -10,14 +10,13 @@ timer and the activities.
 # every workflow instance, and string annotations would be compiled each time.
 
 import contextlib
-from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from mqgather.constants import GATHER_WORKFLOW
+    from mqgather import names
     from workflows import logic
     from workflows.models import (
         CancelInput,
@@ -36,13 +35,6 @@ with workflow.unsafe.imports_passed_through():
         gather_id,
     )
 
-AGGREGATE_NAME = SearchAttributeKey.for_keyword("AggregateName")
-CORREL_ID = SearchAttributeKey.for_keyword("CorrelId")
-GATHER_STATE = SearchAttributeKey.for_keyword("GatherState")
-LEGS_PENDING = SearchAttributeKey.for_int("LegsPending")
-LEGS_RECEIVED = SearchAttributeKey.for_int("LegsReceived")
-SEARCH_ATTRIBUTES = (AGGREGATE_NAME, CORREL_ID, GATHER_STATE, LEGS_PENDING, LEGS_RECEIVED)
-
 ACTIVITY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
@@ -53,7 +45,7 @@ ACTIVITY_RETRY = RetryPolicy(
 ACTIVITY_TIMEOUT = timedelta(seconds=60)
 
 
-@workflow.defn(name=GATHER_WORKFLOW)
+@workflow.defn(name=names.GATHER_WORKFLOW)
 class GatherWorkflow:
     """Collects the replies of one CorrelId and PUTs one merged response."""
 
@@ -65,48 +57,43 @@ class GatherWorkflow:
         self.s: GatherState = inp.carried or GatherState()
         self._wake = False
 
-    @workflow.signal(name="expect")
+    @workflow.signal(name=names.SIGNAL_EXPECT)
     def expect(self, reg: Registration) -> None:
         """A registration from the fan-out side: legs, where to reply, the timer."""
         logic.register(self.spec, self.s, reg, workflow.now())
         self._wake = True
 
-    @workflow.signal(name="replies")
+    @workflow.signal(name=names.SIGNAL_REPLIES)
     def replies(self, batch: ReplyBatch) -> None:
         """Replies from the bridge (one signal per gather per bridge batch)."""
         logic.take_replies(self.spec, self.s, batch.replies, workflow.now(), self.id)
         self._wake = True
 
-    @workflow.query(name="status")
+    @workflow.query(name=names.QUERY_STATUS)
     def status(self) -> GatherStatus:
         """What the gather has and lacks now."""
         return logic.status(self.spec, self.s, self.correl_id, self.id)
 
-    def _operate(self, apply: Callable[[], None], message: str = "") -> UpdateResult:
-        """Apply an operator's change unless the gather is already closed."""
-        if logic.is_closed(self.s):
-            return UpdateResult(accepted=False, state=self.s.state, message="already closed")
-        apply()
-        self._wake = True
-        return UpdateResult(
-            accepted=True, state=self.s.state, deadline=self.s.deadline, message=message
-        )
+    def _operated(self, result: UpdateResult) -> UpdateResult:
+        """Wake the run loop when an operator's change was applied."""
+        if result.accepted:
+            self._wake = True
+        return result
 
-    @workflow.update(name="release")
+    @workflow.update(name=names.UPDATE_RELEASE)
     def release(self, inp: ReleaseInput) -> UpdateResult:
         """PUT what has arrived now."""
-        return self._operate(lambda: setattr(self.s, "release", inp.reason), inp.reason)
+        return self._operated(logic.release(self.s, inp.reason))
 
-    @workflow.update(name="extend")
+    @workflow.update(name=names.UPDATE_EXTEND)
     def extend(self, inp: ExtendInput) -> UpdateResult:
         """Move the deadline to ``seconds`` from now."""
-        deadline = workflow.now() + timedelta(seconds=inp.seconds)
-        return self._operate(lambda: setattr(self.s, "deadline", deadline))
+        return self._operated(logic.extend(self.s, inp.seconds, workflow.now()))
 
-    @workflow.update(name="cancel")
+    @workflow.update(name=names.UPDATE_CANCEL)
     def cancel(self, inp: CancelInput) -> UpdateResult:
         """End the gather; what arrived goes to the timeout queue as CANCELLED."""
-        return self._operate(lambda: setattr(self.s, "cancel", inp.reason), inp.reason)
+        return self._operated(logic.cancel(self.s, inp.reason))
 
     @workflow.run
     async def run(self, inp: GatherInput) -> GatherResult:
@@ -163,15 +150,16 @@ class GatherWorkflow:
         while self.s.outbox:
             items, self.s.outbox = self.s.outbox, []
             await workflow.execute_local_activity(
-                "route_replies",
+                names.ACTIVITY_ROUTE_REPLIES,
                 RouteInput(aggregate=self.spec, gather_id=self.id, items=items),
+                result_type=int,
                 start_to_close_timeout=ACTIVITY_TIMEOUT,
                 retry_policy=ACTIVITY_RETRY,
             )
 
     async def _respond(self, outcome: Outcome) -> PutResponseResult:
         return await workflow.execute_local_activity(
-            "put_response",
+            names.ACTIVITY_PUT_RESPONSE,
             logic.response_input(self.spec, self.s, self.correl_id, self.id, outcome),
             result_type=PutResponseResult,
             start_to_close_timeout=ACTIVITY_TIMEOUT,
@@ -183,11 +171,11 @@ class GatherWorkflow:
         received = len(logic.received_names(self.s))
         workflow.upsert_search_attributes(
             [
-                AGGREGATE_NAME.value_set(self.spec.name),
-                CORREL_ID.value_set(self.correl_id.hex()),
-                GATHER_STATE.value_set(self.s.state),
-                LEGS_PENDING.value_set(len(self.s.expected) - received),
-                LEGS_RECEIVED.value_set(received),
+                names.AGGREGATE_NAME.value_set(self.spec.name),
+                names.CORREL_ID.value_set(self.correl_id.hex()),
+                names.GATHER_STATE.value_set(self.s.state),
+                names.LEGS_PENDING.value_set(len(self.s.expected) - received),
+                names.LEGS_RECEIVED.value_set(received),
             ]
         )
         workflow.set_current_details(logic.details(self.s))

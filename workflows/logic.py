@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.routing import Destination
 from workflows.models import (
     CLOSED_STATES,
     GatherResult,
@@ -19,6 +20,7 @@ from workflows.models import (
     Registration,
     Reply,
     Routed,
+    UpdateResult,
 )
 
 
@@ -43,13 +45,13 @@ def refresh(state: GatherState) -> None:
         state.state = "PARTIAL" if received_names(state) else "OPEN"
 
 
-def route(state: GatherState, kind: str, reply: Reply, reason: str) -> None:
+def route(state: GatherState, kind: Destination, reply: Reply, reason: str) -> None:
     """Queue a reply for forwarding to the late / unknown / duplicate / failure queue."""
-    if kind == "late":
+    if kind is Destination.LATE:
         state.late += 1
-    elif kind == "unknown":
+    elif kind is Destination.UNKNOWN:
         state.unknown += 1
-    state.outbox.append(Routed.model_validate({"kind": kind, "reply": reply, "reason": reason}))
+    state.outbox.append(Routed(kind=kind, reply=reply, reason=reason))
 
 
 def leg_of(state: GatherState, reply: Reply) -> LegSpec | None:
@@ -66,7 +68,7 @@ def accept(spec: AggregateSpec, state: GatherState, reply: Reply) -> None:
     """File a reply under its leg, applying the duplicate policy."""
     leg = leg_of(state, reply)
     if leg is None:
-        route(state, "unknown", reply, "reply names no expected leg")
+        route(state, Destination.UNKNOWN, reply, "reply names no expected leg")
         return
     have = state.received.setdefault(leg.name, [])
     if not have:
@@ -80,7 +82,7 @@ def accept(spec: AggregateSpec, state: GatherState, reply: Reply) -> None:
     if spec.duplicates == "last":
         dropped, have[0] = have[0], reply
     if spec.duplicate_queue:
-        route(state, "duplicate", dropped, f"duplicate reply for leg {leg.name}")
+        route(state, Destination.DUPLICATE, dropped, f"duplicate reply for leg {leg.name}")
 
 
 def start_static(spec: AggregateSpec, state: GatherState, now: datetime) -> None:
@@ -137,7 +139,7 @@ def take_replies(
             continue
         state.seen_msg_ids.append(msg_id)
         if is_closed(state):
-            route(state, "late", reply, f"gather {gather} already {state.state}")
+            route(state, Destination.LATE, reply, f"gather {gather} already {state.state}")
         elif not state.registered:
             state.held.append(reply)
             if state.unknown_deadline is None:
@@ -159,7 +161,7 @@ def unknown_expired(state: GatherState, now: datetime) -> bool:
 def expire_unknown(state: GatherState) -> None:
     """Send every held reply to the unknown queue and close as UNKNOWN."""
     for reply in state.held:
-        route(state, "unknown", reply, "no registration came within the unknown timeout")
+        route(state, Destination.UNKNOWN, reply, "no registration came within the unknown timeout")
     state.held = []
     state.state = "UNKNOWN"
 
@@ -175,6 +177,47 @@ def decide(state: GatherState, now: datetime) -> Outcome | None:
     if state.registered and state.deadline is not None and now >= state.deadline:
         return "TIMEOUT"
     return None
+
+
+def _refused(state: GatherState) -> UpdateResult | None:
+    """An operator's change is refused once the gather is closed."""
+    if is_closed(state):
+        return UpdateResult(accepted=False, state=state.state, message="already closed")
+    return None
+
+
+def _accepted(state: GatherState, message: str = "") -> UpdateResult:
+    return UpdateResult(accepted=True, state=state.state, deadline=state.deadline, message=message)
+
+
+def release(state: GatherState, reason: str) -> UpdateResult:
+    """Operator update ``release``: the gather ends now as RELEASED with what it has
+    (unless it is complete by then, which wins)."""
+    refused = _refused(state)
+    if refused is not None:
+        return refused
+    state.release = reason
+    return _accepted(state, reason)
+
+
+def extend(state: GatherState, seconds: float, now: datetime) -> UpdateResult:
+    """Operator update ``extend``: the deadline becomes ``seconds`` from ``now`` (earlier
+    or later than before)."""
+    refused = _refused(state)
+    if refused is not None:
+        return refused
+    state.deadline = now + timedelta(seconds=seconds)
+    return _accepted(state)
+
+
+def cancel(state: GatherState, reason: str) -> UpdateResult:
+    """Operator update ``cancel``: the gather ends as CANCELLED; what arrived goes to the
+    timeout queue."""
+    refused = _refused(state)
+    if refused is not None:
+        return refused
+    state.cancel = reason
+    return _accepted(state, reason)
 
 
 def next_timer(state: GatherState, now: datetime) -> float | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from bridge.models import MQMessage
+from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.routing import Destination
 
 GatherStateName = Literal[
     "OPEN", "PARTIAL", "COMPLETE", "TIMEOUT", "RELEASED", "CANCELLED", "UNKNOWN", "FAILED"
@@ -16,6 +17,11 @@ GatherStateName = Literal[
 #: The states after which a gather takes no more replies.
 CLOSED_STATES = ("COMPLETE", "TIMEOUT", "RELEASED", "CANCELLED", "UNKNOWN", "FAILED")
 Outcome = Literal["COMPLETE", "TIMEOUT", "RELEASED", "CANCELLED"]
+
+#: Where a gather forwards a reply it does not merge.
+ROUTED_KINDS = frozenset(
+    {Destination.LATE, Destination.UNKNOWN, Destination.DUPLICATE, Destination.FAILURE}
+)
 
 _BYTES = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
 
@@ -77,11 +83,19 @@ class UpdateResult(BaseModel):
 
 
 class Routed(BaseModel):
-    """A reply to forward, intact, to a queue of the aggregate (late, unknown, duplicate...)."""
+    """A reply to forward, intact, to a queue of the aggregate (late, unknown, duplicate,
+    failure)."""
 
-    kind: Literal["late", "unknown", "duplicate", "failure"]
+    kind: Destination
     reply: Reply
     reason: str
+
+    @field_validator("kind")
+    @classmethod
+    def _routable(cls, kind: Destination) -> Destination:
+        if kind not in ROUTED_KINDS:
+            raise ValueError(f"a gather routes replies only to {sorted(ROUTED_KINDS)}")
+        return kind
 
 
 class GatherState(BaseModel):

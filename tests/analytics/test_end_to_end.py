@@ -21,7 +21,7 @@ from temporalio.api.export.v1 import WorkflowExecution, WorkflowExecutions
 from temporalio.api.history.v1 import History
 
 from analytics.export import export_histories
-from bridge.models import parse_id
+from bridge.mq.models import parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline
 

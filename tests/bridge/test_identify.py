@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bridge.identify import IdentificationError, gather_correl_id, identify, leg_correl_id
-from bridge.models import MQMessage, parse_id
+from bridge.mq.models import MQMessage, parse_id
 from mqgather.config import AggregateSpec
 
 ORDERS = AggregateSpec(name="orders")

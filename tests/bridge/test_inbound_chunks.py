@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from bridge.inbound import chunk_replies
-from bridge.models import MQMessage
+from bridge.mq.models import MQMessage
 from workflows.models import Reply
 
 

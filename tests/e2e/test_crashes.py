@@ -15,10 +15,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.inbound import InboundBridge
-from bridge.local_qm import LocalQueueManager
-from bridge.routing import PROP_REASON
+from mqgather.names import PROP_REASON
+from bridge.mq.local_qm import LocalQueueManager
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.temporal import dev_server_args
+from mqgather.runtime.temporal import dev_server_args
 from tests.harness import free_port, pipeline, processes_mentioning, status, until
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
@@ -183,7 +183,7 @@ async def _connect_when_up(address: str) -> Client:
 @pytest.mark.timeout(400)
 def test_demo_from_a_shell(tmp_path):
     from mqgather.config import default_aggregates
-    from workers.driver import Rates, expected_counts, plan_requests
+    from workers.demo.driver import Rates, expected_counts, plan_requests
 
     state = tmp_path / "state"
     out = subprocess.run(

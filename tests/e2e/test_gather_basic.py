@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bridge.models import parse_id
+from bridge.mq.models import parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline
 

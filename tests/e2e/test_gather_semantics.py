@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from bridge.models import MQMessage, PutOptions, parse_id
-from bridge.routing import PROP_REASON, PROP_SOURCE_QUEUE
+from mqgather.names import PROP_REASON, PROP_SOURCE_QUEUE
+from bridge.mq.models import MQMessage, PutOptions, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline, status, until
 from workflows.gather import GatherWorkflow

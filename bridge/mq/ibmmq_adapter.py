@@ -1,0 +1,480 @@
+"""The IBM MQ transport, through ``ibmmq`` (or ``pymqi`` where only that is installed).
+
+Everything that does not need the MQ client library (settings, channel definition,
+property typing, reason mapping) is a pure function tested on its own; the class
+below applies them to the library's MQI objects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+from pydantic import BaseModel, Field, SecretStr
+
+from bridge.mq.errors import MQError, error_for_reason
+from bridge.mq.models import (
+    NONE_ID,
+    Match,
+    MQMessage,
+    PropertyValue,
+    PutOptions,
+    QueueAttributes,
+)
+from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
+from mqgather.errors import ConfigError
+from mqgather.names import (
+    ENV_MQ,
+    ENV_MQ_PASSWORD,
+    ENV_MQ_PASSWORD_FILE,
+    ENV_MQ_USER,
+    ENV_MQCCDTURL,
+)
+
+_CONNAME = re.compile(r"^[A-Za-z0-9.\-:\[\]]+\(\d{1,5}\)$")
+_QUERY_KEYS = {"ccdt", "cipher", "keyrepo", "certlabel", "user", "password_file", "channel"}
+
+
+class IBMMQSettings(BaseModel):
+    """How to reach an IBM MQ queue manager as a client."""
+
+    qmgr: str = Field(max_length=48)
+    conname: list[str] = Field(default_factory=list, description="host(port) endpoints")
+    channel: str = Field(default="", max_length=20)
+    ccdt: str = ""
+    cipher_spec: str = ""
+    key_repository: str = ""
+    cert_label: str = ""
+    user: str = ""
+    password: SecretStr | None = None
+
+    def describe(self) -> str:
+        """A loggable one-line description (never shows the password)."""
+        where = ",".join(self.conname) or f"CCDT {self.ccdt}"
+        tls = f" TLS {self.cipher_spec}" if self.cipher_spec else ""
+        return f"IBM MQ {self.qmgr or '(default)'} at {where} channel {self.channel or '-'}{tls}"
+
+
+def parse_ibmmq_url(url: str, env: dict[str, str] | None = None) -> IBMMQSettings:
+    """Parse ``ibmmq://QMGR@host(port)[,host(port)...]/CHANNEL[?options]``.
+
+    Options: ``ccdt=PATH`` (instead of host and channel), ``cipher=CIPHERSPEC``,
+    ``keyrepo=PATH`` (key repository stem), ``certlabel=LABEL``, ``user=NAME``,
+    ``password_file=PATH``. The password comes from ``MQGATHER_MQ_PASSWORD`` or a
+    file (``MQGATHER_MQ_PASSWORD_FILE`` or ``password_file=``), never from the URL.
+
+    Raises:
+        ConfigError: naming MQGATHER_MQ and what is wrong.
+    """
+    env = dict(os.environ) if env is None else env
+    key = ENV_MQ
+    if not url.startswith("ibmmq://"):
+        raise ConfigError(key, f"{url!r} is not an ibmmq:// URL")
+    rest = url[len("ibmmq://") :]
+    rest, _, query = rest.partition("?")
+    options: dict[str, str] = {}
+    for name, values in parse_qs(query, keep_blank_values=True).items():
+        if name == "password":
+            raise ConfigError(
+                key, f"put the password in {ENV_MQ_PASSWORD} or a password file, not the URL"
+            )
+        if name not in _QUERY_KEYS:
+            raise ConfigError(key, f"unknown option {name!r}; known: {sorted(_QUERY_KEYS)}")
+        options[name] = values[-1]
+    qmgr, at, where = rest.partition("@")
+    if not at:
+        qmgr, where = rest, ""
+    qmgr = unquote(qmgr)
+    host_part, _, channel = where.partition("/")
+    channel = unquote(channel) or options.get("channel", "")
+    conname = [c.strip() for c in host_part.split(",") if c.strip()]
+    for endpoint in conname:
+        if not _CONNAME.match(endpoint):
+            raise ConfigError(key, f"connection name {endpoint!r} is not host(port)")
+    if not conname and not options.get("ccdt"):
+        raise ConfigError(key, "give host(port) endpoints and a channel, or ?ccdt=PATH")
+    if conname and not channel:
+        raise ConfigError(key, "a channel is needed after the endpoints: .../CHANNEL")
+    if len(qmgr) > 48 or len(channel) > 20:
+        raise ConfigError(key, "queue manager names are at most 48 and channels 20 characters")
+    password: str | None = env.get(ENV_MQ_PASSWORD)
+    password_file = options.get("password_file") or env.get(ENV_MQ_PASSWORD_FILE)
+    if password is None and password_file:
+        try:
+            password = Path(password_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(
+                ENV_MQ_PASSWORD_FILE, f"cannot read {password_file}: {exc.strerror}"
+            ) from exc
+    return IBMMQSettings(
+        qmgr=qmgr,
+        conname=conname,
+        channel=channel,
+        ccdt=options.get("ccdt", ""),
+        cipher_spec=options.get("cipher", ""),
+        key_repository=options.get("keyrepo", ""),
+        cert_label=options.get("certlabel", ""),
+        user=options.get("user") or env.get(ENV_MQ_USER, ""),
+        password=SecretStr(password) if password is not None else None,
+    )
+
+
+def channel_definition(settings: IBMMQSettings) -> dict[str, Any]:
+    """MQCD fields for a client connection (empty when a CCDT defines the channel)."""
+    if not settings.conname:
+        return {}
+    fields: dict[str, Any] = {
+        "ChannelName": settings.channel,
+        "ConnectionName": ",".join(settings.conname),
+        "ChannelType": "MQCHT_CLNTCONN",
+        "TransportType": "MQXPT_TCP",
+    }
+    if settings.cipher_spec:
+        fields["SSLCipherSpec"] = settings.cipher_spec
+    return fields
+
+
+def ssl_options(settings: IBMMQSettings) -> dict[str, str]:
+    """MQSCO fields: the key repository and certificate label, when TLS is used."""
+    fields: dict[str, str] = {}
+    if settings.key_repository:
+        fields["KeyRepository"] = settings.key_repository
+    if settings.cert_label:
+        fields["CertificateLabel"] = settings.cert_label
+    return fields
+
+
+def ccdt_url(settings: IBMMQSettings) -> str:
+    """The MQCNO CCDTUrl for a CCDT file (JSON or binary), or ``""``."""
+    if not settings.ccdt:
+        return ""
+    path = settings.ccdt
+    return path if "://" in path else "file://" + str(Path(path).resolve())
+
+
+def property_type_name(value: PropertyValue) -> str:
+    """The MQTYPE_* name a Python property value is written as."""
+    if value is None:
+        return "MQTYPE_NULL"
+    if isinstance(value, bool):
+        return "MQTYPE_BOOLEAN"
+    if isinstance(value, int):
+        return "MQTYPE_INT64"
+    if isinstance(value, float):
+        return "MQTYPE_FLOAT64"
+    if isinstance(value, bytes):
+        return "MQTYPE_BYTE_STRING"
+    return "MQTYPE_STRING"
+
+
+def property_from_mq(value: Any) -> PropertyValue:
+    """A property value as read back from MQ, normalised to the model's types."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    return str(value)
+
+
+def translate_exception(exc: BaseException, detail: str = "") -> MQError:
+    """Map an MQMIError (anything with ``reason``) to the typed error."""
+    reason = getattr(exc, "reason", None)
+    if not isinstance(reason, int):
+        return MQError(f"{detail}: {exc}" if detail else str(exc))
+    return error_for_reason(reason, detail)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.rstrip(b"\x00 ").decode("utf-8", errors="replace")
+    return str(value or "").rstrip()
+
+
+def load_mq_module() -> ModuleType:
+    """Import ``ibmmq``, or ``pymqi`` if only that is installed.
+
+    Raises:
+        MQError: MQRC_ENVIRONMENT_ERROR naming what to install.
+    """
+    for name in ("ibmmq", "pymqi"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise MQError(
+        "the IBM MQ client is not installed: pip install 'mqgather[ibmmq]' "
+        "and the IBM MQ redistributable client (libmqm)",
+        reason="MQRC_ENVIRONMENT_ERROR",
+    )
+
+
+class IBMMQTransport(Transport):
+    """A client connection to an IBM MQ queue manager."""
+
+    def __init__(self, settings: IBMMQSettings, mq: ModuleType | None = None) -> None:
+        self.settings = settings
+        self.mq = mq or load_mq_module()
+        self.C = self.mq.CMQC
+        self.qmgr_name = settings.qmgr
+        self._queues: dict[tuple[str, int], Any] = {}
+        cd = None
+        fields = channel_definition(settings)
+        if fields:
+            cd = self.mq.CD()
+            for name, value in fields.items():
+                if isinstance(value, str) and value.startswith("MQ"):
+                    value = getattr(self.C, value)
+                setattr(cd, name, value.encode() if isinstance(value, str) else value)
+        sco = None
+        sco_fields = ssl_options(settings)
+        if sco_fields:
+            sco = self.mq.SCO()
+            for name, text in sco_fields.items():
+                setattr(sco, name, text.encode())
+        kwargs: dict[str, Any] = {"cd": cd, "sco": sco}
+        if settings.user:
+            kwargs["user"] = settings.user
+            kwargs["password"] = settings.password.get_secret_value() if settings.password else ""
+        url = ccdt_url(settings)
+        if url:
+            os.environ.setdefault(ENV_MQCCDTURL, url)
+        self.qmgr = self.mq.QueueManager(None)
+        try:
+            self.qmgr.connect_with_options(settings.qmgr, **kwargs)
+        except self.mq.MQMIError as exc:
+            raise translate_exception(exc, f"connecting to {settings.describe()}") from exc
+
+    def _open(self, queue: str, options: int) -> Any:
+        key = (queue, options)
+        if key not in self._queues:
+            try:
+                self._queues[key] = self.mq.Queue(self.qmgr, queue, options)
+            except self.mq.MQMIError as exc:
+                raise translate_exception(exc, f"opening queue {queue!r}") from exc
+        return self._queues[key]
+
+    def put(self, queue: str, message: MQMessage, options: PutOptions | None = None) -> MQMessage:
+        opts = options or PutOptions()
+        C = self.C
+        open_opts = C.MQOO_OUTPUT | C.MQOO_FAIL_IF_QUIESCING
+        pmo_opts = C.MQPMO_FAIL_IF_QUIESCING
+        pmo_opts |= C.MQPMO_SYNCPOINT if opts.syncpoint else C.MQPMO_NO_SYNCPOINT
+        if message.msg_id == NONE_ID:
+            pmo_opts |= C.MQPMO_NEW_MSG_ID
+        if opts.set_all_context:
+            open_opts |= C.MQOO_SET_ALL_CONTEXT
+            pmo_opts |= C.MQPMO_SET_ALL_CONTEXT
+        md = self.mq.MD()
+        md.MsgId = message.msg_id
+        md.CorrelId = message.correl_id
+        md.GroupId = message.group_id
+        md.MsgSeqNumber = message.msg_seq_number
+        md.MsgFlags = message.msg_flags
+        md.Format = message.format.ljust(8).encode()
+        md.Persistence = message.persistence
+        md.Priority = message.priority
+        md.Expiry = message.expiry
+        md.ReplyToQ = message.reply_to_q.encode()
+        md.ReplyToQMgr = message.reply_to_qmgr.encode()
+        if opts.set_all_context:
+            md.PutApplName = message.put_appl_name.encode()
+            if message.put_date_time is not None:
+                stamp = message.put_date_time.astimezone(UTC)
+                md.PutDate = stamp.strftime("%Y%m%d").encode()
+                md.PutTime = (
+                    stamp.strftime("%H%M%S") + f"{stamp.microsecond // 10000:02d}"
+                ).encode()
+        pmo = self.mq.PMO(Options=pmo_opts, Version=C.MQPMO_VERSION_3)
+        handle = None
+        if message.properties:
+            handle = self.mq.MessageHandle(self.qmgr)
+            for name, value in message.properties.items():
+                handle.properties.set(
+                    name, value, property_type=getattr(C, property_type_name(value))
+                )
+            pmo.OriginalMsgHandle = handle.msg_handle
+        q = self._open(queue, open_opts)
+        try:
+            q.put(message.body, md, pmo)
+        except self.mq.MQMIError as exc:
+            raise translate_exception(exc, f"putting to queue {queue!r}") from exc
+        return message.model_copy(update={"msg_id": bytes(md.MsgId)})
+
+    def get(
+        self,
+        queue: str,
+        *,
+        wait_ms: int = 0,
+        syncpoint: bool = True,
+        match: Match | None = None,
+        browse: Browse | None = None,
+    ) -> MQMessage:
+        C = self.C
+        open_opts = C.MQOO_FAIL_IF_QUIESCING | (C.MQOO_BROWSE if browse else C.MQOO_INPUT_AS_Q_DEF)
+        gmo_opts = C.MQGMO_FAIL_IF_QUIESCING | C.MQGMO_CONVERT | C.MQGMO_PROPERTIES_IN_HANDLE
+        if browse == "first":
+            gmo_opts |= C.MQGMO_BROWSE_FIRST
+        elif browse == "next":
+            gmo_opts |= C.MQGMO_BROWSE_NEXT
+        else:
+            gmo_opts |= C.MQGMO_SYNCPOINT if syncpoint else C.MQGMO_NO_SYNCPOINT
+        if wait_ms != 0:
+            gmo_opts |= C.MQGMO_WAIT
+        handle = self.mq.MessageHandle(self.qmgr)
+        gmo = self.mq.GMO(
+            Options=gmo_opts,
+            WaitInterval=C.MQWI_UNLIMITED if wait_ms == WAIT_UNLIMITED else max(wait_ms, 0),
+            Version=C.MQGMO_VERSION_4,
+            MsgHandle=handle.msg_handle,
+        )
+        md = self.mq.MD()  # fresh, so MsgId/CorrelId are reset before each get
+        match_opts = 0
+        if match is not None:
+            if match.msg_id is not None:
+                md.MsgId, match_opts = match.msg_id, match_opts | C.MQMO_MATCH_MSG_ID
+            if match.correl_id is not None:
+                md.CorrelId, match_opts = match.correl_id, match_opts | C.MQMO_MATCH_CORREL_ID
+            if match.group_id is not None:
+                md.GroupId, match_opts = match.group_id, match_opts | C.MQMO_MATCH_GROUP_ID
+        gmo.MatchOptions = match_opts
+        q = self._open(queue, open_opts)
+        try:
+            body = q.get(None, md, gmo)
+        except self.mq.MQMIError as exc:
+            err = translate_exception(exc, f"getting from queue {queue!r}")
+            raise err from exc
+        return MQMessage(
+            msg_id=bytes(md.MsgId),
+            correl_id=bytes(md.CorrelId),
+            group_id=bytes(md.GroupId),
+            msg_seq_number=max(1, int(md.MsgSeqNumber)),
+            msg_flags=int(md.MsgFlags),
+            format=_text(md.Format),
+            persistence=int(md.Persistence),
+            priority=int(md.Priority),
+            expiry=int(md.Expiry),
+            reply_to_q=_text(md.ReplyToQ),
+            reply_to_qmgr=_text(md.ReplyToQMgr),
+            put_appl_name=_text(md.PutApplName)[:28],
+            put_date_time=_put_time(_text(md.PutDate), _text(md.PutTime)),
+            backout_count=int(md.BackoutCount),
+            properties=self._read_properties(handle),
+            body=bytes(body),
+        )
+
+    def _read_properties(self, handle: Any) -> dict[str, PropertyValue]:
+        C = self.C
+        props: dict[str, PropertyValue] = {}
+        option = C.MQIMPO_INQ_FIRST
+        while True:
+            try:
+                got = handle.properties.get("%", impo_options=option)
+            except self.mq.MQMIError as exc:
+                if getattr(exc, "reason", None) == C.MQRC_PROPERTY_NOT_AVAILABLE:
+                    return props
+                raise translate_exception(exc, "reading message properties") from exc
+            option = C.MQIMPO_INQ_NEXT
+            if not isinstance(got, tuple):
+                return props  # this library version does not return names for wildcards
+            value, name = got
+            name = _text(name)
+            props[name.removeprefix("usr.")] = property_from_mq(value)
+
+    def commit(self) -> None:
+        try:
+            self.qmgr.commit()
+        except self.mq.MQMIError as exc:
+            raise translate_exception(exc, "commit") from exc
+
+    def backout(self) -> None:
+        try:
+            self.qmgr.backout()
+        except self.mq.MQMIError as exc:
+            raise translate_exception(exc, "backout") from exc
+
+    def inquire(self, queue: str) -> QueueAttributes:
+        C = self.C
+        q = self.mq.Queue(self.qmgr, queue, C.MQOO_INQUIRE | C.MQOO_FAIL_IF_QUIESCING)
+        try:
+            return QueueAttributes(
+                name=queue,
+                maxdepth=int(q.inquire(C.MQIA_MAX_Q_DEPTH)),
+                maxmsgl=int(q.inquire(C.MQIA_MAX_MSG_LENGTH)),
+                bothresh=int(q.inquire(C.MQIA_BACKOUT_THRESHOLD)),
+                boqname=_text(q.inquire(C.MQCA_BACKOUT_REQ_Q_NAME)),
+                curdepth=int(q.inquire(C.MQIA_CURRENT_Q_DEPTH)),
+            )
+        except self.mq.MQMIError as exc:
+            raise translate_exception(exc, f"inquiring queue {queue!r}") from exc
+        finally:
+            with contextlib.suppress(self.mq.MQMIError):
+                q.close()
+
+    def define(self, attrs: QueueAttributes, *, replace: bool = False) -> None:
+        C, F = self.C, self.mq.CMQCFC
+        args = {
+            C.MQCA_Q_NAME: attrs.name,
+            C.MQIA_Q_TYPE: C.MQQT_LOCAL,
+            C.MQIA_MAX_Q_DEPTH: attrs.maxdepth,
+            C.MQIA_MAX_MSG_LENGTH: attrs.maxmsgl,
+            C.MQIA_BACKOUT_THRESHOLD: attrs.bothresh,
+            C.MQCA_BACKOUT_REQ_Q_NAME: attrs.boqname,
+        }
+        if replace:
+            args[F.MQIACF_REPLACE] = F.MQRP_YES
+        try:
+            self.mq.PCFExecute(self.qmgr).MQCMD_CREATE_Q(args)
+        except self.mq.MQMIError as exc:
+            raise translate_exception(exc, f"defining queue {attrs.name!r}") from exc
+
+    def list_queues(self, pattern: str = "*") -> list[QueueAttributes]:
+        C = self.C
+        try:
+            rows = self.mq.PCFExecute(self.qmgr).MQCMD_INQUIRE_Q(
+                {C.MQCA_Q_NAME: pattern.encode(), C.MQIA_Q_TYPE: C.MQQT_LOCAL}
+            )
+        except self.mq.MQMIError as exc:
+            raise translate_exception(exc, f"listing queues {pattern!r}") from exc
+        return [
+            QueueAttributes(
+                name=_text(row[C.MQCA_Q_NAME]),
+                maxdepth=int(row.get(C.MQIA_MAX_Q_DEPTH, 0)),
+                maxmsgl=int(row.get(C.MQIA_MAX_MSG_LENGTH, 0)),
+                bothresh=int(row.get(C.MQIA_BACKOUT_THRESHOLD, 0)),
+                boqname=_text(row.get(C.MQCA_BACKOUT_REQ_Q_NAME, b"")),
+                curdepth=int(row.get(C.MQIA_CURRENT_Q_DEPTH, 0)),
+            )
+            for row in rows
+        ]
+
+    def dead_letter_queue(self) -> str:
+        try:
+            return _text(self.qmgr.inquire(self.C.MQCA_DEAD_LETTER_Q_NAME))
+        except self.mq.MQMIError as exc:
+            raise translate_exception(exc, "inquiring DEADQ") from exc
+
+    def close(self) -> None:
+        for q in self._queues.values():
+            with contextlib.suppress(self.mq.MQMIError):
+                q.close()
+        self._queues.clear()
+        with contextlib.suppress(self.mq.MQMIError):
+            self.qmgr.backout()
+            self.qmgr.disconnect()
+
+
+def _put_time(date: str, time_text: str) -> datetime | None:
+    """MQMD PutDate (YYYYMMDD) + PutTime (HHMMSSTH), GMT, as a datetime."""
+    try:
+        stamp = datetime.strptime(date + time_text[:6], "%Y%m%d%H%M%S")
+    except ValueError:
+        return None
+    hundredths = int(time_text[6:8]) if time_text[6:8].isdigit() else 0
+    return stamp.replace(tzinfo=UTC, microsecond=hundredths * 10000)

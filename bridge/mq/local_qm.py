@@ -1,0 +1,619 @@
+"""The embedded queue manager: IBM MQ queue semantics in one SQLite file.
+
+Many processes may open the same file. Every MQ call is one short SQLite write
+transaction, so a unit of work never holds the database lock while the application
+works between get and commit: a got message is marked as owned by the connection
+(invisible to others) and the mark is resolved at commit or backout.
+
+Each connection holds an exclusive ``flock`` on a lock file of its own for its whole
+life. When the process dies (even by SIGKILL) the kernel drops the lock; any other
+connection notices within ``RECOVERY_INTERVAL`` seconds of its next MQ call (and every
+new connection at once) and backs the dead connection's unit of work out: its got
+messages become available with BackoutCount + 1 and its uncommitted puts are discarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bridge.mq.errors import (
+    ConnectionBroken,
+    MessageTooBig,
+    MQError,
+    NoMessageAvailable,
+    NotAuthorized,
+    ObjectAlreadyExists,
+    QueueFull,
+    QueueManagerUnavailable,
+    UnknownObjectName,
+)
+from bridge.mq.models import (
+    ID_LENGTH,
+    NONE_ID,
+    Match,
+    MQMessage,
+    PutOptions,
+    QueueAttributes,
+    decode_properties,
+    encode_properties,
+)
+from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
+from mqgather.constants import DEAD_LETTER_QUEUE, DEFAULT_QMGR_NAME, QMGR_MAXMSGL
+
+#: Seconds within which a live connection backs out the work of a dead one.
+RECOVERY_INTERVAL = 1.0
+#: Longest pause between two looks at the queue during a get-wait.
+_MAX_POLL = 0.02
+_BUSY_TIMEOUT_MS = 30_000
+
+# Message states.
+_AVAILABLE = 0
+_PUT_PENDING = 1  # put under syncpoint, not yet committed
+_GOT_PENDING = 2  # got under syncpoint, not yet committed
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS qmgr (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS queues (
+    name TEXT PRIMARY KEY,
+    maxdepth INTEGER NOT NULL,
+    maxmsgl INTEGER NOT NULL,
+    bothresh INTEGER NOT NULL,
+    boqname TEXT NOT NULL,
+    descr TEXT NOT NULL,
+    curdepth INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue TEXT NOT NULL,
+    state INTEGER NOT NULL,
+    owner TEXT,
+    priority INTEGER NOT NULL,
+    msg_id BLOB NOT NULL,
+    correl_id BLOB NOT NULL,
+    group_id BLOB NOT NULL,
+    msg_seq_number INTEGER NOT NULL,
+    msg_flags INTEGER NOT NULL,
+    format TEXT NOT NULL,
+    persistence INTEGER NOT NULL,
+    expiry_at REAL,
+    reply_to_q TEXT NOT NULL,
+    reply_to_qmgr TEXT NOT NULL,
+    put_appl_name TEXT NOT NULL,
+    put_date_time TEXT,
+    backout_count INTEGER NOT NULL,
+    properties TEXT NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_order ON messages (queue, state, priority DESC, id);
+CREATE INDEX IF NOT EXISTS messages_correl ON messages (queue, correl_id);
+CREATE INDEX IF NOT EXISTS messages_msgid ON messages (queue, msg_id);
+CREATE INDEX IF NOT EXISTS messages_group ON messages (queue, group_id);
+CREATE INDEX IF NOT EXISTS messages_owner ON messages (owner) WHERE owner IS NOT NULL;
+CREATE INDEX IF NOT EXISTS messages_expiry ON messages (expiry_at) WHERE expiry_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS connections (conn_id TEXT PRIMARY KEY, pid INTEGER, started REAL);
+CREATE TRIGGER IF NOT EXISTS depth_up AFTER INSERT ON messages BEGIN
+    UPDATE queues SET curdepth = curdepth + 1 WHERE name = NEW.queue;
+END;
+CREATE TRIGGER IF NOT EXISTS depth_down AFTER DELETE ON messages BEGIN
+    UPDATE queues SET curdepth = curdepth - 1 WHERE name = OLD.queue;
+END;
+"""
+
+_INSERT = (
+    "INSERT INTO messages (queue, state, owner, priority, msg_id, correl_id, group_id, "
+    "msg_seq_number, msg_flags, format, persistence, expiry_at, reply_to_q, reply_to_qmgr, "
+    "put_appl_name, put_date_time, backout_count, properties, body) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+
+_COLUMNS = (
+    "id, priority, msg_id, correl_id, group_id, msg_seq_number, msg_flags, format, "
+    "persistence, expiry_at, reply_to_q, reply_to_qmgr, put_appl_name, put_date_time, "
+    "backout_count, properties, body"
+)
+
+
+def _default_appl_name() -> str:
+    return (Path(sys.argv[0]).name or "python")[:28]
+
+
+def _translate(exc: sqlite3.Error, path: Path) -> MQError:
+    """Map an SQLite failure to the MQ reason an application would see."""
+    text = str(exc)
+    if "not a database" in text or "malformed" in text:
+        return QueueManagerUnavailable(
+            f"{path} is not an embedded queue manager file ({text}); "
+            "move it aside or point MQGATHER_MQ at another file"
+        )
+    if "readonly" in text or "unable to open" in text or "permission" in text.lower():
+        return NotAuthorized(f"{path} cannot be written ({text}); check its permissions")
+    if "disk is full" in text:
+        return MQError(f"{path}: {text}", reason="MQRC_STORAGE_MEDIUM_FULL")
+    if "locked" in text or "busy" in text:
+        return MQError(f"{path}: {text}", reason="MQRC_RESOURCE_PROBLEM")
+    return MQError(f"{path}: {text}", reason="MQRC_UNEXPECTED_ERROR")
+
+
+class LocalQueueManager(Transport):
+    """A connection to the embedded queue manager stored in ``path``.
+
+    Args:
+        path: the SQLite file; created, with its dead-letter queue, if absent.
+        qmgr_name: the queue manager name recorded at creation.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, qmgr_name: str = DEFAULT_QMGR_NAME):
+        self.path = Path(path)
+        self.conn_id = uuid.uuid4().hex
+        self._lock = threading.RLock()
+        self._got_pending = False
+        self._puts: list[tuple[str, tuple[Any, ...]]] = []
+        self._browse_pos: dict[str, tuple[int, int]] = {}
+        self._last_sweep = 0.0
+        self._closed = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_dir = self.path.with_name(self.path.name + ".locks")
+            self._lock_dir.mkdir(exist_ok=True)
+            self._lock_file = open(self._lock_dir / f"{self.conn_id}.lock", "w")  # noqa: SIM115
+        except OSError as exc:
+            raise QueueManagerUnavailable(
+                f"cannot create the embedded queue manager at {self.path}: {exc.strerror}"
+            ) from exc
+        fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=30
+            )
+            self._db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            # executescript commits any open transaction, so the script carries its own.
+            self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+            with self._write() as db:
+                row = db.execute("SELECT value FROM qmgr WHERE key = 'name'").fetchone()
+                if row is None:
+                    db.execute("INSERT INTO qmgr VALUES ('name', ?)", (qmgr_name,))
+                    db.execute("INSERT INTO qmgr VALUES ('deadq', ?)", (DEAD_LETTER_QUEUE,))
+                    self._define(db, QueueAttributes(name=DEAD_LETTER_QUEUE, maxdepth=999_999_999))
+                    row = (qmgr_name,)
+                self.qmgr_name = row[0]
+                db.execute(
+                    "INSERT INTO connections VALUES (?, ?, ?)",
+                    (self.conn_id, os.getpid(), time.time()),
+                )
+        except sqlite3.Error as exc:
+            self._release_lock()
+            raise _translate(exc, self.path) from exc
+        except MQError:
+            self._release_lock()
+            raise
+        self._sweep(force=True)
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One short write transaction (BEGIN IMMEDIATE ... COMMIT)."""
+        with self._lock:
+            if getattr(self, "_closed", False):
+                raise ConnectionBroken("the connection is closed")
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
+            try:
+                yield db
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+            try:
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise _translate(exc, self.path) from exc
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(db, *args)`` in a write transaction, translating SQLite errors."""
+        try:
+            with self._write() as db:
+                return fn(db, *args)
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+
+    def _release_lock(self) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            os.unlink(self._lock_file.name)
+
+    def _sweep(self, force: bool = False) -> None:
+        """Back out the units of work of dead connections and purge expired messages."""
+        now = time.monotonic()
+        if not force and now - self._last_sweep < RECOVERY_INTERVAL:
+            return
+        self._last_sweep = now
+        try:
+            rows = self._db.execute(
+                "SELECT conn_id FROM connections WHERE conn_id != ?", (self.conn_id,)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+        for (conn_id,) in rows:
+            lock_path = self._lock_dir / f"{conn_id}.lock"
+            try:
+                handle = open(lock_path, "a")  # noqa: SIM115
+            except OSError:
+                continue
+            try:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # the owner is alive
+                self._call(self._recover_dead, conn_id)
+                with contextlib.suppress(OSError):
+                    os.unlink(lock_path)
+            finally:
+                handle.close()
+        self._call(
+            lambda db: db.execute(
+                "DELETE FROM messages WHERE expiry_at IS NOT NULL AND expiry_at <= ? AND state = ?",
+                (time.time(), _AVAILABLE),
+            )
+        )
+
+    def _recover_dead(self, db: sqlite3.Connection, conn_id: str) -> None:
+        self._end_uow(db, conn_id, commit=False)
+        db.execute("DELETE FROM connections WHERE conn_id = ?", (conn_id,))
+
+    @staticmethod
+    def _end_uow(db: sqlite3.Connection, owner: str, *, commit: bool) -> None:
+        if commit:
+            db.execute("DELETE FROM messages WHERE owner = ? AND state = ?", (owner, _GOT_PENDING))
+            db.execute(
+                "UPDATE messages SET state = ?, owner = NULL WHERE owner = ? AND state = ?",
+                (_AVAILABLE, owner, _PUT_PENDING),
+            )
+        else:
+            db.execute("DELETE FROM messages WHERE owner = ? AND state = ?", (owner, _PUT_PENDING))
+            db.execute(
+                "UPDATE messages SET state = ?, owner = NULL, backout_count = backout_count + 1 "
+                "WHERE owner = ? AND state = ?",
+                (_AVAILABLE, owner, _GOT_PENDING),
+            )
+
+    @staticmethod
+    def _queue_row(db: sqlite3.Connection, queue: str) -> tuple[Any, ...]:
+        row = db.execute(
+            "SELECT name, maxdepth, maxmsgl, bothresh, boqname, descr, curdepth "
+            "FROM queues WHERE name = ?",
+            (queue,),
+        ).fetchone()
+        if row is None:
+            raise UnknownObjectName(f"queue {queue!r} is not defined")
+        return tuple(row)
+
+    @staticmethod
+    def _define(db: sqlite3.Connection, attrs: QueueAttributes, replace: bool = False) -> None:
+        exists = db.execute("SELECT 1 FROM queues WHERE name = ?", (attrs.name,)).fetchone()
+        values = (attrs.maxdepth, attrs.maxmsgl, attrs.bothresh, attrs.boqname, attrs.descr)
+        if exists and not replace:
+            raise ObjectAlreadyExists(f"queue {attrs.name!r} already exists")
+        if exists:
+            db.execute(
+                "UPDATE queues SET maxdepth=?, maxmsgl=?, bothresh=?, boqname=?, descr=? "
+                "WHERE name=?",
+                (*values, attrs.name),
+            )
+        else:
+            db.execute(
+                "INSERT INTO queues (name, maxdepth, maxmsgl, bothresh, boqname, descr) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (attrs.name, *values),
+            )
+
+    # ------------------------------------------------------------------ the MQI
+
+    def put(self, queue: str, message: MQMessage, options: PutOptions | None = None) -> MQMessage:
+        opts = options or PutOptions()
+        if len(message.body) > QMGR_MAXMSGL:
+            raise MessageTooBig(
+                f"{len(message.body)} bytes exceed the queue manager's MAXMSGL",
+                reason="MQRC_MSG_TOO_BIG_FOR_Q_MGR",
+            )
+        msg_id = message.msg_id
+        if msg_id == NONE_ID:
+            msg_id = (b"AMQ " + self.qmgr_name.encode()[:12].ljust(12) + os.urandom(8))[:ID_LENGTH]
+        updates: dict[str, Any] = {"msg_id": msg_id, "backout_count": 0}
+        if not opts.set_all_context or message.put_date_time is None:
+            updates["put_date_time"] = datetime.now(UTC)
+        if not opts.set_all_context:
+            updates["put_appl_name"] = _default_appl_name()
+        stored = message.model_copy(update=updates)
+        row = self._row(queue, stored)
+        if opts.syncpoint:
+            # Checked now, written by commit: the unit of work holds no lock meanwhile.
+            with self._lock:
+                pending = sum(1 for q, _ in self._puts if q == queue)
+                try:
+                    self._check_put(self._db, queue, len(stored.body), pending)
+                except sqlite3.Error as exc:
+                    raise _translate(exc, self.path) from exc
+                self._puts.append((queue, row))
+            return stored
+
+        def op(db: sqlite3.Connection) -> None:
+            self._check_put(db, queue, len(stored.body), 0)
+            db.execute(_INSERT, row)
+
+        self._call(op)
+        return stored
+
+    def _check_put(self, db: sqlite3.Connection, queue: str, size: int, pending: int) -> None:
+        _, maxdepth, maxmsgl, *_rest, curdepth = self._queue_row(db, queue)
+        if size > maxmsgl:
+            raise MessageTooBig(f"{size} bytes exceed MAXMSGL({maxmsgl}) of queue {queue!r}")
+        if curdepth + pending >= maxdepth:
+            raise QueueFull(f"queue {queue!r} is at MAXDEPTH({maxdepth})")
+
+    @staticmethod
+    def _row(queue: str, m: MQMessage) -> tuple[Any, ...]:
+        return (
+            queue,
+            _AVAILABLE,
+            None,
+            m.priority,
+            m.msg_id,
+            m.correl_id,
+            m.group_id,
+            m.msg_seq_number,
+            m.msg_flags,
+            m.format,
+            m.persistence,
+            time.time() + m.expiry / 10 if m.expiry > 0 else None,
+            m.reply_to_q,
+            m.reply_to_qmgr,
+            m.put_appl_name,
+            m.put_date_time.isoformat() if m.put_date_time else None,
+            0,
+            json.dumps(encode_properties(m.properties)),
+            m.body,
+        )
+
+    def get(
+        self,
+        queue: str,
+        *,
+        wait_ms: int = 0,
+        syncpoint: bool = True,
+        match: Match | None = None,
+        browse: Browse | None = None,
+    ) -> MQMessage:
+        mode = {"browse": browse}
+
+        def attempt(db: sqlite3.Connection) -> list[MQMessage]:
+            got = self._take(db, queue, syncpoint, match, mode["browse"], 1)
+            if not got and mode["browse"] == "first":
+                # Nothing yet: later arrivals are the "first" from where the cursor is.
+                mode["browse"] = "next"
+                self._browse_pos.pop(queue, None)
+            return got
+
+        return self._poll(queue, wait_ms, attempt)[0]
+
+    def get_batch(
+        self, queue: str, max_messages: int, *, wait_ms: int = 0, match: Match | None = None
+    ) -> list[MQMessage]:
+        try:
+            return self._poll(
+                queue,
+                wait_ms,
+                lambda db: self._take(db, queue, True, match, None, max_messages),
+            )
+        except NoMessageAvailable:
+            return []
+
+    def _poll(
+        self,
+        queue: str,
+        wait_ms: int,
+        attempt: Callable[[sqlite3.Connection], list[MQMessage]],
+    ) -> list[MQMessage]:
+        """Run ``attempt`` until it finds messages or the wait ends."""
+        deadline = None if wait_ms == WAIT_UNLIMITED else time.monotonic() + wait_ms / 1000
+        pause = 0.001
+
+        def first_try(db: sqlite3.Connection) -> tuple[list[MQMessage], int]:
+            got = attempt(db)
+            # Read inside the same transaction, so no commit can slip in unseen.
+            version = 0 if got else int(db.execute("PRAGMA data_version").fetchone()[0])
+            return got, version
+
+        while True:
+            self._sweep()
+            got, version = self._call(first_try)
+            if got:
+                return got
+            # Wait until another connection commits something, or the wait ends.
+            while True:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    raise NoMessageAvailable(f"no message on queue {queue!r}")
+                time.sleep(pause if deadline is None else min(pause, deadline - now))
+                pause = min(pause * 2, _MAX_POLL)
+                if self._data_version() != version:
+                    pause = 0.001
+                    break
+                if time.monotonic() - self._last_sweep >= RECOVERY_INTERVAL:
+                    break
+
+    def _data_version(self) -> int:
+        with self._lock:
+            try:
+                return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
+
+    def _take(
+        self,
+        db: sqlite3.Connection,
+        queue: str,
+        syncpoint: bool,
+        match: Match | None,
+        browse: Browse | None,
+        limit: int,
+    ) -> list[MQMessage]:
+        self._queue_row(db, queue)
+        now = time.time()
+        where = ["queue = ?", "state = ?", "(expiry_at IS NULL OR expiry_at > ?)"]
+        params: list[Any] = [queue, _AVAILABLE, now]
+        if match is not None:
+            for field in ("msg_id", "correl_id", "group_id"):
+                value = getattr(match, field)
+                if value is not None:
+                    where.append(f"{field} = ?")
+                    params.append(value)
+        if browse == "next" and queue in self._browse_pos:
+            prio, last = self._browse_pos[queue]
+            where.append("(priority < ? OR (priority = ? AND id > ?))")
+            params += [prio, prio, last]
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM messages WHERE {' AND '.join(where)} "
+            "ORDER BY priority DESC, id LIMIT ?",
+            [*params, limit],
+        ).fetchall()
+        if not rows:
+            return []
+        ids = [(row[0],) for row in rows]
+        if browse is not None:
+            self._browse_pos[queue] = (rows[-1][1], rows[-1][0])
+        elif syncpoint:
+            db.executemany(
+                f"UPDATE messages SET state = {_GOT_PENDING}, owner = '{self.conn_id}' "
+                "WHERE id = ?",
+                ids,
+            )
+            self._got_pending = True
+        else:
+            db.executemany("DELETE FROM messages WHERE id = ?", ids)
+        return [self._to_message(row, now) for row in rows]
+
+    @staticmethod
+    def _to_message(row: tuple[Any, ...], now: float) -> MQMessage:
+        (
+            _,
+            priority,
+            msg_id,
+            correl_id,
+            group_id,
+            seq,
+            flags,
+            fmt,
+            persistence,
+            expiry_at,
+            reply_to_q,
+            reply_to_qmgr,
+            appl,
+            put_time,
+            backout_count,
+            props,
+            body,
+        ) = row
+        return MQMessage(
+            msg_id=msg_id,
+            correl_id=correl_id,
+            group_id=group_id,
+            msg_seq_number=seq,
+            msg_flags=flags,
+            format=fmt,
+            persistence=persistence,
+            priority=priority,
+            expiry=-1 if expiry_at is None else max(1, int((expiry_at - now) * 10)),
+            reply_to_q=reply_to_q,
+            reply_to_qmgr=reply_to_qmgr,
+            put_appl_name=appl,
+            put_date_time=datetime.fromisoformat(put_time) if put_time else None,
+            backout_count=backout_count,
+            properties=decode_properties(json.loads(props)),
+            body=body,
+        )
+
+    def commit(self) -> None:
+        with self._lock:
+            if not (self._got_pending or self._puts):
+                return
+
+            def op(db: sqlite3.Connection) -> None:
+                if self._got_pending:
+                    self._end_uow(db, self.conn_id, commit=True)
+                if self._puts:
+                    db.executemany(_INSERT, [row for _, row in self._puts])
+
+            self._call(op)
+            self._puts.clear()
+            self._got_pending = False
+
+    def backout(self) -> None:
+        with self._lock:
+            self._puts.clear()
+            if not self._got_pending:
+                return
+            self._call(lambda db: self._end_uow(db, self.conn_id, commit=False))
+            self._got_pending = False
+
+    def inquire(self, queue: str) -> QueueAttributes:
+        row = self._call(self._queue_row, queue)
+        keys = ("name", "maxdepth", "maxmsgl", "bothresh", "boqname", "descr", "curdepth")
+        return QueueAttributes(**dict(zip(keys, row, strict=True)))
+
+    def define(self, attrs: QueueAttributes, *, replace: bool = False) -> None:
+        self._call(self._define, attrs, replace)
+
+    def list_queues(self, pattern: str = "*") -> list[QueueAttributes]:
+        like = (
+            pattern[:-1].replace("%", r"\%").replace("_", r"\_") + "%"
+            if pattern.endswith("*")
+            else pattern
+        )
+        rows = self._call(
+            lambda db: db.execute(
+                "SELECT name, maxdepth, maxmsgl, bothresh, boqname, descr, curdepth FROM queues "
+                "WHERE name LIKE ? ESCAPE '\\' ORDER BY name",
+                (like,),
+            ).fetchall()
+        )
+        keys = ("name", "maxdepth", "maxmsgl", "bothresh", "boqname", "descr", "curdepth")
+        return [QueueAttributes(**dict(zip(keys, row, strict=True))) for row in rows]
+
+    def dead_letter_queue(self) -> str:
+        row = self._call(
+            lambda db: db.execute("SELECT value FROM qmgr WHERE key = 'deadq'").fetchone()
+        )
+        return str(row[0]) if row else ""
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._puts.clear()
+            # On a broken file the lock release below still frees our connection.
+            with contextlib.suppress(MQError):
+                self._call(self._recover_dead, self.conn_id)
+            self._closed = True
+            self._db.close()
+            self._release_lock()

@@ -1,0 +1,133 @@
+"""The transport interface: the only way mqgather talks to a queue manager."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Literal
+
+from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
+
+#: MQWI_UNLIMITED: a get that waits until a message comes.
+WAIT_UNLIMITED = -1
+
+Browse = Literal["first", "next"]
+
+
+class Transport(abc.ABC):
+    """A connection to one queue manager, with at most one unit of work open at a time.
+
+    Gets and puts under syncpoint join the connection's unit of work, which ends with
+    :meth:`commit` or :meth:`backout`. Closing a connection backs out what is uncommitted.
+    """
+
+    qmgr_name: str
+
+    @abc.abstractmethod
+    def put(self, queue: str, message: MQMessage, options: PutOptions | None = None) -> MQMessage:
+        """Put a message; returns it as put (MsgId generated if it was MQMI_NONE)."""
+
+    @abc.abstractmethod
+    def get(
+        self,
+        queue: str,
+        *,
+        wait_ms: int = 0,
+        syncpoint: bool = True,
+        match: Match | None = None,
+        browse: Browse | None = None,
+    ) -> MQMessage:
+        """Get (or browse) the first matching message in priority then arrival order.
+
+        Args:
+            queue: queue name.
+            wait_ms: how long to wait for a message; ``WAIT_UNLIMITED`` waits forever.
+            syncpoint: join the unit of work (ignored when browsing).
+            match: only messages with these MsgId / CorrelId / GroupId.
+            browse: ``"first"`` or ``"next"`` to look without removing.
+
+        Raises:
+            NoMessageAvailable: no matching message within the wait.
+        """
+
+    def get_batch(
+        self, queue: str, max_messages: int, *, wait_ms: int = 0, match: Match | None = None
+    ) -> list[MQMessage]:
+        """Get up to ``max_messages`` under syncpoint, waiting only for the first.
+
+        Returns an empty list when nothing came within the wait.
+        """
+        batch: list[MQMessage] = []
+        wait = wait_ms
+        while len(batch) < max_messages:
+            try:
+                batch.append(self.get(queue, wait_ms=wait, syncpoint=True, match=match))
+            except NoMessageAvailable:
+                break
+            wait = 0
+        return batch
+
+    @abc.abstractmethod
+    def commit(self) -> None:
+        """Commit the unit of work (MQCMIT)."""
+
+    @abc.abstractmethod
+    def backout(self) -> None:
+        """Back out the unit of work (MQBACK): got messages return with BackoutCount + 1."""
+
+    @abc.abstractmethod
+    def inquire(self, queue: str) -> QueueAttributes:
+        """Read a queue's attributes, CURDEPTH, BOTHRESH and BOQNAME among them."""
+
+    @abc.abstractmethod
+    def define(self, attrs: QueueAttributes, *, replace: bool = False) -> None:
+        """Define a local queue (DEFINE QLOCAL); ``replace`` updates an existing one."""
+
+    @abc.abstractmethod
+    def list_queues(self, pattern: str = "*") -> list[QueueAttributes]:
+        """The queues whose names match a generic pattern (``*`` at the end), with depths."""
+
+    @abc.abstractmethod
+    def dead_letter_queue(self) -> str:
+        """The queue manager's dead-letter queue name (DEADQ), or ``""`` if none."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Disconnect; uncommitted work is backed out."""
+
+    def browse(self, queue: str, match: Match | None = None) -> Iterator[MQMessage]:
+        """Every matching message, in get order, without removing any."""
+        mode: Browse = "first"
+        while True:
+            try:
+                yield self.get(queue, match=match, browse=mode)
+            except NoMessageAvailable:
+                return
+            mode = "next"
+
+    def clear(self, queue: str) -> int:
+        """Remove every available message from a queue; returns how many."""
+        count = 0
+        while True:
+            try:
+                self.get(queue, syncpoint=True)
+            except NoMessageAvailable:
+                break
+            count += 1
+            if count % 500 == 0:
+                self.commit()
+        self.commit()
+        return count
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,97 @@
+"""``mqgather export`` and ``mqgather analyze``."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from mqgather.errors import ConfigError
+
+
+def _when(text: str | None, option: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ConfigError(option, f"{text!r} is not an ISO date/time") from exc
+    return value if value.tzinfo else value.astimezone()
+
+
+@click.command()
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--aggregate", default=None, help="Only this aggregate.")
+@click.option("--since", default=None, help="Closed at or after (ISO); default: last run.")
+@click.option("--until", default=None, help="Closed at or before (ISO).")
+@click.option("--batch-size", default=1000, show_default=True, help="Histories per file.")
+def export(
+    out: Path, aggregate: str | None, since: str | None, until: str | None, batch_size: int
+) -> None:
+    """Export closed gather histories to OUT (NDJSON, one history per line, by close date).
+
+    Incremental: a re-run exports only what closed since the last one, never twice.
+    """
+    from analytics.export import export_histories
+    from mqgather.runtime.temporal import connect
+
+    console = Console(stderr=True)
+
+    async def main() -> None:
+        client = await connect()
+        with Progress(
+            TextColumn("exporting histories"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console,
+        ) as progress:  # fmt: skip
+            bar = progress.add_task("export", total=None)
+            result = await export_histories(
+                client, out, aggregate=aggregate, since=_when(since, "--since"),
+                until=_when(until, "--until"), batch_size=batch_size,
+                on_total=lambda n: progress.update(bar, total=n),
+                on_progress=lambda n: progress.update(bar, completed=n),
+            )  # fmt: skip
+        click.echo(
+            f"exported {result.exported} histories in {len(result.files)} file(s) to {out}; "
+            f"{result.skipped_known} already exported; watermark {result.watermark}"
+        )
+
+    asyncio.run(main())
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", default="analytics-out", show_default=True, type=click.Path(path_type=Path))
+@click.option(
+    "--window", default="1 hour", show_default=True, help="Trend window, e.g. '15 minutes'."
+)
+@click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+def analyze(paths: tuple[Path, ...], out: Path, window: str, master: str) -> None:
+    """Mine gather histories (export files, `temporal workflow show -o json` files or Cloud
+    export files) for timeout and latency trends: Parquet facts, CSV trends, PNG charts and
+    an HTML report."""
+    try:
+        from analytics.job import analyze as run
+        from analytics.job import format_summary, spark_session
+    except ImportError as exc:
+        raise ConfigError(
+            "analytics", f"install the analytics extra: pip install -e '.[analytics]' ({exc})"
+        ) from exc
+
+    console = Console(stderr=True)
+    spark = spark_session(master)
+    try:
+        with console.status("starting") as status:
+            result = run(spark, list(paths), out, window=window,
+                         progress=lambda step: status.update(step))  # fmt: skip
+    except FileNotFoundError as exc:
+        raise ConfigError("PATH", str(exc)) from exc
+    finally:
+        spark.stop()
+    click.echo(format_summary(result))
+
+
+COMMANDS = [export, analyze]

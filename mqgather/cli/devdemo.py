@@ -1,0 +1,215 @@
+"""The dev stack and the demo: ``mqgather dev | demo | drive``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from bridge.mq.admin import setup_queues
+from bridge.mq.connect import open_transport
+from mqgather.cli.options import aggregate_option, config_option, fanout_options, mq_option, run
+from mqgather.config import load_config
+from mqgather.constants import STATE_DIR
+from mqgather.errors import MQGatherError
+from mqgather.runtime.temporal import connect, ensure_search_attributes
+from workers.demo.stack import DevStack
+
+
+@click.command()
+@fanout_options
+@click.option("--requests", "n", default=100, show_default=True)
+@click.option("--rate", default=50.0, show_default=True, help="Requests per second.")
+@click.option("--drop-rate", default=0.02, show_default=True)
+@click.option("--late-rate", default=0.02, show_default=True)
+@click.option("--duplicate-rate", default=0.03, show_default=True)
+@click.option("--seed", default=7, show_default=True)
+def drive(
+    mq: str,
+    config_path: str | None,
+    task_queue: str,
+    name: str,
+    n: int,
+    rate: float,
+    drop_rate: float,
+    late_rate: float,
+    duplicate_rate: float,
+    seed: int,
+) -> None:
+    """Send N requests at a rate with planned drops, late and duplicate replies."""
+    from workers.demo.driver import Rates, expected_counts, plan_requests
+    from workers.demo.driver import drive as do_drive
+
+    spec = load_config(config_path).aggregate(name)
+    rates = Rates(drop=drop_rate, late=late_rate, duplicate=duplicate_rate)
+    plans = plan_requests(n, spec, rates, seed)
+
+    async def main(_: asyncio.Event) -> None:
+        client = await connect()
+        with open_transport(mq) as qm:
+            await do_drive(client, qm, spec, plans, rate=rate, task_queue=task_queue)
+        click.echo(json.dumps(expected_counts(plans, 0, 0)))
+
+    run(main)
+
+
+@click.command()
+@mq_option
+@config_option
+@click.option("--port", "temporal_port", default=7233, show_default=True, help="Temporal port.")
+@click.option("--ui-port", default=8233, show_default=True, help="Temporal web UI port.")
+def dev(mq: str, config_path: str | None, temporal_port: int, ui_port: int) -> None:
+    """Run the whole stack until Ctrl-C: Temporal (embedded if none is reachable), worker,
+    bridge and simulated back ends, supervised (a child that dies is restarted)."""
+    from workers.demo.harness import ensure_server
+
+    config = load_config(config_path)
+    with open_transport(mq) as qm:
+        setup_queues(qm, config)
+    console = Console(stderr=True)
+    stack = DevStack(mq=mq, config=config_path, temporal_port=temporal_port, ui_port=ui_port)
+
+    async def main(stop: asyncio.Event) -> None:
+        client = await ensure_server(stack, lambda line: console.print(line, soft_wrap=True))
+        await ensure_search_attributes(client)
+        stack.start_children()
+        click.echo(f"mqgather dev stack up. Temporal UI: {stack.ui_url}", err=True)
+        click.echo(f"MQ: {mq}; logs in {stack.state_dir}/; Ctrl-C stops everything", err=True)
+        while not stop.is_set():
+            for line in stack.supervise():
+                click.echo(line, err=True)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+            except TimeoutError:
+                continue
+
+    try:
+        run(main)
+    finally:
+        stack.stop()
+        click.echo("dev stack stopped", err=True)
+
+
+@click.command()
+@config_option
+@click.option("--requests", "n", default=200, show_default=True, help="Requests to drive.")
+@click.option("--rate", default=25.0, show_default=True, help="Requests per second.")
+@aggregate_option
+@click.option("--json", "as_json", is_flag=True, help="Also print the figures as JSON (last line).")
+@click.option("--port", "temporal_port", default=7233, show_default=True, help="Temporal port.")
+@click.option("--ui-port", default=8233, show_default=True, help="Temporal web UI port.")
+@click.option("--state-dir", default=STATE_DIR, show_default=True, help="Files of the demo.")
+def demo(
+    config_path: str | None,
+    n: int,
+    rate: float,
+    name: str,
+    as_json: bool,
+    temporal_port: int,
+    ui_port: int,
+    state_dir: str,
+) -> None:
+    """The demo: start the dev stack, drive N requests with some dropped, late and duplicate
+    replies (plus a few unknown and poison ones), and print what happened to every one."""
+    from workers.demo.driver import Rates, expected_counts, plan_requests, put_strays
+    from workers.demo.driver import drive as do_drive
+    from workers.demo.harness import counts, ensure_server, latencies, percentile, until_ready
+
+    config = load_config(config_path)
+    spec = config.aggregate(name)
+    state = Path(state_dir)
+    qm_file = state / "demo-qm.db"
+    for stale in (qm_file, Path(f"{qm_file}-wal"), Path(f"{qm_file}-shm")):
+        stale.unlink(missing_ok=True)
+    mq = f"local:{qm_file}"
+    with open_transport(mq) as qm:
+        setup_queues(qm, config)
+    late_after = spec.timeout_seconds + 2.0
+    stack = DevStack(
+        mq=mq, config=config_path, state_dir=state, temporal_port=temporal_port, ui_port=ui_port,
+        backends_args=["--aggregate", name, "--late-after", str(late_after)],
+    )  # fmt: skip
+    console = Console(stderr=True)
+    rates = Rates()
+    plans = plan_requests(n, spec, rates)
+    unknown, poison = round(n * rates.unknown), round(n * rates.poison)
+    expected = expected_counts(plans, unknown, poison)
+
+    async def main(stop: asyncio.Event) -> dict[str, Any]:
+        client = await ensure_server(stack, lambda line: console.print(line, soft_wrap=True))
+        await ensure_search_attributes(client)
+        stack.start_children()
+        qm = open_transport(mq)
+        try:
+            with Progress(
+                TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=console,
+            ) as progress:  # fmt: skip
+                ready = progress.add_task("starting the stack", total=None)
+                put_strays(qm, spec, unknown, poison)
+                await until_ready(client, qm, spec, stop)
+                progress.remove_task(ready)
+                sent_bar = progress.add_task("requests sent", total=n)
+                done_bar = progress.add_task("gathers finished", total=n)
+                sent = await do_drive(
+                    client, qm, spec, plans, rate=rate,
+                    on_sent=lambda i: progress.update(sent_bar, completed=i),
+                )  # fmt: skip
+                limit = time.monotonic() + late_after + spec.unknown_timeout_seconds + 60
+                while True:
+                    now = counts(qm, spec)
+                    progress.update(done_bar, completed=now["completed"] + now["timed_out"])
+                    if all(now[k] >= expected[k] for k in now):
+                        break
+                    if stop.is_set() or time.monotonic() > limit:
+                        console.print("[red]the demo did not finish in time[/red]")
+                        break
+                    for line in stack.supervise():
+                        console.print(line)
+                    await asyncio.sleep(0.25)  # polling queue depths for the progress bar
+            took = latencies(qm, spec, sent)
+        finally:
+            qm.close()
+        return {
+            "requests": n,
+            **now,
+            "latency_ms": {f"p{q}": round(percentile(took, q), 1) for q in (50, 95, 99)},
+        }
+
+    try:
+        figures = run(main)
+    finally:
+        stack.stop()
+    _summary(figures, expected, stack.ui_url)
+    if as_json:
+        click.echo(json.dumps(figures))
+    mismatched = [k for k in expected if k != "requests" and figures[k] != expected[k]]
+    if mismatched:
+        raise MQGatherError(f"the demo's counts differ from the plan for: {', '.join(mismatched)}")
+
+
+def _summary(figures: dict[str, Any], expected: dict[str, int], ui_url: str) -> None:
+    table = Table(title="mqgather demo")
+    table.add_column("")
+    table.add_column("count", justify="right")
+    table.add_column("planned", justify="right")
+    for key in ("requests", "completed", "timed_out", "late", "unknown", "duplicates", "failures"):
+        mark = "" if figures[key] == expected[key] else " ✗"
+        table.add_row(key.replace("_", " "), str(figures[key]), f"{expected[key]}{mark}")
+    lat = figures["latency_ms"]
+    table.add_row("latency p50/p95/p99", f"{lat['p50']}/{lat['p95']}/{lat['p99']} ms", "")
+    console = Console(file=sys.stdout)
+    console.print(table)
+    console.print(f"Every gather's history: {ui_url}", soft_wrap=True)
+    console.print("(the UI is up while `mqgather dev` runs)")
+
+
+COMMANDS = [dev, demo, drive]

@@ -1,0 +1,68 @@
+"""The ``mqgather`` command group and its entry point."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from mqgather import __version__
+from mqgather.cli import analytics, devdemo, operators, processes, queues
+from mqgather.errors import MQGatherError
+from mqgather.runtime import telemetry
+
+
+class _Group(click.Group):
+    """Turns mqgather's own errors into one-line messages instead of tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MQGatherError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise click.ClickException(f"{where}: {first['msg']}") from exc
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mqgather")
+def cli() -> None:
+    """mqgather: the durable fan-in aggregator for IBM MQ.
+
+    Each CorrelId is one Temporal workflow: replies on the reply queue become signals,
+    a durable timer bounds the wait, and one merged response is PUT.
+    """
+
+
+for _module in (processes, operators, devdemo, analytics):
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
+cli.add_command(queues.queues)
+
+
+def main() -> None:
+    """Entry point of the ``mqgather`` command."""
+    code: int | str | None = 0
+    try:
+        cli(prog_name="mqgather")
+    except SystemExit as exc:
+        code = exc.code
+    telemetry.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    # Every command has closed its connections by now. Ending here skips interpreter
+    # finalisation, during which the Temporal client's native threads can abort the
+    # process (SIGABRT) after the command has already succeeded.
+    os._exit(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,97 @@
+"""Options and helpers every command group shares."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+
+from bridge.mq.connect import open_transport
+from bridge.mq.transport import Transport
+from mqgather.constants import DEFAULT_MQ
+from mqgather.names import ENV_CONFIG, ENV_MQ, TASK_QUEUE
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+#: The aggregate commands use when none is named: the demo's.
+DEFAULT_AGGREGATE = "orders"
+
+
+def mq_option(fn: F) -> F:
+    """The ``--mq`` option every command that talks to MQ takes."""
+    return click.option(
+        "--mq",
+        "mq",
+        envvar=ENV_MQ,
+        default=DEFAULT_MQ,
+        show_default=True,
+        metavar="URL",
+        help="Queue manager: local:PATH (embedded) or ibmmq://QMGR@host(port)/CHANNEL "
+        f"[env {ENV_MQ}].",
+    )(fn)
+
+
+def config_option(fn: F) -> F:
+    """The ``--config`` option: the TOML configuration file."""
+    return click.option(
+        "--config",
+        "config_path",
+        envvar=ENV_CONFIG,
+        default=None,
+        metavar="FILE",
+        help=f"Configuration file (TOML) [env {ENV_CONFIG}; default ./mqgather.toml if present, "
+        "else the embedded defaults].",
+    )(fn)
+
+
+def task_queue_option(fn: F) -> F:
+    """The ``--task-queue`` option."""
+    return click.option(
+        "--task-queue", default=TASK_QUEUE, show_default=True, help="Temporal task queue."
+    )(fn)
+
+
+def aggregate_option(fn: F) -> F:
+    """The ``--aggregate`` option (default: the demo's aggregate)."""
+    return click.option(
+        "--aggregate", "name", default=DEFAULT_AGGREGATE, show_default=True, help="Aggregate name."
+    )(fn)
+
+
+def fanout_options(fn: F) -> F:
+    """``--mq``, ``--config``, ``--task-queue`` and ``--aggregate``: what a command that
+    registers gathers needs."""
+    for option in (aggregate_option, task_queue_option, config_option, mq_option):
+        fn = option(fn)
+    return fn
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """Log lines with time, logger and level on stderr."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+
+
+def run(main: Callable[[asyncio.Event], Awaitable[T]]) -> T:
+    """Run ``main(stop)``; SIGINT and SIGTERM set ``stop`` for a clean shutdown."""
+
+    async def runner() -> T:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await main(stop)
+
+    return asyncio.run(runner())
+
+
+def connector(mq: str) -> Callable[[], Transport]:
+    """A function that opens a new connection to the queue manager ``mq`` names."""
+    return lambda: open_transport(mq)

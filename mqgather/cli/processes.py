@@ -1,0 +1,123 @@
+"""The long-running processes: ``mqgather worker | bridge | backends``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import click
+
+from mqgather.cli.options import (
+    config_option,
+    connector,
+    mq_option,
+    run,
+    setup_logging,
+    task_queue_option,
+)
+from mqgather.config import load_config
+from mqgather.runtime import telemetry
+from mqgather.runtime.temporal import connect, ensure_search_attributes
+
+log = logging.getLogger("mqgather")
+
+
+@click.command()
+@mq_option
+@config_option
+@task_queue_option
+@click.option("--threads", default=8, show_default=True, help="Activity threads (MQ connections).")
+def worker(mq: str, config_path: str | None, task_queue: str, threads: int) -> None:
+    """Run gather workflows and the merge/PUT activities until Ctrl-C."""
+    from workers.worker import build_worker
+
+    load_config(config_path)  # fail at start on a bad file
+    setup_logging()
+    telemetry.configure("mqgather-worker")
+
+    async def main(stop: asyncio.Event) -> None:
+        client = await connect()
+        await ensure_search_attributes(client)
+        w = build_worker(client, connector(mq), task_queue=task_queue, activity_threads=threads)
+        log.info("worker on task queue %s, MQ %s", task_queue, mq)
+        async with w:
+            await stop.wait()
+
+    run(main)
+
+
+@click.command()
+@mq_option
+@config_option
+@task_queue_option
+@click.option("--batch-size", default=100, show_default=True, help="Messages per MQ unit of work.")
+def bridge(mq: str, config_path: str | None, task_queue: str, batch_size: int) -> None:
+    """Feed gathers from the reply queues until Ctrl-C (one signal per gather per batch)."""
+    from bridge.inbound import InboundBridge
+
+    config = load_config(config_path)
+    setup_logging()
+    telemetry.configure("mqgather-bridge")
+
+    async def main(stop: asyncio.Event) -> None:
+        client = await connect()
+        b = InboundBridge(
+            client, connector(mq), list(config.aggregates.values()),
+            task_queue=task_queue, batch_size=batch_size,
+        )  # fmt: skip
+        log.info("bridge serving %s", ", ".join(b.by_queue))
+        await b.run(stop)
+        log.info("bridge stopped: %s", b.stats)
+
+    run(main)
+
+
+@click.command()
+@mq_option
+@config_option
+@click.option("--aggregate", "names", multiple=True, help="Serve these aggregates' legs (all).")
+@click.option("--latency-ms", default=100.0, show_default=True)
+@click.option("--jitter-ms", default=50.0, show_default=True)
+@click.option("--drop-rate", default=0.0, show_default=True, help="Share of legs never answered.")
+@click.option(
+    "--late-rate", default=0.0, show_default=True, help="Share answered after --late-after."
+)
+@click.option("--duplicate-rate", default=0.0, show_default=True, help="Share answered twice.")
+@click.option("--late-after", default=5.0, show_default=True, help="Seconds before a late reply.")
+def backends(
+    mq: str,
+    config_path: str | None,
+    names: tuple[str, ...],
+    latency_ms: float,
+    jitter_ms: float,
+    drop_rate: float,
+    late_rate: float,
+    duplicate_rate: float,
+    late_after: float,
+) -> None:
+    """Simulated back ends: answer the leg request queues until Ctrl-C."""
+    from workers.demo.backends import BackendBehaviour, start_backends
+
+    config = load_config(config_path)
+    specs = [config.aggregate(n) for n in names] if names else list(config.aggregates.values())
+    queues = sorted({leg.queue() for spec in specs for leg in spec.legs})
+    behaviour = BackendBehaviour(
+        latency_ms=latency_ms, jitter_ms=jitter_ms, drop_rate=drop_rate, late_rate=late_rate,
+        duplicate_rate=duplicate_rate, late_after_seconds=late_after,
+        reply_format="xml" if specs and specs[0].merge == "xml" else "json",
+    )  # fmt: skip
+    setup_logging()
+
+    async def main(stop: asyncio.Event) -> None:
+        halt, stats, threads = start_backends(connector(mq), queues, behaviour)
+        log.info("back ends serving %s", ", ".join(queues))
+        await stop.wait()
+        halt.set()
+        for thread in threads:
+            await asyncio.to_thread(thread.join, 5)
+        log.info("back ends stopped: %s", stats)
+
+    run(main)
+
+
+COMMANDS = [worker, bridge, backends]

@@ -1,0 +1,317 @@
+"""``mqgather queues``: define, list, put, get, browse and clear queues."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from bridge.mq.admin import setup_queues
+from bridge.mq.connect import open_transport
+from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.models import (
+    MQPER_NOT_PERSISTENT,
+    MQPER_PERSISTENT,
+    Match,
+    MQMessage,
+    MsgFlags,
+    PropertyValue,
+    PutOptions,
+    QueueAttributes,
+    encode_properties,
+    format_id,
+    parse_id,
+)
+from bridge.mq.transport import WAIT_UNLIMITED
+from mqgather.cli.options import config_option, mq_option
+from mqgather.config import load_config
+from mqgather.errors import ConfigError
+
+_TYPES = ("string", "int", "float", "bool", "bytes", "null")
+
+
+def parse_property(text: str) -> tuple[str, PropertyValue]:
+    """Parse ``NAME=VALUE`` or ``NAME:TYPE=VALUE`` (TYPE: string int float bool bytes null)."""
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        raise ConfigError("--property", f"{text!r} is not NAME=VALUE")
+    name, _, kind = name.partition(":")
+    kind = kind or "string"
+    try:
+        if kind == "string":
+            return name, value
+        if kind == "int":
+            return name, int(value)
+        if kind == "float":
+            return name, float(value)
+        if kind == "bool":
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError("expected true or false")
+            return name, value.lower() in ("true", "1", "yes")
+        if kind == "bytes":
+            return name, bytes.fromhex(value[4:]) if value.startswith("hex:") else value.encode()
+        if kind == "null":
+            return name, None
+    except ValueError as exc:
+        raise ConfigError("--property", f"{text!r}: {exc}") from exc
+    raise ConfigError("--property", f"{text!r}: type {kind!r} is not one of {', '.join(_TYPES)}")
+
+
+def message_to_json(message: MQMessage) -> dict[str, Any]:
+    """Every MQMD field, the typed properties, and the body as text or base64."""
+    try:
+        body, encoding = message.body.decode("utf-8"), "text"
+    except UnicodeDecodeError:
+        body, encoding = base64.b64encode(message.body).decode(), "base64"
+    return {
+        "msg_id": format_id(message.msg_id),
+        "correl_id": format_id(message.correl_id),
+        "group_id": format_id(message.group_id),
+        "msg_seq_number": message.msg_seq_number,
+        "msg_flags": message.msg_flags,
+        "format": message.format,
+        "persistence": message.persistence,
+        "priority": message.priority,
+        "expiry": message.expiry,
+        "reply_to_q": message.reply_to_q,
+        "reply_to_qmgr": message.reply_to_qmgr,
+        "put_appl_name": message.put_appl_name,
+        "put_date_time": message.put_date_time.isoformat() if message.put_date_time else None,
+        "backout_count": message.backout_count,
+        "properties": encode_properties(message.properties),
+        "body_encoding": encoding,
+        "body": body,
+    }
+
+
+@click.group()
+def queues() -> None:
+    """Work with queues on the queue manager (like runmqsc and the amqsput/amqsget samples).
+
+    Ids (--msg-id, --correl-id, --group-id) are hex:<up to 48 hex digits> or text;
+    both are padded with NULs to 24 bytes, as MQ pads them.
+    """
+
+
+@queues.command()
+@click.argument("queue")
+@click.option("--maxdepth", type=int, default=5000, show_default=True, help="MAXDEPTH.")
+@click.option("--maxmsgl", type=int, default=4 * 1024 * 1024, show_default=True, help="MAXMSGL.")
+@click.option("--bothresh", type=int, default=0, show_default=True, help="BOTHRESH (0: none).")
+@click.option("--boqname", default="", help="BOQNAME: where the bridge moves backed-out messages.")
+@click.option("--descr", default="", help="DESCR.")
+@click.option("--replace", is_flag=True, help="Update the queue if it exists (REPLACE).")
+@mq_option
+def define(
+    queue: str,
+    maxdepth: int,
+    maxmsgl: int,
+    bothresh: int,
+    boqname: str,
+    descr: str,
+    replace: bool,
+    mq: str,
+) -> None:
+    """Define a local queue (DEFINE QLOCAL)."""
+    attrs = QueueAttributes(
+        name=queue,
+        maxdepth=maxdepth,
+        maxmsgl=maxmsgl,
+        bothresh=bothresh,
+        boqname=boqname,
+        descr=descr,
+    )
+    with open_transport(mq) as qm:
+        qm.define(attrs, replace=replace)
+    click.echo(f"defined {queue}")
+
+
+@queues.command()
+@mq_option
+@config_option
+def setup(mq: str, config_path: str | None) -> None:
+    """Define every queue of the configuration (missing ones created, others updated),
+    and each aggregate leg's request queue that does not exist yet."""
+    config = load_config(config_path)
+    with open_transport(mq) as qm:
+        for name in setup_queues(qm, config):
+            click.echo(f"defined {name}")
+
+
+@queues.command(name="list")
+@click.argument("pattern", default="*")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per queue.")
+@mq_option
+def list_(pattern: str, as_json: bool, mq: str) -> None:
+    """List queues (generic PATTERN, e.g. GATHER.*) with their depths."""
+    with open_transport(mq) as qm:
+        rows = qm.list_queues(pattern)
+    if as_json:
+        for row in rows:
+            click.echo(row.model_dump_json())
+        return
+    table = Table("QUEUE", "CURDEPTH", "MAXDEPTH", "BOTHRESH", "BOQNAME", "DESCR")
+    for row in rows:
+        table.add_row(
+            row.name,
+            str(row.curdepth),
+            str(row.maxdepth),
+            str(row.bothresh),
+            row.boqname,
+            row.descr,
+        )
+    Console().print(table)
+
+
+@queues.command()
+@click.argument("queue")
+@click.option("--body", "body_text", default=None, help="Body text (else --body-file or stdin).")
+@click.option("--body-file", type=click.File("rb"), default=None, help="Body from a file.")
+@click.option("--msg-id", default=None, help="MsgId (default: generated).")
+@click.option("--correl-id", default=None, help="CorrelId.")
+@click.option("--group-id", default=None, help="GroupId.")
+@click.option("--seq", "msg_seq_number", type=int, default=1, help="MsgSeqNumber.")
+@click.option("--last-in-group", is_flag=True, help="Set MQMF_LAST_MSG_IN_GROUP.")
+@click.option("--in-group", is_flag=True, help="Set MQMF_MSG_IN_GROUP.")
+@click.option("--reply-to-q", default="", help="ReplyToQ.")
+@click.option("--reply-to-qmgr", default="", help="ReplyToQMgr.")
+@click.option("--format", "fmt", default="MQSTR", show_default=True, help="Format ('' = NONE).")
+@click.option("--priority", type=click.IntRange(0, 9), default=0, help="Priority 0-9.")
+@click.option("--expiry", type=int, default=-1, help="Expiry in tenths of a second (-1: none).")
+@click.option("--non-persistent", is_flag=True, help="Persistence MQPER_NOT_PERSISTENT.")
+@click.option(
+    "--property",
+    "props",
+    multiple=True,
+    metavar="NAME[:TYPE]=VALUE",
+    help="A message property; TYPE is string (default), int, float, bool, bytes or null.",
+)
+@mq_option
+def put(
+    queue: str,
+    body_text: str | None,
+    body_file: Any,
+    msg_id: str | None,
+    correl_id: str | None,
+    group_id: str | None,
+    msg_seq_number: int,
+    last_in_group: bool,
+    in_group: bool,
+    reply_to_q: str,
+    reply_to_qmgr: str,
+    fmt: str,
+    priority: int,
+    expiry: int,
+    non_persistent: bool,
+    props: tuple[str, ...],
+    mq: str,
+) -> None:
+    """Put one message and commit; prints its MsgId."""
+    if body_text is not None:
+        body = body_text.encode()
+    elif body_file is not None:
+        body = body_file.read()
+    else:
+        body = sys.stdin.buffer.read()
+    fields: dict[str, Any] = {
+        "body": body,
+        "msg_seq_number": msg_seq_number,
+        "msg_flags": int(
+            (MsgFlags.LAST_MSG_IN_GROUP if last_in_group else MsgFlags.NONE)
+            | (MsgFlags.MSG_IN_GROUP if in_group or last_in_group else MsgFlags.NONE)
+        ),
+        "reply_to_q": reply_to_q,
+        "reply_to_qmgr": reply_to_qmgr,
+        "format": fmt,
+        "priority": priority,
+        "expiry": expiry,
+        "persistence": MQPER_NOT_PERSISTENT if non_persistent else MQPER_PERSISTENT,
+        "properties": dict(parse_property(p) for p in props),
+    }
+    for key, value in (("msg_id", msg_id), ("correl_id", correl_id), ("group_id", group_id)):
+        if value is not None:
+            fields[key] = parse_id(value)
+    with open_transport(mq) as qm:
+        done = qm.put(queue, MQMessage(**fields), PutOptions(syncpoint=True))
+        qm.commit()
+    click.echo(format_id(done.msg_id))
+
+
+def _match(msg_id: str | None, correl_id: str | None) -> Match | None:
+    if msg_id is None and correl_id is None:
+        return None
+    return Match(
+        msg_id=parse_id(msg_id) if msg_id else None,
+        correl_id=parse_id(correl_id) if correl_id else None,
+    )
+
+
+@queues.command()
+@click.argument("queue")
+@click.option("--correl-id", default=None, help="Only a message with this CorrelId.")
+@click.option("--msg-id", default=None, help="Only a message with this MsgId.")
+@click.option("--wait", "wait_ms", type=int, default=0, help="Wait this many ms (-1: forever).")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole message as JSON.")
+@mq_option
+def get(
+    queue: str,
+    correl_id: str | None,
+    msg_id: str | None,
+    wait_ms: int,
+    as_json: bool,
+    mq: str,
+) -> None:
+    """Get (remove) one message and print its body; exit 2 when the queue is empty."""
+    with open_transport(mq) as qm:
+        try:
+            message = qm.get(
+                queue,
+                wait_ms=WAIT_UNLIMITED if wait_ms < 0 else wait_ms,
+                match=_match(msg_id, correl_id),
+            )
+        except NoMessageAvailable as exc:
+            click.echo(f"mqgather: {exc}", err=True)
+            sys.exit(2)
+        qm.commit()
+    if as_json:
+        click.echo(json.dumps(message_to_json(message)))
+    else:
+        sys.stdout.buffer.write(message.body + b"\n")
+
+
+@queues.command()
+@click.argument("queue")
+@click.option("--correl-id", default=None, help="Only messages with this CorrelId.")
+@click.option("--msg-id", default=None, help="Only messages with this MsgId.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+@mq_option
+def browse(queue: str, correl_id: str | None, msg_id: str | None, as_json: bool, mq: str) -> None:
+    """Show the messages on a queue without removing them."""
+    count = 0
+    with open_transport(mq) as qm:
+        for message in qm.browse(queue, _match(msg_id, correl_id)):
+            count += 1
+            if as_json:
+                click.echo(json.dumps(message_to_json(message)))
+            else:
+                click.echo(
+                    f"{count:>6}  {format_id(message.correl_id)}  "
+                    f"{len(message.body):>7}B  {message.text()[:60]!r}"
+                )
+    if not as_json:
+        click.echo(f"{count} message(s) on {queue}", err=True)
+
+
+@queues.command()
+@click.argument("queue")
+@mq_option
+def clear(queue: str, mq: str) -> None:
+    """Remove every message from a queue (CLEAR QLOCAL)."""
+    with open_transport(mq) as qm:
+        count = qm.clear(queue)
+    click.echo(f"cleared {count} message(s) from {queue}")

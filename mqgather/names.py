@@ -1,0 +1,60 @@
+"""Names that separate processes, recorded histories and operators' tools must agree on.
+
+Temporal: the task queue, the workflow type, its signals, updates, query and
+activities, and the search attributes. The environment variables mqgather reads. The
+MQ message properties mqgather writes or reads. Change a Temporal name only with a new
+workflow version: recorded histories carry it.
+"""
+
+from temporalio.common import SearchAttributeKey
+
+# ------------------------------------------------------------------ Temporal
+TASK_QUEUE = "mqgather"
+GATHER_WORKFLOW = "Gather"
+
+SIGNAL_EXPECT = "expect"
+SIGNAL_REPLIES = "replies"
+QUERY_STATUS = "status"
+UPDATE_RELEASE = "release"
+UPDATE_EXTEND = "extend"
+UPDATE_CANCEL = "cancel"
+ACTIVITY_PUT_RESPONSE = "put_response"
+ACTIVITY_ROUTE_REPLIES = "route_replies"
+
+AGGREGATE_NAME = SearchAttributeKey.for_keyword("AggregateName")
+CORREL_ID = SearchAttributeKey.for_keyword("CorrelId")
+GATHER_STATE = SearchAttributeKey.for_keyword("GatherState")
+LEGS_PENDING = SearchAttributeKey.for_int("LegsPending")
+LEGS_RECEIVED = SearchAttributeKey.for_int("LegsReceived")
+#: Registered on the namespace by the worker and the dev server.
+SEARCH_ATTRIBUTES = (AGGREGATE_NAME, CORREL_ID, GATHER_STATE, LEGS_PENDING, LEGS_RECEIVED)
+
+# ----------------------------------------------------- environment variables
+ENV_MQ = "MQGATHER_MQ"
+ENV_CONFIG = "MQGATHER_CONFIG"
+ENV_MQ_USER = "MQGATHER_MQ_USER"
+ENV_MQ_PASSWORD = "MQGATHER_MQ_PASSWORD"
+ENV_MQ_PASSWORD_FILE = "MQGATHER_MQ_PASSWORD_FILE"
+ENV_IBMMQ_TEST = "MQGATHER_IBMMQ_TEST"
+ENV_OTEL = "MQGATHER_OTEL"
+#: Temporal's own client settings, which mqgather honours and sets for its children.
+ENV_TEMPORAL_ADDRESS = "TEMPORAL_ADDRESS"
+ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"
+#: IBM MQ's client channel definition table URL.
+ENV_MQCCDTURL = "MQCCDTURL"
+
+# ------------------------------------------------------ MQ message properties
+#: Names the aggregate when several share one reply queue (written by scatter).
+PROP_AGGREGATE = "aggregate"
+#: Why a message was moved, from which queue, by which gather, after how many backouts.
+PROP_REASON = "mqgather_reason"
+PROP_SOURCE_QUEUE = "mqgather_source_queue"
+PROP_GATHER_ID = "mqgather_gather_id"
+PROP_BACKOUT_COUNT = "mqgather_backout_count"
+#: On a response: the gather's outcome and its missing legs.
+PROP_STATE = "mqgather_state"
+PROP_MISSING = "mqgather_missing"
+#: W3C trace context, as IBM MQ's own instrumentation carries it.
+PROP_TRACEPARENT = "traceparent"
+PROP_TRACESTATE = "tracestate"
+TRACE_PROPERTIES = (PROP_TRACEPARENT, PROP_TRACESTATE)

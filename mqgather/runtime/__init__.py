@@ -1,0 +1,1 @@
+"""Runtime helpers every process uses: the Temporal connection and telemetry."""

@@ -1,0 +1,109 @@
+"""Connecting to Temporal through its own environment configuration.
+
+TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS* and the Temporal
+config file (TEMPORAL_CONFIG_FILE / profile) are honoured; with none of them set the
+client goes to the embedded dev server on localhost:7233.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
+from temporalio.common import SearchAttributeIndexedValueType
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfig
+from temporalio.service import RPCError
+
+from mqgather.errors import ConfigError, MQGatherError
+from mqgather.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_CONFIG_FILE, SEARCH_ATTRIBUTES
+from mqgather.runtime.telemetry import client_interceptors
+
+DEFAULT_ADDRESS = "localhost:7233"
+DEFAULT_NAMESPACE = "default"
+
+#: How ``temporal server start-dev --search-attribute`` spells each value type.
+_CLI_TYPES = {
+    SearchAttributeIndexedValueType.KEYWORD: "Keyword",
+    SearchAttributeIndexedValueType.INT: "Int",
+}
+
+
+class TemporalUnavailable(MQGatherError):
+    """The Temporal server cannot be reached."""
+
+
+def connect_config(address: str | None = None) -> dict[str, Any]:
+    """Client.connect keyword arguments from Temporal's environment configuration."""
+    try:
+        config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
+    # The native loader reports a bad file or profile as RuntimeError; reading it, OSError.
+    except (RuntimeError, OSError, TypeError, ValueError) as exc:
+        raise ConfigError(ENV_TEMPORAL_CONFIG_FILE, str(exc)) from exc
+    if address:
+        config["target_host"] = address
+    config.setdefault("target_host", DEFAULT_ADDRESS)
+    config.setdefault("namespace", DEFAULT_NAMESPACE)
+    return config
+
+
+async def connect(address: str | None = None) -> Client:
+    """A client with the pydantic data converter.
+
+    Raises:
+        TemporalUnavailable: naming the address and how to start a server.
+    """
+    config = connect_config(address)
+    try:
+        return await Client.connect(
+            **config, data_converter=pydantic_data_converter, interceptors=client_interceptors()
+        )
+    except RuntimeError as exc:
+        raise TemporalUnavailable(
+            f"cannot reach Temporal at {config['target_host']} ({exc}); start one with "
+            f"`mqgather dev` or set {ENV_TEMPORAL_ADDRESS}"
+        ) from exc
+
+
+async def ensure_search_attributes(client: Client) -> None:
+    """Register the gather's search attributes on the namespace if any is missing."""
+    existing = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    missing = {
+        key.name: IndexedValueType.ValueType(key.indexed_value_type)
+        for key in SEARCH_ATTRIBUTES
+        if key.name not in existing.custom_attributes
+    }
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(search_attributes=missing, namespace=client.namespace)
+        )
+
+
+async def healthy(client: Client) -> bool:
+    """Whether the server answers now (a short health check, never raises)."""
+    try:
+        return await client.service_client.check_health(timeout=timedelta(seconds=2))
+    except (RPCError, RuntimeError):
+        return False
+
+
+def dev_server_args(db_file: str, port: int = 7233, ui_port: int = 8233) -> list[str]:
+    """Arguments of ``temporal server start-dev`` with the search attributes registered."""
+    args = [
+        "server", "start-dev", "--db-filename", db_file, "--port", str(port),
+        "--ui-port", str(ui_port), "--log-level", "warn",
+    ]  # fmt: skip
+    # WAL without fsync per commit: a dev server survives process crashes, not power loss,
+    # and keeps up with thousands of gathers on an ordinary disk.
+    args += ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
+    for key in SEARCH_ATTRIBUTES:
+        args += ["--search-attribute", f"{key.name}={_CLI_TYPES[key.indexed_value_type]}"]
+    return args

@@ -1,0 +1,245 @@
+"""The contract every transport keeps: embedded always, IBM MQ when one is configured."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bridge.mq.errors import MessageTooBig, NoMessageAvailable, QueueFull, UnknownObjectName
+from bridge.mq.models import Match, MQMessage, parse_id
+
+
+def test_fifo_within_priority(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    for body, prio in ((b"a", 0), (b"b", 5), (b"c", 0), (b"d", 5), (b"e", 9)):
+        qm.put(q, MQMessage(body=body, priority=prio))
+    qm.commit()
+    got = [qm.get(q).body for _ in range(5)]
+    qm.commit()
+    assert got == [b"e", b"b", b"d", b"a", b"c"]
+
+
+@pytest.mark.parametrize("field", ["msg_id", "correl_id", "group_id"])
+def test_match_by_id(connect, make_queue, field):
+    qm = connect()
+    q = make_queue(qm)
+    for i in range(3):
+        qm.put(q, MQMessage(body=f"m{i}".encode(), **{field: parse_id(f"ID-{i}")}))
+    qm.commit()
+    got = qm.get(q, match=Match(**{field: parse_id("ID-2")}))
+    assert got.body == b"m2"
+    assert getattr(got, field) == parse_id("ID-2")
+    with pytest.raises(NoMessageAvailable):
+        qm.get(q, match=Match(**{field: parse_id("ID-9")}))
+    qm.commit()
+
+
+def test_generated_msg_id_is_unique_and_returned(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    ids = {qm.put(q, MQMessage(body=b"x")).msg_id for _ in range(50)}
+    qm.commit()
+    assert len(ids) == 50
+    first = qm.put(q, MQMessage(body=b"y"))
+    qm.commit()
+    assert qm.get(q, match=Match(msg_id=first.msg_id)).body == b"y"
+    qm.commit()
+
+
+def test_get_wait_times_out_with_no_msg_available(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    start = time.monotonic()
+    with pytest.raises(NoMessageAvailable) as info:
+        qm.get(q, wait_ms=200)
+    assert time.monotonic() - start >= 0.2
+    assert info.value.reason == "MQRC_NO_MSG_AVAILABLE" and info.value.code == 2033
+
+
+def test_syncpoint_get_invisible_until_commit(connect, make_queue):
+    a, b = connect(), connect()
+    q = make_queue(a)
+    a.put(q, MQMessage(body=b"one"))
+    a.commit()
+    assert a.get(q).body == b"one"
+    with pytest.raises(NoMessageAvailable):
+        b.get(q)
+    a.commit()
+    with pytest.raises(NoMessageAvailable):
+        b.get(q)
+
+
+def test_backout_restores_and_counts(connect, make_queue):
+    a, b = connect(), connect()
+    q = make_queue(a)
+    a.put(q, MQMessage(body=b"one"))
+    a.commit()
+    for expected in (0, 1, 2):
+        got = a.get(q)
+        assert got.backout_count == expected
+        a.backout()
+    got = b.get(q)
+    assert got.body == b"one" and got.backout_count == 3
+    b.commit()
+
+
+def test_syncpoint_put_invisible_until_commit_and_discarded_on_backout(connect, make_queue):
+    a, b = connect(), connect()
+    q = make_queue(a)
+    a.put(q, MQMessage(body=b"kept"))
+    with pytest.raises(NoMessageAvailable):
+        b.get(q)
+    a.commit()
+    a.put(q, MQMessage(body=b"dropped"))
+    a.backout()
+    assert b.get(q).body == b"kept"
+    with pytest.raises(NoMessageAvailable):
+        b.get(q)
+    b.commit()
+
+
+def test_browse_first_next_does_not_remove(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    for body in (b"1", b"2", b"3"):
+        qm.put(q, MQMessage(body=body))
+    qm.commit()
+    assert [m.body for m in qm.browse(q)] == [b"1", b"2", b"3"]
+    assert qm.get(q, browse="first").body == b"1"
+    assert qm.get(q, browse="next").body == b"2"
+    assert qm.inquire(q).curdepth == 3
+    assert qm.get(q).body == b"1"
+    qm.commit()
+
+
+def test_expired_messages_are_never_delivered(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    qm.put(q, MQMessage(body=b"short", expiry=1))  # a tenth of a second
+    qm.put(q, MQMessage(body=b"long", expiry=600))
+    qm.commit()
+    time.sleep(0.3)  # the expiry interval itself must pass; nothing to await
+    got = qm.get(q)
+    assert got.body == b"long"
+    assert 0 < got.expiry <= 600
+    with pytest.raises(NoMessageAvailable):
+        qm.get(q)
+    assert [m.body for m in qm.browse(q)] == []
+    qm.commit()
+
+
+def test_maxdepth_gives_q_full(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm, maxdepth=2)
+    qm.put(q, MQMessage(body=b"1"))
+    qm.put(q, MQMessage(body=b"2"))
+    with pytest.raises(QueueFull) as info:
+        qm.put(q, MQMessage(body=b"3"))
+    assert info.value.reason == "MQRC_Q_FULL"
+    qm.commit()
+    qm.get(q)
+    qm.commit()
+    qm.put(q, MQMessage(body=b"3"))
+    qm.commit()
+
+
+def test_maxmsgl_gives_msg_too_big(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm, maxmsgl=10)
+    qm.put(q, MQMessage(body=b"x" * 10))
+    with pytest.raises(MessageTooBig) as info:
+        qm.put(q, MQMessage(body=b"x" * 11))
+    assert info.value.reason == "MQRC_MSG_TOO_BIG_FOR_Q"
+    qm.commit()
+
+
+def test_unknown_queue(connect):
+    qm = connect()
+    with pytest.raises(UnknownObjectName) as info:
+        qm.put("NO.SUCH.QUEUE", MQMessage(body=b"x"))
+    assert info.value.reason == "MQRC_UNKNOWN_OBJECT_NAME" and "NO.SUCH.QUEUE" in str(info.value)
+    with pytest.raises(UnknownObjectName):
+        qm.get("NO.SUCH.QUEUE")
+    with pytest.raises(UnknownObjectName):
+        qm.inquire("NO.SUCH.QUEUE")
+
+
+def test_properties_of_every_type_round_trip(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    props = {
+        "leg": "CREDIT",
+        "count": -(2**40),
+        "big": 2**63 - 1,
+        "ratio": 0.25,
+        "flag": True,
+        "off": False,
+        "raw": b"\x00\xffbytes",
+        "nothing": None,
+        "unicode": "Zürich ✓",
+    }
+    qm.put(q, MQMessage(body=b"p", properties=props))
+    qm.commit()
+    got = qm.get(q)
+    qm.commit()
+    assert got.properties == props
+    for name, value in props.items():
+        assert type(got.properties[name]) is type(value), name
+
+
+def test_mqmd_fields_round_trip(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    sent = MQMessage(
+        body=b"\x00binary\xff",
+        correl_id=parse_id("hex:" + "ab" * 24),
+        group_id=parse_id("GROUP-1"),
+        msg_seq_number=3,
+        msg_flags=0x18,
+        format="",
+        persistence=0,
+        priority=4,
+        reply_to_q="REPLY.Q",
+        reply_to_qmgr="QM2",
+    )
+    put = qm.put(q, sent)
+    qm.commit()
+    got = qm.get(q)
+    qm.commit()
+    for field in (
+        "body", "correl_id", "group_id", "msg_seq_number", "msg_flags", "format",
+        "persistence", "priority", "reply_to_q", "reply_to_qmgr",
+    ):  # fmt: skip
+        assert getattr(got, field) == getattr(sent, field), field
+    assert got.msg_id == put.msg_id
+    assert got.put_date_time is not None and got.put_appl_name
+
+
+def test_inquire_reports_backout_settings_and_depth(connect, make_queue):
+    qm = connect()
+    boq = make_queue(qm)
+    q = make_queue(qm, bothresh=3, boqname=boq)
+    qm.put(q, MQMessage(body=b"1"))
+    qm.commit()
+    attrs = qm.inquire(q)
+    assert (attrs.bothresh, attrs.boqname, attrs.curdepth) == (3, boq, 1)
+    assert qm.dead_letter_queue()
+
+
+def test_get_batch_takes_up_to_n_under_syncpoint(connect, make_queue):
+    a, b = connect(), connect()
+    q = make_queue(a)
+    for i in range(5):
+        a.put(q, MQMessage(body=str(i).encode()))
+    a.commit()
+    batch = a.get_batch(q, 3, wait_ms=1000)
+    assert [m.body for m in batch] == [b"0", b"1", b"2"]
+    assert [m.body for m in b.get_batch(q, 10)] == [b"3", b"4"]
+    a.backout()
+    b.commit()
+    again = b.get_batch(q, 10)
+    assert [(m.body, m.backout_count) for m in again] == [(b"0", 1), (b"1", 1), (b"2", 1)]
+    b.commit()
+    assert b.get_batch(q, 10, wait_ms=50) == []

