@@ -36,13 +36,16 @@ class Layer:
     packages: tuple[str, ...] = ()
 
 
+GROUND = (
+    "mqgather",
+    "mqgather.names",
+    "mqgather.constants",
+    "mqgather.errors",
+    "mqgather.config",
+    "mqgather.routing",
+)
 LAYERS = (
-    Layer(
-        "ground",
-        1,
-        exact=("mqgather", "mqgather.names", "mqgather.constants", "mqgather.errors",
-               "mqgather.config", "mqgather.routing"),
-    ),  # fmt: skip
+    Layer("ground", 1, exact=GROUND),
     Layer("MQ client", 2, packages=("bridge.mq",)),
     Layer("runtime", 3, packages=("mqgather.runtime",)),
     Layer("gather", 4, packages=("workflows", "activities")),
@@ -220,7 +223,15 @@ def _tree(root: Path, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
-TOY_LAYERS = (
+TOY_GROUND = (
+    "mqgather",
+    "mqgather.names",
+    "mqgather.constants",
+    "mqgather.errors",
+    "mqgather.config",
+    "mqgather.routing",
+)
+LAYERS = (
     Layer("low", 1, packages=("low",)),
     Layer("left", 2, packages=("left",)),
     Layer("right", 2, packages=("right",)),

@@ -15,9 +15,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.inbound import InboundBridge
-from mqgather.names import PROP_REASON
 from bridge.mq.local_qm import LocalQueueManager
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.names import PROP_REASON
 from mqgather.runtime.temporal import dev_server_args
 from tests.harness import free_port, pipeline, processes_mentioning, status, until
 

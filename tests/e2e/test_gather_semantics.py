@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from mqgather.names import PROP_REASON, PROP_SOURCE_QUEUE
 from bridge.mq.models import MQMessage, PutOptions, parse_id
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.names import PROP_REASON, PROP_SOURCE_QUEUE
 from tests.harness import pipeline, status, until
 from workflows.gather import GatherWorkflow
 
