@@ -223,15 +223,7 @@ def _tree(root: Path, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
-TOY_GROUND = (
-    "mqgather",
-    "mqgather.names",
-    "mqgather.constants",
-    "mqgather.errors",
-    "mqgather.config",
-    "mqgather.routing",
-)
-LAYERS = (
+TOY_LAYERS = (
     Layer("low", 1, packages=("low",)),
     Layer("left", 2, packages=("left",)),
     Layer("right", 2, packages=("right",)),
