@@ -1,0 +1,340 @@
+"""The gather's rules as plain function calls: no server, no worker, no clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.mq.models import MQMessage
+from mqgather.config import AggregateSpec, LegSpec
+from mqgather.routing import Destination
+from workflows import logic
+from workflows.models import GatherState, Registration, Reply, Routed
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
+        LegSpec(name="TAX", sequence=30))  # fmt: skip
+GATHER = "gather:t:00"
+
+
+def spec(**changes) -> AggregateSpec:
+    return AggregateSpec(**{"name": "t", "legs": LEGS, "timeout_seconds": 30, **changes})
+
+
+def reply(n: int, leg: str | None = None, index: int | None = None) -> Reply:
+    msg_id = n.to_bytes(24, "big")
+    return Reply(
+        message=MQMessage(msg_id=msg_id, correl_id=b"C", body=f'{{"n":{n}}}'.encode()),
+        leg=leg,
+        leg_index=index,
+        source_queue="GATHER.IN",
+        received_at=T0,
+    )
+
+
+def registered(s: AggregateSpec | None = None, reg: Registration | None = None) -> GatherState:
+    state = GatherState()
+    logic.register(s or spec(), state, reg or Registration(), T0)
+    return state
+
+
+def routed(state: GatherState) -> list[tuple[Destination, int]]:
+    return [(item.kind, int.from_bytes(item.reply.message.msg_id, "big")) for item in state.outbox]
+
+
+def bodies(state: GatherState, leg: str) -> list[int]:
+    return [int.from_bytes(r.message.msg_id, "big") for r in state.received[leg]]
+
+
+# ------------------------------------------------------------------- registration
+
+
+def test_registration_takes_its_legs_reply_to_and_starts_the_timer():
+    legs = [LegSpec(name="A"), LegSpec(name="B")]
+    state = registered(reg=Registration(legs=legs, request_msg_id=b"R" * 24, reply_to_q="Q",
+                                        reply_to_qmgr="QM"))  # fmt: skip
+    assert state.registered and state.registrations == 1
+    assert [leg.name for leg in state.expected] == ["A", "B"]
+    assert (state.request_msg_id, state.reply_to_q, state.reply_to_qmgr) == (b"R" * 24, "Q", "QM")
+    assert state.deadline == T0 + timedelta(seconds=30)
+    assert state.state == "OPEN"
+
+
+def test_registration_without_legs_uses_the_aggregate_legs_or_a_count():
+    assert [leg.name for leg in registered().expected] == ["CREDIT", "STOCK", "TAX"]
+    counted = registered(spec(label="Part"), Registration(count=2))
+    assert [(leg.name, leg.sequence) for leg in counted.expected] == [("Part1", 1), ("Part2", 2)]
+
+
+def test_registration_timeout_override_and_zero_waits_forever():
+    assert registered(reg=Registration(timeout_seconds=5)).deadline == T0 + timedelta(seconds=5)
+    assert registered(reg=Registration(timeout_seconds=0)).deadline is None
+    assert registered(spec(timeout_seconds=0)).deadline is None
+
+
+@pytest.mark.parametrize(("timer", "moves"), [("first", False), ("restart", True)])
+def test_timer_modes(timer, moves):
+    s = spec(timer=timer)
+    state = registered(s)
+    logic.register(s, state, Registration(), T0 + timedelta(seconds=10))
+    assert state.registrations == 2
+    expected = T0 + timedelta(seconds=40 if moves else 30)
+    assert state.deadline == expected
+
+
+def test_a_second_registration_keeps_the_first_legs():
+    s = spec()
+    state = registered(s, Registration(legs=[LegSpec(name="A")]))
+    logic.register(s, state, Registration(legs=[LegSpec(name="B")]), T0)
+    assert [leg.name for leg in state.expected] == ["A"]
+
+
+def test_registration_after_close_changes_nothing():
+    s = spec()
+    state = registered(s)
+    state.state = "TIMEOUT"
+    logic.register(s, state, Registration(reply_to_q="OTHER"), T0 + timedelta(seconds=99))
+    assert state.registrations == 1 and state.reply_to_q == ""
+
+
+# ------------------------------------------------------------------------ replies
+
+
+def test_replies_fill_legs_and_the_state_follows():
+    s, state = spec(), registered()
+    logic.take_replies(s, state, [reply(1, "CREDIT")], T0, GATHER)
+    assert state.state == "PARTIAL" and logic.missing(state) == ["STOCK", "TAX"]
+    logic.take_replies(s, state, [reply(2, "TAX"), reply(3, "STOCK")], T0, GATHER)
+    assert logic.received_names(state) == ["CREDIT", "STOCK", "TAX"]
+    assert logic.decide(state, T0) == "COMPLETE"
+
+
+def test_a_redelivery_is_counted_once_and_changes_nothing():
+    s, state = spec(), registered()
+    logic.take_replies(s, state, [reply(1, "CREDIT")], T0, GATHER)
+    logic.take_replies(s, state, [reply(1, "CREDIT")], T0, GATHER)
+    assert state.redeliveries == 1 and state.duplicates == 0
+    assert bodies(state, "CREDIT") == [1] and state.outbox == []
+
+
+def test_replies_before_registration_are_held_then_filed():
+    s, state = spec(unknown_timeout_seconds=7), GatherState()
+    logic.take_replies(s, state, [reply(1, "TAX")], T0, GATHER)
+    logic.take_replies(s, state, [reply(2, "CREDIT")], T0 + timedelta(seconds=3), GATHER)
+    assert len(state.held) == 2 and not state.received
+    assert state.unknown_deadline == T0 + timedelta(seconds=7)  # from the first, not moved
+    logic.register(s, state, Registration(), T0 + timedelta(seconds=4))
+    assert state.held == [] and logic.received_names(state) == ["CREDIT", "TAX"]
+    assert state.unknown_deadline is None and state.state == "PARTIAL"
+
+
+def test_a_reply_after_close_is_late():
+    s, state = spec(), registered()
+    state.state = "COMPLETE"
+    logic.take_replies(s, state, [reply(9, "TAX")], T0, GATHER)
+    assert state.late == 1 and routed(state) == [(Destination.LATE, 9)]
+    assert GATHER in state.outbox[0].reason
+
+
+def test_leg_by_unknown_name_or_index_is_unknown():
+    s, state = spec(), registered()
+    logic.take_replies(s, state, [reply(1, "NOPE"), reply(2, index=3), reply(3, index=-1)],
+                       T0, GATHER)  # fmt: skip
+    assert routed(state) == [(Destination.UNKNOWN, 1), (Destination.UNKNOWN, 2),
+                             (Destination.UNKNOWN, 3)]  # fmt: skip
+    assert state.unknown == 3 and not state.received
+
+
+def test_leg_by_correl_id_index_and_by_count():
+    s, state = spec(), registered()
+    logic.take_replies(s, state, [reply(1, index=2)], T0, GATHER)
+    assert logic.received_names(state) == ["TAX"]
+    counted = registered(reg=Registration(count=2))
+    logic.take_replies(s, counted, [reply(5), reply(6), reply(7)], T0, GATHER)
+    assert bodies(counted, "Reply1") == [5] and bodies(counted, "Reply2") == [6]
+    assert routed(counted) == [(Destination.UNKNOWN, 7)]
+
+
+# --------------------------------------------------------------------- duplicates
+
+
+@pytest.mark.parametrize(
+    ("policy", "kept", "dropped"), [("first", [1], [2]), ("last", [2], [1]), ("all", [1, 2], [])]
+)
+def test_duplicate_policies(policy, kept, dropped):
+    s = spec(duplicates=policy)
+    state = registered(s)
+    logic.take_replies(s, state, [reply(1, "CREDIT"), reply(2, "CREDIT")], T0, GATHER)
+    assert state.duplicates == 1
+    assert bodies(state, "CREDIT") == kept
+    assert routed(state) == [(Destination.DUPLICATE, n) for n in dropped]
+
+
+def test_duplicates_without_a_queue_are_counted_and_not_routed():
+    s = spec(duplicate_queue="")
+    state = registered(s)
+    logic.take_replies(s, state, [reply(1, "CREDIT"), reply(2, "CREDIT")], T0, GATHER)
+    assert state.duplicates == 1 and state.outbox == []
+
+
+# ------------------------------------------------------------------------ unknown
+
+
+def test_unknown_expiry_routes_every_held_reply():
+    s, state = spec(unknown_timeout_seconds=5), GatherState()
+    logic.take_replies(s, state, [reply(1, "CREDIT"), reply(2, "TAX")], T0, GATHER)
+    assert not logic.unknown_expired(state, T0 + timedelta(seconds=4.9))
+    assert logic.unknown_expired(state, T0 + timedelta(seconds=5))
+    logic.expire_unknown(state)
+    assert state.state == "UNKNOWN" and state.held == [] and state.unknown == 2
+    assert routed(state) == [(Destination.UNKNOWN, 1), (Destination.UNKNOWN, 2)]
+
+
+def test_a_registered_gather_never_expires_as_unknown():
+    s, state = spec(unknown_timeout_seconds=1), GatherState()
+    logic.take_replies(s, state, [reply(1, "CREDIT")], T0, GATHER)
+    logic.register(s, state, Registration(), T0)
+    assert not logic.unknown_expired(state, T0 + timedelta(hours=1))
+
+
+def test_static_start_files_held_replies_and_starts_the_timer():
+    s, state = spec(mode="static"), GatherState()
+    state.held.append(reply(1, "STOCK"))
+    logic.start_static(s, state, T0)
+    assert state.registered and logic.received_names(state) == ["STOCK"]
+    assert state.deadline == T0 + timedelta(seconds=30)
+
+
+# ------------------------------------------------------------- deciding and timers
+
+
+def test_decide_order_cancel_complete_release_timeout():
+    state = registered()
+    assert logic.decide(state, T0) is None
+    assert logic.decide(state, T0 + timedelta(seconds=30)) == "TIMEOUT"
+    state.release = "ops"
+    assert logic.decide(state, T0) == "RELEASED"
+    for n, leg in enumerate(LEGS):
+        state.received[leg.name] = [reply(n, leg.name)]
+    assert logic.decide(state, T0) == "COMPLETE"
+    state.cancel = "withdrawn"
+    assert logic.decide(state, T0) == "CANCELLED"
+
+
+def test_an_unregistered_gather_does_not_time_out():
+    state = GatherState(deadline=T0)
+    assert logic.decide(state, T0 + timedelta(days=1)) is None
+
+
+def test_next_timer():
+    state = registered()
+    assert logic.next_timer(state, T0 + timedelta(seconds=10)) == 20
+    assert logic.next_timer(state, T0 + timedelta(seconds=99)) == 0.001
+    assert logic.next_timer(registered(spec(timeout_seconds=0)), T0) is None
+    held = GatherState(unknown_deadline=T0 + timedelta(seconds=3))
+    assert logic.next_timer(held, T0) == 3
+
+
+# -------------------------------------------------------------- operator updates
+
+
+def test_release_extend_cancel_on_an_open_gather():
+    state = registered()
+    moved = logic.extend(state, 5, T0 + timedelta(seconds=1))
+    assert moved.accepted and moved.deadline == T0 + timedelta(seconds=6) == state.deadline
+    released = logic.release(state, "ops")
+    assert released.accepted and released.message == "ops" and state.release == "ops"
+    cancelled = logic.cancel(state, "gone")
+    assert cancelled.accepted and state.cancel == "gone"
+
+
+@pytest.mark.parametrize("update", ["release", "extend", "cancel"])
+def test_operator_updates_are_refused_once_closed(update):
+    state = registered()
+    state.state = "COMPLETE"
+    before = state.model_copy(deep=True)
+    if update == "extend":
+        result = logic.extend(state, 60, T0)
+    else:
+        result = getattr(logic, update)(state, "late")
+    assert not result.accepted and result.state == "COMPLETE" and result.message
+    assert state == before
+
+
+# ------------------------------------------------------------------- the outputs
+
+
+def test_response_input_status_and_result():
+    s = spec(destination="replyToQueue")
+    state = registered(s, Registration(reply_to_q="REQ.REPLY", request_msg_id=b"M" * 24))
+    logic.take_replies(s, state, [reply(2, "TAX"), reply(1, "CREDIT")], T0, GATHER)
+    inp = logic.response_input(s, state, b"C" * 24, GATHER, "TIMEOUT")
+    assert [leg.leg.name for leg in inp.legs] == ["CREDIT", "TAX"]  # leg order, not arrival
+    assert inp.missing == ["STOCK"] and inp.reply_to_q == "REQ.REPLY"
+    assert inp.request_msg_id == b"M" * 24 and inp.outcome == "TIMEOUT"
+    current = logic.status(s, state, b"C" * 24, GATHER)
+    assert (current.legs_received, current.legs_missing) == (["CREDIT", "TAX"], ["STOCK"])
+    state.state = "TIMEOUT"
+    done = logic.result(s, state, b"C" * 24, GATHER, None, T0)
+    assert done.state == "TIMEOUT" and len(done.consumed_msg_ids) == 2
+    assert "**TIMEOUT** — 2/3 legs" in logic.details(state)
+
+
+def test_routed_refuses_a_destination_a_gather_does_not_route_to():
+    with pytest.raises(ValueError, match="routes replies only"):
+        Routed(kind=Destination.RESPONSE, reply=reply(1), reason="no")
+
+
+# ------------------------------------------------------------- order independence
+
+NAMES = [leg.name for leg in LEGS]
+
+
+@st.composite
+def arrivals(draw):
+    """A registration and replies (some for no expected leg, some duplicates, some
+    redelivered) in two different orders."""
+    s = spec(
+        duplicates=draw(st.sampled_from(["first", "last", "all"])),
+        duplicate_queue=draw(st.sampled_from(["GATHER.DUPLICATE", ""])),
+    )
+    legs = draw(st.lists(st.sampled_from([*NAMES, "STRAY"]), min_size=0, max_size=8))
+    messages = [reply(n, leg) for n, leg in enumerate(legs)]
+    again = draw(st.lists(st.sampled_from(messages), max_size=3)) if messages else []
+    events: list[Registration | Reply] = [Registration(), *messages, *again]
+    return s, events, draw(st.permutations(events)), len(messages)
+
+
+def apply(s: AggregateSpec, events) -> GatherState:
+    state = GatherState()
+    for event in events:
+        if isinstance(event, Registration):
+            logic.register(s, state, event, T0)
+        else:
+            logic.take_replies(s, state, [event], T0, GATHER)
+    return state
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrivals())
+def test_outcome_and_merged_legs_do_not_depend_on_arrival_order(case):
+    s, events, shuffled, distinct = case
+    canonical, other = apply(s, events), apply(s, shuffled)
+    assert logic.decide(other, T0) == logic.decide(canonical, T0)
+    assert logic.received_names(other) == logic.received_names(canonical)
+    assert logic.missing(other) == logic.missing(canonical)
+    for field in ("duplicates", "redeliveries", "unknown", "state"):
+        assert getattr(other, field) == getattr(canonical, field), field
+    for state in (canonical, other):
+        # Nothing lost, nothing twice: each distinct reply is merged, routed or (a
+        # duplicate the aggregate discards) counted, exactly once.
+        merged = sum(len(replies) for replies in state.received.values())
+        discarded = state.duplicates if s.duplicates != "all" and not s.duplicate_queue else 0
+        assert merged + len(state.outbox) + discarded == distinct
+        assert state.redeliveries == len(events) - 1 - distinct
+        ids = [r.message.msg_id for rs in state.received.values() for r in rs]
+        ids += [item.reply.message.msg_id for item in state.outbox]
+        assert len(ids) == len(set(ids))
