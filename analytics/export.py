@@ -22,7 +22,7 @@ from temporalio.client import Client
 
 from analytics.histories import history_line
 from mqgather.errors import MQGatherError
-from mqgather.names import GATHER_WORKFLOW
+from mqgather.names import AGGREGATE_NAME, GATHER_WORKFLOW
 
 STATE_FILE = "_export_state.json"
 
@@ -43,7 +43,7 @@ def visibility_query(aggregate: str | None, since: datetime | None, until: datet
     if aggregate:
         if "'" in aggregate:
             raise MQGatherError(f"aggregate name {aggregate!r} cannot contain a quote")
-        parts.append(f"AggregateName = '{aggregate}'")
+        parts.append(f"{AGGREGATE_NAME.name} = '{aggregate}'")
     if since is not None:
         parts.append(f"CloseTime >= '{since.astimezone(UTC).isoformat()}'")
     if until is not None:

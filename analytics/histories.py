@@ -5,7 +5,6 @@ Temporal's proto-JSON form, which the Spark job reads."""
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from temporalio.api.history.v1 import History
 from temporalio.client import WorkflowHistory
 
 from mqgather.errors import MQGatherError
+from workflows.models import GatherInput, gather_id
 
 EXPORT_SUFFIXES = (".ndjson", ".jsonl")
 CLI_SUFFIXES = (".json",)
@@ -65,10 +65,9 @@ def ids_of(history: History) -> tuple[str, str]:
     workflow_id = getattr(started, "workflow_id", "")
     if not workflow_id and started.input.payloads:
         try:
-            data = json.loads(started.input.payloads[0].data)
-            correl = base64.urlsafe_b64decode(data["correl_id"] + "==")
-            workflow_id = f"gather:{data['aggregate']['name']}:{correl.hex()}"
-        except (ValueError, KeyError, TypeError):
+            inp = GatherInput.model_validate_json(started.input.payloads[0].data)
+            workflow_id = gather_id(inp.aggregate.name, inp.correl_id)
+        except ValueError:  # not a gather's input (pydantic's ValidationError included)
             workflow_id = ""
     return workflow_id or f"run:{run_id}", run_id
 

@@ -13,6 +13,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel
+
+from bridge.mq.models import MQMessage
+from mqgather.config import AggregateSpec, LegSpec
+from mqgather.names import GATHER_WORKFLOW, SIGNAL_EXPECT, SIGNAL_REPLIES, TASK_QUEUE
+from workflows.models import GatherInput, GatherResult, Registration, Reply, ReplyBatch, gather_id
+
 LEGS = ("CREDIT", "STOCK", "TAX")
 _JSON_PLAIN = base64.b64encode(b"json/plain").decode()
 
@@ -29,8 +36,8 @@ class Truth:
     duplicates: int = 0
 
 
-def _payload(value: Any) -> dict[str, Any]:
-    data = json.dumps(value, separators=(",", ":")).encode()
+def _payload(value: BaseModel) -> dict[str, Any]:
+    data = value.model_dump_json().encode()
     return {"metadata": {"encoding": _JSON_PLAIN}, "data": base64.b64encode(data).decode()}
 
 
@@ -68,27 +75,28 @@ def synthesize(
     """
     rng = random.Random(seed)
     base = start or datetime(2026, 1, 1, tzinfo=UTC)
+    spec = AggregateSpec(
+        name=aggregate, legs=tuple(LegSpec(name=leg) for leg in LEGS), timeout_seconds=3.0
+    )
     for i in range(n):
         t0 = base + timedelta(milliseconds=100 * i)
         correl = rng.randbytes(24)
-        gid = f"gather:{aggregate}:{correl.hex()}"
+        gid = gather_id(aggregate, correl)
         run_id = str(uuid.UUID(bytes=rng.randbytes(16)))
         draw = rng.random()
         missing = [rng.choice(LEGS)] if draw < 0.08 else []
         duplicate = rng.choice(LEGS) if 0.08 <= draw < 0.11 else None
         h = _History()
         h.add(t0, "WORKFLOW_EXECUTION_STARTED", {
-            "workflowType": {"name": "Gather"},
-            "taskQueue": {"name": "mqgather"},
-            "input": {"payloads": [_payload({
-                "aggregate": {"name": aggregate, "timeout_seconds": 3.0},
-                "correl_id": base64.urlsafe_b64encode(correl).decode(), "carried": None})]},
+            "workflowType": {"name": GATHER_WORKFLOW},
+            "taskQueue": {"name": TASK_QUEUE},
+            "input": {"payloads": [_payload(GatherInput(aggregate=spec, correl_id=correl))]},
             "originalExecutionRunId": run_id,
             "workflowId": gid,
         })  # fmt: skip
         h.add(t0, "WORKFLOW_EXECUTION_SIGNALED", {
-            "signalName": "expect",
-            "input": {"payloads": [_payload({"legs": [{"name": leg} for leg in LEGS]})]},
+            "signalName": SIGNAL_EXPECT,
+            "input": {"payloads": [_payload(Registration(legs=list(spec.legs)))]},
         })  # fmt: skip
         h.task(t0)
         h.add(t0, "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", {"searchAttributes": {}})
@@ -103,13 +111,13 @@ def synthesize(
             t = t0 + timedelta(milliseconds=ms)
             copies = 2 if leg == duplicate else 1
             replies = [
-                {"message": {"msg_id": base64.urlsafe_b64encode(rng.randbytes(24)).decode()},
-                 "leg": leg, "leg_index": None, "source_queue": "GATHER.IN",
-                 "received_at": _time(t)}
+                Reply(message=MQMessage(msg_id=rng.randbytes(24), correl_id=correl), leg=leg,
+                      source_queue=spec.reply_queue, received_at=t)
                 for _ in range(copies)
             ]  # fmt: skip
+            batch = ReplyBatch(replies=replies)
             h.add(t, "WORKFLOW_EXECUTION_SIGNALED", {
-                "signalName": "replies", "input": {"payloads": [_payload({"replies": replies})]},
+                "signalName": SIGNAL_REPLIES, "input": {"payloads": [_payload(batch)]},
             })  # fmt: skip
             h.task(t)
         done_ms = 3000.0 if missing else max(arrivals.values()) + round(rng.uniform(2, 20), 3)
@@ -118,11 +126,13 @@ def synthesize(
         h.task(t_end)
         outcome = "TIMEOUT" if missing else "COMPLETE"
         received = [leg for leg in LEGS if leg not in missing]
-        h.add(t_end, "WORKFLOW_EXECUTION_COMPLETED", {"result": {"payloads": [_payload({
-            "gather_id": gid, "aggregate": aggregate, "correl_id": correl.hex(), "state": outcome,
-            "legs_expected": list(LEGS), "legs_received": received, "legs_missing": missing,
-            "duplicates": 1 if duplicate else 0, "redeliveries": 0, "late": 0, "unknown": 0,
-        })]}})  # fmt: skip
+        result = GatherResult(
+            gather_id=gid, aggregate=aggregate, correl_id=correl.hex(), state=outcome,
+            legs_expected=list(LEGS), legs_received=received, legs_missing=missing,
+            duplicates=1 if duplicate else 0, redeliveries=0, late=0, unknown=0,
+            started_at=t0, ended_at=t_end,
+        )  # fmt: skip
+        h.add(t_end, "WORKFLOW_EXECUTION_COMPLETED", {"result": {"payloads": [_payload(result)]}})
         line = json.dumps(
             {"workflowId": gid, "runId": run_id, "history": {"events": h.events}},
             separators=(",", ":"),

@@ -8,16 +8,11 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
+from analytics.schema import struct_of
 from mqgather.names import GATHER_WORKFLOW, SIGNAL_REPLIES
+from workflows.models import GatherInput, GatherResult, ReplyBatch
 
 CORRUPT = "_corrupt_record"
 
@@ -58,43 +53,18 @@ RAW_SCHEMA = StructType(
     ]
 )
 
-_INPUT = StructType(
-    [
-        StructField("aggregate", StructType([StructField("name", StringType())])),
-        StructField("correl_id", StringType()),
-    ]
+# What the job reads of the workflow's payloads: projections of its own models.
+_INPUT = struct_of(GatherInput, {"aggregate": {"name": None}, "correl_id": None})
+_BATCH = struct_of(
+    ReplyBatch, {"replies": {"leg": None, "leg_index": None, "message": {"msg_id": None}}}
 )
-_BATCH = StructType(
-    [
-        StructField(
-            "replies",
-            ArrayType(
-                StructType(
-                    [
-                        StructField("leg", StringType()),
-                        StructField("leg_index", IntegerType()),
-                        StructField("message", StructType([StructField("msg_id", StringType())])),
-                    ]
-                )
-            ),
-        )
-    ]
-)
-_RESULT = StructType(
-    [
-        StructField("gather_id", StringType()),
-        StructField("aggregate", StringType()),
-        StructField("correl_id", StringType()),
-        StructField("state", StringType()),
-        StructField("legs_expected", ArrayType(StringType())),
-        StructField("legs_received", ArrayType(StringType())),
-        StructField("legs_missing", ArrayType(StringType())),
-        StructField("duplicates", LongType()),
-        StructField("redeliveries", LongType()),
-        StructField("late", LongType()),
-        StructField("unknown", LongType()),
-    ]
-)
+_RESULT = struct_of(
+    GatherResult,
+    dict.fromkeys(
+        ("gather_id", "aggregate", "correl_id", "state", "legs_expected", "legs_received",
+         "legs_missing", "duplicates", "redeliveries", "late", "unknown")
+    ),
+)  # fmt: skip
 CLOSE_TYPES = (
     "WORKFLOW_EXECUTION_COMPLETED",
     "WORKFLOW_EXECUTION_FAILED",
@@ -219,7 +189,7 @@ def gather_facts(histories: DataFrame) -> DataFrame:
             lambda a, i: F.struct(
                 F.coalesce(
                     a["leg"],
-                    F.element_at("legs_expected", a["leg_index"] + 1),
+                    F.element_at("legs_expected", (a["leg_index"] + 1).cast("int")),
                     # Count-only aggregates fill legs in arrival order.
                     F.element_at("legs_expected", i + 1),
                 ).alias("leg"),
