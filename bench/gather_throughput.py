@@ -32,6 +32,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
+from mqgather.names import GATHER_WORKFLOW, LEGS_RECEIVED
 from mqgather.runtime.temporal import dev_server_args, ensure_search_attributes
 from tests.harness import prepare_queues
 
@@ -184,7 +185,10 @@ async def open_rss(client: Client, qm: LocalQueueManager, worker: int, sizes: li
                     qm.commit()
             qm.commit()
         opened = size
-        query = 'WorkflowType = "Gather" AND ExecutionStatus = "Running" AND LegsReceived = 1'
+        query = (
+            f'WorkflowType = "{GATHER_WORKFLOW}" AND ExecutionStatus = "Running" '
+            f"AND {LEGS_RECEIVED.name} = 1"
+        )
         deadline = time.monotonic() + 900
         while (await client.count_workflows(query)).count < size:
             if time.monotonic() > deadline:
