@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -20,10 +21,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from opentelemetry import trace
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.identify import IdentificationError, identify
 from bridge.mq.errors import MQError
@@ -41,8 +42,11 @@ from workflows.models import GatherInput, GatherResult, Reply, ReplyBatch, gathe
 log = logging.getLogger("mqgather.bridge")
 T = TypeVar("T")
 
-#: Bodies per signal at most: Temporal refuses payloads over 2 MB, and base64 grows them.
+#: Encoded replies per signal at most: Temporal refuses payloads over 2 MB.
 SIGNAL_BODY_BYTES = 1024 * 1024
+#: One reply's encoded size at most; a larger one goes to the failure queue, since the
+#: signal that carried it (with the gather's input) would be refused.
+REPLY_PAYLOAD_BYTES = 1536 * 1024
 
 #: Errors after which the batch is backed out and retried later. The SDK's native client
 #: reports a failed (re)connect to the server as a plain RuntimeError ("Failed client
@@ -50,13 +54,21 @@ SIGNAL_BODY_BYTES = 1024 * 1024
 RETRYABLE = (MQError, RPCError, TimeoutError, RuntimeError)
 
 
-def chunk_replies(replies: list[Reply], limit: int = SIGNAL_BODY_BYTES) -> list[list[Reply]]:
-    """Split one gather's replies into signals whose bodies stay under ``limit`` bytes
-    (a single larger reply travels alone)."""
+def _body_size(reply: Reply) -> int:
+    return len(reply.message.body)
+
+
+def chunk_replies(
+    replies: list[Reply],
+    limit: int = SIGNAL_BODY_BYTES,
+    size_of: Callable[[Reply], int] = _body_size,
+) -> list[list[Reply]]:
+    """Split one gather's replies into signals whose sizes (``size_of``, by default the
+    body's) stay under ``limit`` bytes (a single larger reply travels alone)."""
     chunks: list[list[Reply]] = [[]]
     size = 0
     for reply in replies:
-        body = len(reply.message.body)
+        body = size_of(reply)
         if chunks[-1] and size + body > limit:
             chunks.append([])
             size = 0
@@ -77,6 +89,34 @@ class BridgeStats:
     failures: int = 0
     backed_out_to_boq: int = 0
     rollbacks: int = 0
+
+
+@dataclass
+class _Sent:
+    """How far one gather's signals got: the replies Temporal accepted, and the error
+    that stopped the rest (None when all went)."""
+
+    sent: list[Reply]
+    error: BaseException | None = None
+
+
+def _plain(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"unexpected {type(value).__name__}")
+
+
+def _fingerprint(reply: Reply) -> str:
+    """Every value of a reply exactly (NaN and lone surrogates included, unlike ==)."""
+    return json.dumps(reply.model_dump(), default=_plain, sort_keys=True)
+
+
+def _refused_for_content(error: BaseException) -> bool:
+    """Temporal refused the request for what it carried (too large, malformed), so
+    retrying the same replies cannot succeed; anything else may pass later."""
+    return isinstance(error, RPCError) and error.status == RPCStatusCode.INVALID_ARGUMENT
 
 
 @dataclass
@@ -222,9 +262,13 @@ class InboundBridge:
         now = datetime.now(UTC)
         moves: list[_Move] = []
         groups: dict[tuple[str, bytes], tuple[AggregateSpec, list[Reply]]] = {}
+        sizes: dict[int, int] = {}
         owner = owner_of_shared_queue(specs)
         for message in batch:
             if attrs.bothresh and message.backout_count >= attrs.bothresh:
+                if await self._already_consumed(message, specs):
+                    self.stats.redeliveries_dropped += 1
+                    continue
                 kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
                 target = queue_for(owner, kind, boqname=attrs.boqname, dead_letter_queue=dlq)
                 reason = (
@@ -239,35 +283,76 @@ class InboundBridge:
                 target = queue_for(exc.aggregate or owner, Destination.FAILURE)
                 moves.append(_Move(Destination.FAILURE, target, message, str(exc)))
                 continue
-            key = (found.aggregate.name, found.correl_id)
-            group = groups.setdefault(key, (found.aggregate, []))
-            group[1].append(
-                Reply(
-                    message=message,
-                    leg=found.leg,
-                    leg_index=found.leg_index,
-                    source_queue=queue,
-                    received_at=now,
-                )
+            reply = Reply(
+                message=message,
+                leg=found.leg,
+                leg_index=found.leg_index,
+                source_queue=queue,
+                received_at=now,
             )
+            problem, size = self._check(reply)
+            if problem:
+                target = queue_for(found.aggregate, Destination.FAILURE)
+                moves.append(_Move(Destination.FAILURE, target, message, problem))
+                continue
+            sizes[id(reply)] = size
+            key = (found.aggregate.name, found.correl_id)
+            groups.setdefault(key, (found.aggregate, []))[1].append(reply)
         results = await asyncio.gather(
             *(
-                self._signal(spec, correl, replies)
+                self._signal(spec, correl, replies, lambda r: sizes[id(r)])
                 for (_, correl), (spec, replies) in groups.items()
-            ),
-            return_exceptions=True,
+            )
         )
-        for ((_, correl), (spec, replies)), result in zip(groups.items(), results, strict=True):
-            if isinstance(result, WorkflowAlreadyStartedError):
-                moves += await self._late(spec, correl, replies)
-            elif isinstance(result, BaseException):
-                raise result
+        for ((_, correl), (spec, replies)), outcome in zip(groups.items(), results, strict=True):
+            rest = replies[len(outcome.sent) :]
+            error = outcome.error
+            if error is None:
+                continue
+            if isinstance(error, WorkflowAlreadyStartedError):
+                moves += await self._late(spec, correl, rest)
+            elif _refused_for_content(error):
+                # Only the replies Temporal did not take; those it took are in the gather.
+                failure = queue_for(spec, Destination.FAILURE)
+                reason = f"Temporal refused the signal: {error}"
+                moves += [_Move(Destination.FAILURE, failure, r.message, reason) for r in rest]
             else:
-                self.stats.signals += 1
+                raise error
         if moves:
             await call(self._move, transport, queue, moves)
 
-    async def _signal(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> None:
+    def _check(self, reply: Reply) -> tuple[str, int]:
+        """Whether the worker will decode this reply exactly as sent: its encoded size, or
+        why not. A reply that fails here never reaches a signal, so it is never lost after
+        MQCMIT."""
+        converter = self.client.data_converter.payload_converter
+        try:
+            payload = converter.to_payloads([ReplyBatch(replies=[reply])])
+            back = converter.from_payloads(payload, [ReplyBatch])[0].replies[0]
+        except (ValueError, TypeError) as exc:  # pydantic's errors are ValueErrors
+            return f"the reply cannot be carried to its gather ({type(exc).__name__}: {exc})", 0
+        size = payload[0].ByteSize()
+        if _fingerprint(back) != _fingerprint(reply):
+            return (
+                "the reply cannot be carried to its gather unchanged (a property name or "
+                "value is not valid text)",
+                size,
+            )
+        if size > REPLY_PAYLOAD_BYTES:
+            return (
+                f"the reply encodes to {size} bytes (body and properties); a gather takes at "
+                f"most {REPLY_PAYLOAD_BYTES}",
+                size,
+            )
+        return "", size
+
+    async def _signal(
+        self,
+        spec: AggregateSpec,
+        correl: bytes,
+        replies: list[Reply],
+        size_of: Callable[[Reply], int],
+    ) -> _Sent:
         # Continue the back end's trace when the reply carries one; link the batch to it.
         carried = [
             telemetry.extract(r.message.properties)
@@ -283,20 +368,67 @@ class InboundBridge:
             attributes={"mqgather.gather_id": gather_id(spec.name, correl),
                         "mqgather.replies": len(replies)},
         ):  # fmt: skip
-            await self._send(spec, correl, replies)
+            return await self._send(spec, correl, replies, size_of)
 
-    async def _send(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> None:
-        for chunk in chunk_replies(replies):
-            await self.client.start_workflow(
-                GatherWorkflow.run,
-                GatherInput(aggregate=spec, correl_id=correl),
-                id=gather_id(spec.name, correl),
-                task_queue=self.task_queue,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                start_signal=SIGNAL_REPLIES,
-                start_signal_args=[ReplyBatch(replies=chunk)],
-                rpc_timeout=self.rpc_timeout,
+    async def _send(
+        self,
+        spec: AggregateSpec,
+        correl: bytes,
+        replies: list[Reply],
+        size_of: Callable[[Reply], int],
+    ) -> _Sent:
+        done = _Sent(sent=[])
+        for chunk in chunk_replies(replies, size_of=size_of):
+            try:
+                await self.client.start_workflow(
+                    GatherWorkflow.run,
+                    GatherInput(aggregate=spec, correl_id=correl),
+                    id=gather_id(spec.name, correl),
+                    task_queue=self.task_queue,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    start_signal=SIGNAL_REPLIES,
+                    start_signal_args=[ReplyBatch(replies=chunk)],
+                    rpc_timeout=self.rpc_timeout,
+                )
+            except (WorkflowAlreadyStartedError, *RETRYABLE) as exc:
+                done.error = exc
+                return done
+            done.sent += chunk
+            self.stats.signals += 1
+        return done
+
+    async def _consumed_ids(self, gid: str, msg_ids: list[str]) -> set[str]:
+        """Which of these MsgIds (hex) the gather has consumed: a running gather is asked,
+        a completed one read from its result; a gather that never started, or ended
+        without a result, consumed none."""
+        handle = self.client.get_workflow_handle(gid, result_type=GatherResult)
+        try:
+            desc = await handle.describe(rpc_timeout=self.rpc_timeout)
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return set()
+            raise
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            seen = await handle.query(
+                GatherWorkflow.consumed, msg_ids, rpc_timeout=self.rpc_timeout
             )
+            return set(seen)
+        try:
+            result = await handle.result(rpc_timeout=self.rpc_timeout)
+        except WorkflowFailureError:
+            return set()
+        return set(result.consumed_msg_ids) & set(msg_ids)
+
+    async def _already_consumed(self, message: MQMessage, specs: list[AggregateSpec]) -> bool:
+        """Whether a message at BOTHRESH already reached its gather (the bridge was
+        stopped between signal and MQCMIT each time): then it must not also go to the
+        backout queue."""
+        try:
+            found = identify(message, specs)
+        except IdentificationError:
+            return False
+        gid = gather_id(found.aggregate.name, found.correl_id)
+        return bool(await self._consumed_ids(gid, [message.msg_id.hex()]))
 
     async def _late(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> list[_Move]:
         """Replies for a closed gather go to the late queue, except redeliveries of replies
@@ -304,12 +436,7 @@ class InboundBridge:
         gid = gather_id(spec.name, correl)
         consumed: set[str] = set()
         if any(r.message.backout_count for r in replies):
-            try:
-                handle = self.client.get_workflow_handle(gid, result_type=GatherResult)
-                result = await handle.result(rpc_timeout=self.rpc_timeout)
-                consumed = set(result.consumed_msg_ids)
-            except WorkflowFailureError:
-                consumed = set()
+            consumed = await self._consumed_ids(gid, [r.message.msg_id.hex() for r in replies])
         moves = []
         for reply in replies:
             if reply.message.msg_id.hex() in consumed:

@@ -74,6 +74,11 @@ class GatherWorkflow:
         """What the gather has and lacks now."""
         return logic.status(self.spec, self.s, self.correl_id, self.id)
 
+    @workflow.query(name=names.QUERY_CONSUMED)
+    def consumed(self, msg_ids: list[str]) -> list[str]:
+        """Which of these MsgIds (hex) the gather has taken (merged, held or routed)."""
+        return logic.consumed(self.s, msg_ids)
+
     def _operated(self, result: UpdateResult) -> UpdateResult:
         """Wake the run loop when an operator's change was applied."""
         if result.accepted:

@@ -149,6 +149,12 @@ def take_replies(
     refresh(state)
 
 
+def consumed(state: GatherState, msg_ids: list[str]) -> list[str]:
+    """Those of ``msg_ids`` (hex) the gather has taken already."""
+    seen = set(state.seen_msg_ids)
+    return [msg_id for msg_id in msg_ids if msg_id in seen]
+
+
 def unknown_expired(state: GatherState, now: datetime) -> bool:
     """No registration came within the unknown-message timeout."""
     return (

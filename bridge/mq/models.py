@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from datetime import datetime
 from enum import IntFlag
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
@@ -72,34 +73,79 @@ def format_id(value: bytes) -> str:
     return "hex:" + value.hex()
 
 
+_TAG_TYPES = {tag: kind for kind, tag in _PROPERTY_TAGS.items()}
+
+#: Non-finite float64 values travel as these names (JSON has no literal for them).
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+#: Tag of a string that is not valid Unicode text (lone surrogates, as undecodable bytes
+#: become under ``surrogateescape``): its UTF-8 bytes with surrogates passed, in base64.
+_RAW_STRING = "string-raw"
+
+
+def _float_text(value: float) -> float | str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def encode_properties(props: dict[str, PropertyValue]) -> dict[str, dict[str, Any]]:
-    """Tag each property with its MQ type so that JSON keeps bool/int/float/str/bytes/null apart."""
+    """Tag each property with its MQ type so that JSON keeps bool/int/float/str/bytes/null
+    apart. Lossless: NaN and infinities, and strings that are not valid Unicode, survive."""
     out: dict[str, dict[str, Any]] = {}
     for name, value in props.items():
         tag = _PROPERTY_TAGS[type(value)]
-        out[name] = {
-            "type": tag,
-            "value": base64.b64encode(value).decode() if isinstance(value, bytes) else value,
-        }
+        encoded: Any = value
+        if isinstance(value, bytes):
+            encoded = base64.b64encode(value).decode()
+        elif isinstance(value, float):
+            encoded = _float_text(value)
+        elif isinstance(value, str) and not _is_text(value):
+            tag = _RAW_STRING
+            encoded = base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()
+        out[name] = {"type": tag, "value": encoded}
     return out
 
 
+def _decode_one(name: str, tag: Any, value: Any) -> PropertyValue:
+    if tag == "bytes" or tag == _RAW_STRING:
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, TypeError, ValueError) as exc:
+            raise ValueError(f"property {name!r}: {tag} value is not base64") from exc
+        return raw if tag == "bytes" else raw.decode("utf-8", "surrogatepass")
+    if tag == "float64":
+        if isinstance(value, str) and value in _NON_FINITE:
+            return _NON_FINITE[value]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ValueError(f"property {name!r}: float64 value {value!r} is not a number")
+    if tag not in _PROPERTY_TAGS.values():
+        raise ValueError(f"property {name!r}: unknown type {tag!r}")
+    if type(value) is not _TAG_TYPES[tag]:
+        raise ValueError(f"property {name!r}: {tag} value {value!r} has the wrong type")
+    return cast(PropertyValue, value)
+
+
 def decode_properties(data: dict[str, Any]) -> dict[str, PropertyValue]:
-    """Inverse of :func:`encode_properties`; plain (untagged) values are taken as they are."""
+    """Inverse of :func:`encode_properties`; plain (untagged) values are taken as they are.
+
+    Raises:
+        ValueError: a tagged value does not fit its type, naming the property.
+    """
     out: dict[str, PropertyValue] = {}
     for name, item in data.items():
         if isinstance(item, dict) and set(item) == {"type", "value"}:
-            tag, value = item["type"], item["value"]
-            if tag == "bytes":
-                try:
-                    value = base64.b64decode(value, validate=True)
-                except (binascii.Error, TypeError) as exc:
-                    raise ValueError(f"property {name!r}: bytes value is not base64") from exc
-            elif tag == "float64":
-                value = float(value)
-            elif tag not in _PROPERTY_TAGS.values():
-                raise ValueError(f"property {name!r}: unknown type {tag!r}")
-            out[name] = value
+            out[name] = _decode_one(name, item["type"], item["value"])
         else:
             out[name] = item
     return out

@@ -41,3 +41,24 @@ def test_json_round_trip_keeps_property_types_and_binary_body():
 def test_out_of_range_integer_property_is_refused():
     with pytest.raises(ValueError, match="64-bit"):
         MQMessage(properties={"n": 2**64})
+
+
+def test_properties_survive_json_losslessly():
+    import math
+
+    props = {"nan": math.nan, "inf": math.inf, "ninf": -math.inf, "raw": "a\udcff",
+             "b": b"\x00\xff", "i": 2**63 - 1, "t": True, "n": None, "s": "é"}  # fmt: skip
+    back = MQMessage.model_validate_json(MQMessage(properties=props).model_dump_json()).properties
+    assert math.isnan(back.pop("nan")) and back.pop("inf") == math.inf
+    props.pop("nan"), props.pop("inf")
+    assert back == props and type(back["t"]) is bool
+
+
+def test_a_tagged_property_of_the_wrong_type_is_a_validation_error():
+    import pydantic
+    import pytest
+
+    for bad in ({"type": "float64", "value": None}, {"type": "int64", "value": "7"},
+                {"type": "bytes", "value": "!!"}, {"type": "weird", "value": 1}):  # fmt: skip
+        with pytest.raises(pydantic.ValidationError, match="property 'p'"):
+            MQMessage.model_validate({"properties": {"p": bad}})

@@ -1,0 +1,123 @@
+"""Replies built to break the bridge or the worker: each ends in exactly one place, and
+one bad reply never moves another."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from bridge.mq.models import Match, MQMessage, PutOptions
+from mqgather.config import AggregateSpec, LegSpec
+from mqgather.names import PROP_REASON, SIGNAL_REPLIES
+from tests.harness import pipeline, status, until
+from workflows.models import ReplyBatch
+
+LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
+        LegSpec(name="TAX", sequence=30))  # fmt: skip
+
+
+async def test_non_finite_and_invalid_text_properties_reach_the_gather(temporal_env, tmp_path):
+    spec = AggregateSpec(name="odd", legs=LEGS, timeout_seconds=30)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}', score=math.nan, hi=math.inf)
+        p.reply(spec, sent.correl_id, "STOCK", b'{"s":1}', lo=-math.inf)
+        p.reply(spec, sent.correl_id, "TAX", b'{"t":1}', name="caf\udce9")  # not UTF-8
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, sent.correl_id)
+        handle = p.handle(spec, sent.correl_id)
+        history = await handle.fetch_history()
+        assert p.empty("GATHER.FAILURE") and p.empty("GATHER.BACKOUT")
+    assert result.state == "COMPLETE" and result.legs_missing == []
+    assert json.loads(response.body)["legs"] == {"credit": {"c": 1}, "stock": {"s": 1},
+                                                  "tax": {"t": 1}}  # fmt: skip
+    # The properties arrived as sent, NaN and the undecodable text included.
+    props = {}
+    converter = pydantic_data_converter.payload_converter
+    for event in history.events:
+        signal = event.workflow_execution_signaled_event_attributes
+        if signal.signal_name == SIGNAL_REPLIES:
+            batch = converter.from_payloads(signal.input.payloads, [ReplyBatch])[0]
+            for r in batch.replies:
+                props.update(r.message.properties)
+    assert math.isnan(props["score"]) and props["hi"] == math.inf and props["lo"] == -math.inf
+    assert props["name"] == "caf\udce9"
+
+
+async def test_an_oversized_property_fails_alone_and_its_batch_mates_complete(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="huge", legs=LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        victim, bystander = await p.scatter(spec), await p.scatter(spec)
+        # One unit of work, so the bridge gets all four in one batch.
+        big = MQMessage(correl_id=victim.correl_id, body=b'{"c":1}',
+                        properties={"leg": "CREDIT", "blob": "x" * 3_000_000})  # fmt: skip
+        put = [p.qm.put("GATHER.IN", big, PutOptions(syncpoint=True))]
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            message = MQMessage(correl_id=bystander.correl_id, properties={"leg": leg}, body=b"{}")
+            put.append(p.qm.put("GATHER.IN", message, PutOptions(syncpoint=True)))
+        p.qm.commit()
+        failed = await p.wait_message("GATHER.FAILURE")
+        await p.wait_message("ORDER.RESPONSE")
+        done = await p.result(spec, bystander.correl_id)
+        victim_status = await status(p.handle(spec, victim.correl_id))
+        assert p.empty("GATHER.BACKOUT") and p.empty("GATHER.FAILURE")
+        assert p.empty("GATHER.LATE") and p.empty("GATHER.IN")
+    assert failed.msg_id == put[0].msg_id and failed.body == b'{"c":1}'
+    assert len(str(failed.properties["blob"])) == 3_000_000
+    reason = str(failed.properties[PROP_REASON])
+    assert "encodes to" in reason and "bytes" in reason, reason
+    assert done.state == "COMPLETE" and done.redeliveries == 0
+    assert victim_status.legs_received == [] and victim_status.state == "OPEN"
+
+
+async def test_a_consumed_reply_at_bothresh_is_not_also_backed_out(temporal_env, tmp_path):
+    spec = AggregateSpec(name="bo", legs=LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False) as p:
+        first = asyncio.Event()
+        bridge = asyncio.create_task(p.bridge.run(first))
+        sent = await p.scatter(spec)
+        handle = p.handle(spec, sent.correl_id)
+        credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        first.set()
+        await bridge
+        # As if the bridge had been killed between signal and MQCMIT three times: the
+        # same message is back on the queue with BackoutCount 3 (= BOTHRESH).
+        p.qm.put("GATHER.IN", credit, PutOptions(syncpoint=False, set_all_context=True))
+        for _ in range(3):
+            p.qm.get("GATHER.IN", match=Match(msg_id=credit.msg_id))
+            p.qm.backout()
+        again = p.qm.get("GATHER.IN", browse="first")
+        assert again.backout_count == 3 and again.msg_id == credit.msg_id
+        second = asyncio.Event()
+        bridge = asyncio.create_task(p.bridge.run(second))
+        p.reply(spec, sent.correl_id, "STOCK", b"{}")
+        p.reply(spec, sent.correl_id, "TAX", b"{}")
+        await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, sent.correl_id)
+        second.set()
+        await bridge
+        assert p.empty("GATHER.BACKOUT") and p.empty("GATHER.IN") and p.empty("GATHER.LATE")
+    assert result.state == "COMPLETE"
+    assert p.bridge.stats.redeliveries_dropped == 1
+
+
+async def test_a_reply_that_cannot_be_encoded_goes_to_failure_with_its_reason(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="badname", legs=LEGS[:1], timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        bad = p.put("GATHER.IN", MQMessage(correl_id=sent.correl_id, body=b"{}",
+                                           properties={"leg": "CREDIT", "k\udcff": 1}))  # fmt: skip
+        failed = await p.wait_message("GATHER.FAILURE")
+        p.reply(spec, sent.correl_id, "CREDIT", b'{"ok":1}')
+        response = await p.wait_message("ORDER.RESPONSE")
+    assert failed.msg_id == bad.msg_id and failed.properties["k\udcff"] == 1
+    assert "cannot be carried to its gather" in str(failed.properties[PROP_REASON])
+    assert json.loads(response.body)["legs"] == {"credit": {"ok": 1}}
