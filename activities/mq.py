@@ -10,14 +10,19 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from activities.merge import LegBodies, MergeError, merge
-from bridge.mq.forward import already_on, forward
-from bridge.mq.models import MQFMT_STRING, MQMessage, PutOptions
+from bridge.mq import ledger
+from bridge.mq.dlh import dead_letter
+from bridge.mq.errors import MQError, undeliverable
+from bridge.mq.forward import forward
+from bridge.mq.ledger import ledger_key
+from bridge.mq.models import MQFMT_STRING, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather import names
-from mqgather.names import PROP_GATHER_ID, PROP_MISSING, PROP_STATE
+from mqgather.config import AggregateSpec
+from mqgather.names import APPL_NAME, PROP_GATHER_ID, PROP_MISSING, PROP_STATE
 from mqgather.routing import Destination, queue_for
 from mqgather.runtime import telemetry
-from workflows.models import PutResponseInput, PutResponseResult, RouteInput
+from workflows.models import PutResponseInput, PutResponseResult, Reply, RouteInput
 
 
 def response_msg_id(gather: str, outcome: str) -> bytes:
@@ -69,7 +74,13 @@ class MQActivities:
 
     @activity.defn(name=names.ACTIVITY_PUT_RESPONSE)
     def put_response(self, inp: PutResponseInput) -> PutResponseResult:
-        """Merge the legs and PUT one response under syncpoint."""
+        """Merge the legs and PUT one response under syncpoint, exactly once.
+
+        A destination that refuses it for good (unknown queue, Q_FULL, put inhibited,
+        ...) is retried ``delivery_attempts`` times; then the response goes to the
+        dead-letter queue behind an MQDLH naming the reason and that destination, and the
+        gather ends FAILED.
+        """
         spec = inp.aggregate
         legs = [
             LegBodies(
@@ -93,7 +104,7 @@ class MQActivities:
             return self._merge_failed(inp, exc)
         msg_id = response_msg_id(inp.gather_id, inp.outcome)
         queues = response_queues(inp)
-        properties: dict[str, str | int | float | bool | bytes | None] = {
+        properties: dict[str, PropertyValue] = {
             PROP_STATE: inp.outcome,
             PROP_GATHER_ID: inp.gather_id,
             PROP_MISSING: ",".join(inp.missing),
@@ -108,35 +119,54 @@ class MQActivities:
             properties=properties,
             body=merged.body,
         )
+        final = activity.info().attempt >= spec.delivery_attempts
+        refused: list[tuple[str, MQError]] = []
+        dlq = ""
 
         def work(transport: Transport) -> None:
+            nonlocal dlq
+            refused.clear()
+            if ledger.done(transport, spec.ledger_queue, msg_id):
+                return  # committed by an earlier attempt
             for queue in queues:
-                if not already_on(transport, queue, msg_id):
+                try:
                     transport.put(queue, response, PutOptions(syncpoint=True))
+                except MQError as exc:
+                    if not (final and undeliverable(exc)):
+                        raise
+                    dlq = transport.dead_letter_queue()
+                    transport.put(
+                        dlq,
+                        dead_letter(response, exc.code, queue, transport.qmgr_name, APPL_NAME),
+                        PutOptions(syncpoint=True),
+                    )
+                    refused.append((queue, exc))
+            note = f"{inp.gather_id} {inp.outcome} response"
+            ledger.mark(transport, spec.ledger_queue, msg_id, note, spec.ledger_hours)
 
         self._unit_of_work(work)
+        if refused:
+            error = "; ".join(f"{queue}: {exc}" for queue, exc in refused)
+            _record_close(inp, "FAILED")
+            return PutResponseResult(
+                outcome="FAILED",
+                queues=[q for q in queues if q not in {r[0] for r in refused}] + [dlq],
+                msg_id=msg_id.hex(),
+                error=f"response undeliverable after {spec.delivery_attempts} attempts, put "
+                f"to the dead-letter queue {dlq}: {error}",
+            )
         _record_close(inp, inp.outcome)
         return PutResponseResult(outcome=inp.outcome, queues=queues, msg_id=msg_id.hex())
 
     def _merge_failed(self, inp: PutResponseInput, exc: MergeError) -> PutResponseResult:
         """A bad leg body: every reply of the gather goes, intact, to the failure queue."""
-        spec = inp.aggregate
-        failure_queue = queue_for(spec, Destination.FAILURE)
-
-        def work(transport: Transport) -> None:
-            for leg in inp.legs:
-                for reply in leg.replies:
-                    forward(
-                        transport,
-                        failure_queue,
-                        reply.message,
-                        f"merge failed: {exc}",
-                        reply.source_queue,
-                        inp.gather_id,
-                        idempotent=True,
-                    )
-
-        self._unit_of_work(work)
+        failure_queue = queue_for(inp.aggregate, Destination.FAILURE)
+        replies = [reply for leg in inp.legs for reply in leg.replies]
+        self._forward_once(
+            inp.aggregate,
+            inp.gather_id,
+            [(failure_queue, r, f"merge failed: {exc}") for r in replies],
+        )
         _record_close(inp, "FAILED")
         return PutResponseResult(
             outcome="FAILED", queues=[failure_queue], msg_id="", error=str(exc)
@@ -146,25 +176,29 @@ class MQActivities:
     def route_replies(self, inp: RouteInput) -> int:
         """Forward replies intact to the late, unknown, duplicate or failure queue."""
         spec = inp.aggregate
-
-        def work(transport: Transport) -> None:
-            for item in inp.items:
-                queue = queue_for(spec, item.kind)
-                if queue:  # "" for duplicates the aggregate discards
-                    forward(
-                        transport,
-                        queue,
-                        item.reply.message,
-                        item.reason,
-                        item.reply.source_queue,
-                        inp.gather_id,
-                        idempotent=True,
-                    )
-
-        self._unit_of_work(work)
+        items = [(queue_for(spec, item.kind), item.reply, item.reason) for item in inp.items]
+        # "" for duplicates the aggregate discards.
+        self._forward_once(spec, inp.gather_id, [item for item in items if item[0]])
         for item in inp.items:
             telemetry.instruments().routed.add(1, {"aggregate": spec.name, "kind": item.kind.value})
         return len(inp.items)
+
+    def _forward_once(
+        self, spec: AggregateSpec, gather: str, items: list[tuple[str, Reply, str]]
+    ) -> None:
+        """Forward each (queue, reply, reason) intact, in one unit of work, each exactly
+        once across retries (the ledger records every forward)."""
+
+        def work(transport: Transport) -> None:
+            for queue, reply, reason in items:
+                key = ledger_key("forward", gather, queue, reply.message.msg_id.hex())
+                if ledger.done(transport, spec.ledger_queue, key):
+                    continue
+                forward(transport, queue, reply.message, reason, reply.source_queue, gather)
+                note = f"{gather} forwarded to {queue}"
+                ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
+
+        self._unit_of_work(work)
 
 
 def _record_close(inp: PutResponseInput, outcome: str) -> None:

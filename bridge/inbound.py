@@ -27,7 +27,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.identify import IdentificationError, identify
-from bridge.mq.errors import MQError
+from bridge.mq.errors import REASONS, MQError
 from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, QueueAttributes
 from bridge.mq.transport import Transport
@@ -455,7 +455,11 @@ class InboundBridge:
 
     def _move(self, transport: Transport, queue: str, moves: list[_Move]) -> None:
         for move in moves:
-            forward(transport, move.queue, move.message, move.reason, queue)
+            dead = move.kind is Destination.DEAD_LETTER
+            forward(
+                transport, move.queue, move.message, move.reason, queue,
+                dead_letter_reason=REASONS["MQRC_BACKOUT_THRESHOLD_REACHED"] if dead else 0,
+            )  # fmt: skip
             telemetry.instruments().bridge_moved.add(1, {"queue": queue, "kind": move.kind.value})
             if move.kind is Destination.FAILURE:
                 self.stats.failures += 1

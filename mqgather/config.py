@@ -91,6 +91,18 @@ class AggregateSpec(BaseModel):
         description='where duplicate replies go; "" counts them and discards the copy',
     )
     max_reply_bytes: int = Field(default=256 * 1024, gt=0)
+    delivery_attempts: int = Field(
+        default=5,
+        ge=1,
+        description="PUT attempts of a response refused for good (unknown queue, Q_FULL, "
+        "put inhibited...) before it goes to the dead-letter queue and the gather FAILS",
+    )
+    ledger_queue: str = Field(
+        default=k.LEDGER_QUEUE, min_length=1, description="markers of PUTs already done"
+    )
+    ledger_hours: float = Field(
+        default=168.0, gt=0, description="how long a PUT's marker is kept (its MQ expiry)"
+    )
 
     @field_validator("hex_separator")
     @classmethod
@@ -184,6 +196,9 @@ def default_queues() -> dict[str, QueueDefinition]:
         k.GATHER_FAILURE: QueueDefinition(maxdepth=deep, descr="bad input, with the reason"),
         k.GATHER_BACKOUT: QueueDefinition(maxdepth=deep, descr="replies backed out BOTHRESH times"),
         k.GATHER_DUPLICATE: QueueDefinition(maxdepth=deep, descr="duplicate leg replies"),
+        k.LEDGER_QUEUE: QueueDefinition(
+            maxdepth=1_000_000, maxmsgl=4096, descr="markers of PUTs done (exactly once)"
+        ),
     }
     for leg in DEMO_LEGS:
         queues[leg.queue()] = QueueDefinition(maxdepth=deep, descr=f"{leg.name} requests")

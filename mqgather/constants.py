@@ -25,3 +25,7 @@ GATHER_UNKNOWN = "GATHER.UNKNOWN"
 GATHER_FAILURE = "GATHER.FAILURE"
 GATHER_BACKOUT = "GATHER.BACKOUT"
 GATHER_DUPLICATE = "GATHER.DUPLICATE"
+#: Markers of the PUTs already done (response, forwarded reply), one per PUT, committed in
+#: the PUT's own unit of work: a retried activity finds them even when the requester has
+#: consumed the response already.
+LEDGER_QUEUE = "MQGATHER.LEDGER"

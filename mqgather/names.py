@@ -45,6 +45,8 @@ ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"
 ENV_MQCCDTURL = "MQCCDTURL"
 
 # ------------------------------------------------------ MQ message properties
+#: PutApplName in the MQDLH of what mqgather puts on the dead-letter queue.
+APPL_NAME = "mqgather"
 #: Names the aggregate when several share one reply queue (written by scatter).
 PROP_AGGREGATE = "aggregate"
 #: Why a message was moved, from which queue, by which gather, after how many backouts.

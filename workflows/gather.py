@@ -41,7 +41,7 @@ ACTIVITY_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
 )
 # The MQ work takes milliseconds, so it runs as local activities: no activity task round
-# trips through the server. Still at-least-once; the PUTs are idempotent by MsgId.
+# trips through the server. Still at-least-once; the ledger makes each PUT happen once.
 ACTIVITY_TIMEOUT = timedelta(seconds=60)
 
 

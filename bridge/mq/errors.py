@@ -30,6 +30,7 @@ REASONS: dict[str, int] = {
     "MQRC_STORAGE_MEDIUM_FULL": 2192,
     "MQRC_UNEXPECTED_ERROR": 2195,
     "MQRC_CONNECTION_QUIESCING": 2202,
+    "MQRC_BACKOUT_THRESHOLD_REACHED": 2362,
     "MQRC_SSL_INITIALIZATION_ERROR": 2393,
     "MQRC_PROPERTY_NOT_AVAILABLE": 2471,
     "MQRC_HOST_NOT_AVAILABLE": 2538,
@@ -138,3 +139,10 @@ def error_for_reason(code: int, detail: str = "") -> MQError:
     name = REASON_NAMES.get(code, f"MQRC_{code}")
     cls = _CLASSES.get(name, MQError)
     return cls(detail, reason=name, code=code)
+
+
+def undeliverable(exc: MQError) -> bool:
+    """Whether a PUT was refused for where or what it is (unknown queue, Q_FULL, put
+    inhibited, too big, not authorized...) rather than because the connection failed:
+    such a PUT may be retried a bounded number of times, then must go elsewhere."""
+    return not isinstance(exc, ConnectionBroken | QueueManagerUnavailable)

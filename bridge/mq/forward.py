@@ -8,10 +8,16 @@ it was.
 
 from __future__ import annotations
 
-from bridge.mq.errors import NoMessageAvailable
-from bridge.mq.models import Match, MQMessage, PutOptions
+from bridge.mq.dlh import dead_letter
+from bridge.mq.models import MQMessage, PutOptions
 from bridge.mq.transport import Transport
-from mqgather.names import PROP_BACKOUT_COUNT, PROP_GATHER_ID, PROP_REASON, PROP_SOURCE_QUEUE
+from mqgather.names import (
+    APPL_NAME,
+    PROP_BACKOUT_COUNT,
+    PROP_GATHER_ID,
+    PROP_REASON,
+    PROP_SOURCE_QUEUE,
+)
 
 
 def with_reason(message: MQMessage, reason: str, source_queue: str, gather: str = "") -> MQMessage:
@@ -25,15 +31,6 @@ def with_reason(message: MQMessage, reason: str, source_queue: str, gather: str 
     return message.model_copy(update={"properties": props})
 
 
-def already_on(transport: Transport, queue: str, msg_id: bytes) -> bool:
-    """Whether a message with this MsgId is on the queue (a retried PUT that got through)."""
-    try:
-        transport.get(queue, match=Match(msg_id=msg_id), browse="first")
-    except NoMessageAvailable:
-        return False
-    return True
-
-
 def forward(
     transport: Transport,
     queue: str,
@@ -42,18 +39,15 @@ def forward(
     source_queue: str,
     gather: str = "",
     *,
-    idempotent: bool = False,
+    dead_letter_reason: int = 0,
 ) -> None:
     """PUT a copy of ``message`` to ``queue`` under syncpoint, keeping its context.
 
     Args:
-        idempotent: skip the put if a message with the same MsgId is already there
-            (for activity retries).
+        dead_letter_reason: for the dead-letter queue, the MQRC_* code its MQDLH names
+            (the header also names ``source_queue`` as where the message was).
     """
-    if idempotent and already_on(transport, queue, message.msg_id):
-        return
-    transport.put(
-        queue,
-        with_reason(message, reason, source_queue, gather),
-        PutOptions(syncpoint=True, set_all_context=True),
-    )
+    copy = with_reason(message, reason, source_queue, gather)
+    if dead_letter_reason:
+        copy = dead_letter(copy, dead_letter_reason, source_queue, transport.qmgr_name, APPL_NAME)
+    transport.put(queue, copy, PutOptions(syncpoint=True, set_all_context=True))

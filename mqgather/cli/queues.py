@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -11,9 +12,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bridge.mq import dlh
 from bridge.mq.admin import setup_queues
 from bridge.mq.connect import open_transport
-from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.errors import REASON_NAMES, NoMessageAvailable
 from bridge.mq.models import (
     MQPER_NOT_PERSISTENT,
     MQPER_PERSISTENT,
@@ -63,11 +65,31 @@ def parse_property(text: str) -> tuple[str, PropertyValue]:
 
 
 def message_to_json(message: MQMessage) -> dict[str, Any]:
-    """Every MQMD field, the typed properties, and the body as text or base64."""
+    """Every MQMD field, the typed properties, and the body as text or base64. A message
+    that starts with an MQDLH (Format MQDEAD) shows the header's fields apart, with its
+    reason name, and the original body after it."""
+    raw, header = message.body, None
+    if message.format == dlh.MQFMT_DEAD_LETTER_HEADER:
+        try:
+            parsed, raw = dlh.unpack(message.body)
+        except dlh.NotADeadLetter:
+            raw = message.body
+        else:
+            header = dict(
+                dataclasses.asdict(parsed),
+                reason_name=REASON_NAMES.get(parsed.reason, f"MQRC_{parsed.reason}"),
+            )
     try:
-        body, encoding = message.body.decode("utf-8"), "text"
+        body, encoding = raw.decode("utf-8"), "text"
     except UnicodeDecodeError:
-        body, encoding = base64.b64encode(message.body).decode(), "base64"
+        body, encoding = base64.b64encode(raw).decode(), "base64"
+    shown = {
+        "dead_letter_header": header,
+        "body_encoding": encoding,
+        "body": body,
+    }
+    if header is None:
+        del shown["dead_letter_header"]
     return {
         "msg_id": format_id(message.msg_id),
         "correl_id": format_id(message.correl_id),
@@ -84,8 +106,7 @@ def message_to_json(message: MQMessage) -> dict[str, Any]:
         "put_date_time": message.put_date_time.isoformat() if message.put_date_time else None,
         "backout_count": message.backout_count,
         "properties": encode_properties(message.properties),
-        "body_encoding": encoding,
-        "body": body,
+        **shown,
     }
 
 

@@ -9,9 +9,10 @@ import math
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bridge.mq.models import Match, MQMessage, PutOptions
+from bridge.mq import dlh
+from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.names import PROP_REASON, SIGNAL_REPLIES
+from mqgather.names import GATHER_STATE, PROP_REASON, SIGNAL_REPLIES
 from tests.harness import pipeline, status, until
 from workflows.models import ReplyBatch
 
@@ -121,3 +122,46 @@ async def test_a_reply_that_cannot_be_encoded_goes_to_failure_with_its_reason(
     assert failed.msg_id == bad.msg_id and failed.properties["k\udcff"] == 1
     assert "cannot be carried to its gather" in str(failed.properties[PROP_REASON])
     assert json.loads(response.body)["legs"] == {"credit": {"ok": 1}}
+
+
+async def test_an_undeliverable_response_fails_the_gather_and_is_dead_lettered(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="nowhere", legs=LEGS[:1], destination="replyToQueue",
+                         delivery_attempts=2, timeout_seconds=300)  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec, reply_to_q="NO.SUCH.Q")
+        p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+        result = await p.result(spec, sent.correl_id)
+        dead = await p.wait_message("SYSTEM.DEAD.LETTER.QUEUE")
+        described = await p.handle(spec, sent.correl_id).describe()
+        assert p.empty("ORDER.RESPONSE")
+    assert result.state == "FAILED" and "MQRC_UNKNOWN_OBJECT_NAME" in result.error
+    assert "NO.SUCH.Q" in result.error and result.response_queues == ["SYSTEM.DEAD.LETTER.QUEUE"]
+    assert described.typed_search_attributes.get(GATHER_STATE) == "FAILED"
+    header, body = dlh.unpack(dead.body)
+    assert header.dest_q_name == "NO.SUCH.Q" and header.reason == 2085
+    assert json.loads(body)["legs"] == {"credit": {"c": 1}}
+
+
+async def test_backout_without_boqname_goes_to_the_dead_letter_queue_with_an_mqdlh(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="dlq", legs=LEGS)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False) as p:
+        p.qm.define(QueueAttributes(name="GATHER.IN", maxdepth=1000, bothresh=1), replace=True)
+        poison = p.put("GATHER.IN", MQMessage(correl_id=b"P", properties={"leg": "TAX"},
+                                              body=b"poison"))  # fmt: skip
+        p.qm.get("GATHER.IN", match=Match(msg_id=poison.msg_id))
+        p.qm.backout()
+        stop = asyncio.Event()
+        bridge = asyncio.create_task(p.bridge.run(stop))
+        dead = await p.wait_message("SYSTEM.DEAD.LETTER.QUEUE")
+        stop.set()
+        await bridge
+        assert p.empty("GATHER.IN") and p.empty("GATHER.BACKOUT")
+    header, body = dlh.unpack(dead.body)
+    assert dead.format == "MQDEAD" and dead.msg_id == poison.msg_id and body == b"poison"
+    assert header.reason == 2362 and header.dest_q_name == "GATHER.IN"
+    assert header.format == "MQSTR" and header.put_appl_name == "mqgather"
+    assert "BOTHRESH 1" in str(dead.properties[PROP_REASON])

@@ -161,3 +161,24 @@ def test_property_types_parse():
     assert parse_property("z:null=") == ("z", None)
     assert parse_property("raw:bytes=hex:" + "ab" * 40) == ("raw", b"\xab" * 40)
     assert parse_property("raw:bytes=text") == ("raw", b"text")
+
+
+def test_browse_shows_a_dead_letter_header_apart(tmp_path):
+    from datetime import UTC, datetime
+
+    from bridge.mq import dlh
+    from bridge.mq.local_qm import LocalQueueManager
+    from bridge.mq.models import MQMessage, PutOptions
+
+    original = MQMessage(correl_id=b"ORDER-42", body=b'{"ok":1}')
+    dead = dlh.dead_letter(original, 2085, "NO.SUCH.Q", "QM1", "mqgather",
+                           datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))  # fmt: skip
+    with LocalQueueManager(tmp_path / ".mqgather" / "qm.db") as qm:
+        qm.put("SYSTEM.DEAD.LETTER.QUEUE", dead, PutOptions(syncpoint=False))
+    shown = json.loads(run(["queues", "browse", "SYSTEM.DEAD.LETTER.QUEUE", "--json"], tmp_path)
+                       .stdout)  # fmt: skip
+    header = shown["dead_letter_header"]
+    assert shown["format"] == "MQDEAD" and shown["body"] == '{"ok":1}'
+    assert header["reason"] == 2085 and header["reason_name"] == "MQRC_UNKNOWN_OBJECT_NAME"
+    assert header["dest_q_name"] == "NO.SUCH.Q" and header["format"] == "MQSTR"
+    assert header["put_date"] == "20260102" and header["put_time"] == "03040500"

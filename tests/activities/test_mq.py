@@ -1,0 +1,124 @@
+"""The PUT activities on the embedded queue manager: exactly once across retries even
+when the output is consumed at once, and bounded delivery to the dead-letter queue."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.mq import MQActivities, response_msg_id
+from bridge.mq import dlh
+from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQMessage
+from mqgather.config import AggregateSpec, LegSpec
+from mqgather.constants import DEAD_LETTER_QUEUE
+from mqgather.routing import Destination
+from tests.harness import prepare_queues
+from workflows.models import PutResponseInput, ReceivedLeg, Reply, Routed, RouteInput
+
+LEG = LegSpec(name="CREDIT", sequence=10)
+GATHER = "gather:t:0a"
+
+
+def reply(n: int) -> Reply:
+    return Reply(
+        message=MQMessage(msg_id=bytes([n]) * 24, correl_id=b"C", body=b'{"ok":1}',
+                          properties={"leg": "CREDIT"}),
+        leg="CREDIT", source_queue="GATHER.IN", received_at=datetime.now(UTC),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def qm_path(tmp_path: Path) -> Path:
+    path = tmp_path / "qm.db"
+    prepare_queues(path)
+    return path
+
+
+def response_input(spec: AggregateSpec, **changes) -> PutResponseInput:
+    fields = {"aggregate": spec, "gather_id": GATHER, "correl_id": b"C" * 24,
+              "outcome": "COMPLETE", "legs": [ReceivedLeg(leg=LEG, replies=[reply(1)])],
+              "missing": [], **changes}  # fmt: skip
+    return PutResponseInput(**fields)
+
+
+def drain(qm: LocalQueueManager, queue: str) -> list[MQMessage]:
+    out = []
+    while True:
+        try:
+            out.append(qm.get(queue, syncpoint=False))
+        except NoMessageAvailable:
+            return out
+
+
+def test_a_retried_put_after_the_response_was_consumed_puts_nothing(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = ActivityEnvironment()
+    first = env.run(acts.put_response, response_input(spec))
+    with LocalQueueManager(qm_path) as requester:
+        taken = drain(requester, "ORDER.RESPONSE")  # the requester is quick
+        # The worker died before Temporal recorded the activity: it runs again.
+        again = env.run(acts.put_response, response_input(spec))
+        assert drain(requester, "ORDER.RESPONSE") == []
+    assert len(taken) == 1 and taken[0].msg_id == response_msg_id(GATHER, "COMPLETE")
+    assert first == again
+
+
+def test_a_retried_forward_after_the_copy_was_consumed_forwards_nothing(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    items = [Routed(kind=Destination.LATE, reply=reply(7), reason="late"),
+             Routed(kind=Destination.DUPLICATE, reply=reply(8), reason="dup")]  # fmt: skip
+    inp = RouteInput(aggregate=spec, gather_id=GATHER, items=items)
+    env = ActivityEnvironment()
+    env.run(acts.route_replies, inp)
+    with LocalQueueManager(qm_path) as consumer:
+        late, dup = drain(consumer, "GATHER.LATE"), drain(consumer, "GATHER.DUPLICATE")
+        env.run(acts.route_replies, inp)
+        assert drain(consumer, "GATHER.LATE") == [] and drain(consumer, "GATHER.DUPLICATE") == []
+    assert [m.msg_id for m in late] == [bytes([7]) * 24]
+    assert [m.msg_id for m in dup] == [bytes([8]) * 24]
+
+
+def test_an_undeliverable_response_is_retried_then_dead_lettered(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,), destination="replyToQueue", delivery_attempts=3)
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    inp = response_input(spec, reply_to_q="NO.SUCH.Q", reply_to_qmgr="QM1")
+    env = ActivityEnvironment()
+    for attempt in (1, 2):
+        env.info = dataclasses.replace(env.info, attempt=attempt)
+        with pytest.raises(Exception, match="MQRC_UNKNOWN_OBJECT_NAME"):
+            env.run(acts.put_response, inp)
+    env.info = dataclasses.replace(env.info, attempt=3)
+    result = env.run(acts.put_response, inp)
+    with LocalQueueManager(qm_path) as qm:
+        dead = drain(qm, DEAD_LETTER_QUEUE)
+    assert result.outcome == "FAILED" and result.queues == [DEAD_LETTER_QUEUE]
+    assert "MQRC_UNKNOWN_OBJECT_NAME" in result.error and "NO.SUCH.Q" in result.error
+    assert len(dead) == 1 and dead[0].format == dlh.MQFMT_DEAD_LETTER_HEADER
+    header, body = dlh.unpack(dead[0].body)
+    assert header.reason == 2085 and header.dest_q_name == "NO.SUCH.Q"
+    assert header.dest_q_mgr_name == "MQGATHER" and header.format == "MQSTR"
+    assert json.loads(body)["state"] == "COMPLETE"
+    assert dead[0].msg_id == response_msg_id(GATHER, "COMPLETE")
+    assert dead[0].correl_id == b"C" * 24 and dead[0].reply_to_q == "NO.SUCH.Q"
+
+
+def test_a_destination_list_delivers_where_it_can_and_dead_letters_the_rest(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,), destination="destinationList",
+                         destination_list=("ORDER.RESPONSE", "GONE.Q"),
+                         delivery_attempts=1)  # fmt: skip
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    result = ActivityEnvironment().run(acts.put_response, response_input(spec))
+    with LocalQueueManager(qm_path) as qm:
+        delivered, dead = drain(qm, "ORDER.RESPONSE"), drain(qm, DEAD_LETTER_QUEUE)
+    assert result.outcome == "FAILED" and "GONE.Q" in result.error
+    assert len(delivered) == 1 and len(dead) == 1
+    assert dlh.unpack(dead[0].body)[0].dest_q_name == "GONE.Q"
