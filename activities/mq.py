@@ -19,7 +19,7 @@ from bridge.mq.models import MQFMT_STRING, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather import names
 from mqgather.config import AggregateSpec
-from mqgather.names import APPL_NAME, PROP_GATHER_ID, PROP_MISSING, PROP_STATE
+from mqgather.names import APPL_NAME, PROP_GATHER_ID, PROP_MISSING, PROP_REASON, PROP_STATE
 from mqgather.routing import Destination, queue_for
 from mqgather.runtime import telemetry
 from workflows.models import PutResponseInput, PutResponseResult, Reply, RouteInput
@@ -109,6 +109,8 @@ class MQActivities:
             PROP_GATHER_ID: inp.gather_id,
             PROP_MISSING: ",".join(inp.missing),
         }
+        if inp.reason:
+            properties[PROP_REASON] = inp.reason
         telemetry.inject(properties)  # the requester can continue the gather's trace
         response = MQMessage(
             msg_id=msg_id,

@@ -91,6 +91,15 @@ class AggregateSpec(BaseModel):
         description='where duplicate replies go; "" counts them and discards the copy',
     )
     max_reply_bytes: int = Field(default=256 * 1024, gt=0)
+    max_held_replies: int = Field(
+        default=100,
+        ge=1,
+        description="replies a gather holds before its registration, and keeps per leg with "
+        "duplicates = all; more go out at once (unknown / duplicate queue)",
+    )
+    max_held_bytes: int = Field(
+        default=1024 * 1024, gt=0, description="bodies a gather holds before its registration"
+    )
     delivery_attempts: int = Field(
         default=5,
         ge=1,

@@ -88,7 +88,7 @@ class GatherWorkflow:
     @workflow.update(name=names.UPDATE_RELEASE)
     def release(self, inp: ReleaseInput) -> UpdateResult:
         """PUT what has arrived now."""
-        return self._operated(logic.release(self.s, inp.reason))
+        return self._operated(logic.release(self.spec, self.s, inp.reason, workflow.now()))
 
     @workflow.update(name=names.UPDATE_EXTEND)
     def extend(self, inp: ExtendInput) -> UpdateResult:
@@ -98,7 +98,7 @@ class GatherWorkflow:
     @workflow.update(name=names.UPDATE_CANCEL)
     def cancel(self, inp: CancelInput) -> UpdateResult:
         """End the gather; what arrived goes to the timeout queue as CANCELLED."""
-        return self._operated(logic.cancel(self.s, inp.reason))
+        return self._operated(logic.cancel(self.spec, self.s, inp.reason, workflow.now()))
 
     @workflow.run
     async def run(self, inp: GatherInput) -> GatherResult:

@@ -76,7 +76,11 @@ def accept(spec: AggregateSpec, state: GatherState, reply: Reply) -> None:
         return
     state.duplicates += 1
     if spec.duplicates == "all":
-        have.append(reply)
+        if len(have) < spec.max_held_replies:
+            have.append(reply)
+        elif spec.duplicate_queue:
+            reason = f"leg {leg.name} already keeps {len(have)} replies (max_held_replies)"
+            route(state, Destination.DUPLICATE, reply, reason)
         return
     dropped = reply
     if spec.duplicates == "last":
@@ -132,26 +136,58 @@ def take_replies(
     spec: AggregateSpec, state: GatherState, replies: list[Reply], now: datetime, gather: str
 ) -> None:
     """Apply a batch of replies: redeliveries ignored, late ones routed, early ones held."""
+    seen = _seen(state)
     for reply in replies:
         msg_id = reply.message.msg_id.hex()
-        if msg_id in state.seen_msg_ids:
+        if msg_id in seen:
             state.redeliveries += 1  # the bridge died before MQCMIT: already counted
             continue
+        seen.add(msg_id)
         state.seen_msg_ids.append(msg_id)
         if is_closed(state):
             route(state, Destination.LATE, reply, f"gather {gather} already {state.state}")
         elif not state.registered:
-            state.held.append(reply)
             if state.unknown_deadline is None:
                 state.unknown_deadline = now + timedelta(seconds=spec.unknown_timeout_seconds)
+            full = _hold_limit(spec, state, reply)
+            if full:
+                route(state, Destination.UNKNOWN, reply, full)
+            else:
+                state.held.append(reply)
         else:
             accept(spec, state, reply)
     refresh(state)
 
 
+def _seen(state: GatherState) -> set[str]:
+    """The MsgIds taken so far as a set (kept beside the list, which is what is carried)."""
+    seen = state._seen
+    if len(seen) != len(state.seen_msg_ids):
+        seen.clear()
+        seen.update(state.seen_msg_ids)
+    return seen
+
+
+def _hold_limit(spec: AggregateSpec, state: GatherState, reply: Reply) -> str:
+    """Why one more reply cannot be held before the registration ("" if it can): the
+    gather's state, carried in history, must stay far under Temporal's payload limit."""
+    if len(state.held) >= spec.max_held_replies:
+        return (
+            f"the gather already holds {len(state.held)} replies waiting for a registration "
+            "(max_held_replies)"
+        )
+    held_bytes = sum(len(r.message.body) for r in state.held) + len(reply.message.body)
+    if held_bytes > spec.max_held_bytes:
+        return (
+            f"held replies would reach {held_bytes} bytes waiting for a registration "
+            "(max_held_bytes)"
+        )
+    return ""
+
+
 def consumed(state: GatherState, msg_ids: list[str]) -> list[str]:
     """Those of ``msg_ids`` (hex) the gather has taken already."""
-    seen = set(state.seen_msg_ids)
+    seen = _seen(state)
     return [msg_id for msg_id in msg_ids if msg_id in seen]
 
 
@@ -192,38 +228,65 @@ def _refused(state: GatherState) -> UpdateResult | None:
     return None
 
 
-def _accepted(state: GatherState, message: str = "") -> UpdateResult:
-    return UpdateResult(accepted=True, state=state.state, deadline=state.deadline, message=message)
+def _accepted(state: GatherState, now: datetime, message: str = "") -> UpdateResult:
+    """What an accepted change did: the state the gather is in (or ends as) after it, and
+    the deadline that now governs it."""
+    governing = state.deadline if state.registered else state.unknown_deadline
+    outcome = decide(state, now)
+    return UpdateResult(
+        accepted=True, state=outcome or state.state, deadline=governing, message=message
+    )
 
 
-def release(state: GatherState, reason: str) -> UpdateResult:
+def _adopt_held(spec: AggregateSpec, state: GatherState) -> None:
+    """Release or cancel of a gather that holds replies but has no registration: the
+    replies go with it. The aggregate's legs, if it lists any, take them; whatever fits
+    no leg goes to the unknown queue. None stays behind."""
+    if state.registered or not state.held:
+        return
+    if not state.expected:
+        state.expected = list(spec.legs)
+    held, state.held = state.held, []
+    for reply in held:
+        accept(spec, state, reply)
+    state.unknown_deadline = None
+    refresh(state)
+
+
+def release(spec: AggregateSpec, state: GatherState, reason: str, now: datetime) -> UpdateResult:
     """Operator update ``release``: the gather ends now as RELEASED with what it has
     (unless it is complete by then, which wins)."""
     refused = _refused(state)
     if refused is not None:
         return refused
+    _adopt_held(spec, state)
     state.release = reason
-    return _accepted(state, reason)
+    return _accepted(state, now, reason)
 
 
 def extend(state: GatherState, seconds: float, now: datetime) -> UpdateResult:
-    """Operator update ``extend``: the deadline becomes ``seconds`` from ``now`` (earlier
-    or later than before)."""
+    """Operator update ``extend``: the deadline that governs the gather becomes ``seconds``
+    from ``now`` (earlier or later than before): its timeout, or before a registration,
+    the unknown-message timeout of the replies it holds."""
     refused = _refused(state)
     if refused is not None:
         return refused
-    state.deadline = now + timedelta(seconds=seconds)
-    return _accepted(state)
+    if state.registered or state.unknown_deadline is None:
+        state.deadline = now + timedelta(seconds=seconds)
+    else:
+        state.unknown_deadline = now + timedelta(seconds=seconds)
+    return _accepted(state, now)
 
 
-def cancel(state: GatherState, reason: str) -> UpdateResult:
+def cancel(spec: AggregateSpec, state: GatherState, reason: str, now: datetime) -> UpdateResult:
     """Operator update ``cancel``: the gather ends as CANCELLED; what arrived goes to the
     timeout queue."""
     refused = _refused(state)
     if refused is not None:
         return refused
+    _adopt_held(spec, state)
     state.cancel = reason
-    return _accepted(state, reason)
+    return _accepted(state, now, reason)
 
 
 def next_timer(state: GatherState, now: datetime) -> float | None:
@@ -253,7 +316,16 @@ def response_input(
         reply_to_q=state.reply_to_q,
         reply_to_qmgr=state.reply_to_qmgr,
         started_at=state.started_at,
+        reason=_operator_reason(state, outcome),
     )
+
+
+def _operator_reason(state: GatherState, outcome: Outcome) -> str:
+    if outcome == "CANCELLED":
+        return state.cancel or ""
+    if outcome == "RELEASED":
+        return state.release or ""
+    return ""
 
 
 def status(spec: AggregateSpec, state: GatherState, correl_id: bytes, gather: str) -> GatherStatus:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, LegSpec
@@ -124,6 +124,8 @@ class GatherState(BaseModel):
     release: str | None = None
     cancel: str | None = None
     outbox: list[Routed] = Field(default_factory=list)
+    #: ``seen_msg_ids`` as a set, for lookups; rebuilt from the list, never carried.
+    _seen: set[str] = PrivateAttr(default_factory=set)
 
 
 class GatherInput(BaseModel):
@@ -179,6 +181,7 @@ class PutResponseInput(BaseModel):
     reply_to_q: str = ""
     reply_to_qmgr: str = ""
     started_at: datetime | None = None
+    reason: str = Field(default="", description="the operator's reason (RELEASED, CANCELLED)")
 
 
 class PutResponseResult(BaseModel):

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 from temporalio.service import RPCError
@@ -102,3 +103,49 @@ async def test_operator_finds_a_gather_by_correl_id_and_status_cli(temporal_env,
     assert out.returncode == 0, out.stderr
     assert shown["state"] == "PARTIAL" and shown["legs_received"] == ["TAX"]
     assert shown["legs_missing"] == ["CREDIT", "STOCK"] and shown["running"] is True
+
+
+async def test_release_before_registration_puts_the_held_replies_with_the_reason(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="relheld", legs=LEGS, unknown_timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        from bridge.mq.models import parse_id
+
+        correl = parse_id("HELD-1")
+        p.reply(spec, correl, "CREDIT", b'{"c":1}')
+        p.reply(spec, correl, "STOCK", b'{"s":1}')
+        handle = p.handle(spec, correl)
+        await until(lambda: status(handle), lambda s: s.held == 2)
+        done = await handle.execute_update(GatherWorkflow.release, ReleaseInput(reason="ops 42"))
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, correl)
+        assert p.empty("GATHER.UNKNOWN")
+    assert done.accepted and done.state == "RELEASED"
+    doc = json.loads(response.body)
+    assert doc["state"] == "RELEASED" and doc["legs"] == {"credit": {"c": 1}, "stock": {"s": 1}}
+    assert response.properties["mqgather_reason"] == "ops 42"
+    assert result.state == "RELEASED" and result.legs_received == ["CREDIT", "STOCK"]
+
+
+async def test_extend_before_registration_keeps_the_held_replies_waiting(temporal_env, tmp_path):
+    spec = AggregateSpec(name="extheld", legs=LEGS, unknown_timeout_seconds=2)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        from bridge.mq.models import parse_id
+
+        correl = parse_id("HELD-2")
+        p.reply(spec, correl, "CREDIT", b"{}")
+        handle = p.handle(spec, correl)
+        first = await until(lambda: status(handle), lambda s: s.held == 1)
+        moved = await handle.execute_update(GatherWorkflow.extend, ExtendInput(seconds=300))
+        # Past the 2 s unknown timeout (time itself is what is awaited here), the reply
+        # is still held and the registration finds it.
+        await asyncio.sleep(3)
+        before = await status(handle)
+        sent = await p.scatter(spec, correl_id=correl)
+        p.reply(spec, sent.correl_id, "STOCK", b"{}")
+        p.reply(spec, sent.correl_id, "TAX", b"{}")
+        response = await p.wait_message("ORDER.RESPONSE")
+    assert moved.accepted and moved.deadline > first.started_at + timedelta(seconds=200)
+    assert before.state == "OPEN" and not before.registered
+    assert json.loads(response.body)["state"] == "COMPLETE"

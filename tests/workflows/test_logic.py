@@ -245,10 +245,11 @@ def test_release_extend_cancel_on_an_open_gather():
     state = registered()
     moved = logic.extend(state, 5, T0 + timedelta(seconds=1))
     assert moved.accepted and moved.deadline == T0 + timedelta(seconds=6) == state.deadline
-    released = logic.release(state, "ops")
+    released = logic.release(spec(), state, "ops", T0)
     assert released.accepted and released.message == "ops" and state.release == "ops"
-    cancelled = logic.cancel(state, "gone")
-    assert cancelled.accepted and state.cancel == "gone"
+    assert released.state == "RELEASED"  # what it ends as, not what it was
+    cancelled = logic.cancel(spec(), state, "gone", T0)
+    assert cancelled.accepted and state.cancel == "gone" and cancelled.state == "CANCELLED"
 
 
 @pytest.mark.parametrize("update", ["release", "extend", "cancel"])
@@ -259,9 +260,80 @@ def test_operator_updates_are_refused_once_closed(update):
     if update == "extend":
         result = logic.extend(state, 60, T0)
     else:
-        result = getattr(logic, update)(state, "late")
+        result = getattr(logic, update)(spec(), state, "late", T0)
     assert not result.accepted and result.state == "COMPLETE" and result.message
     assert state == before
+
+
+def test_release_of_a_complete_gather_reports_complete():
+    s = spec()
+    state = registered(s)
+    logic.take_replies(s, state, [reply(n, leg.name) for n, leg in enumerate(LEGS)], T0, GATHER)
+    assert logic.release(s, state, "ops", T0).state == "COMPLETE"
+
+
+@pytest.mark.parametrize("update", ["release", "cancel"])
+def test_release_or_cancel_before_registration_takes_the_held_replies(update):
+    s, state = spec(), GatherState()
+    logic.take_replies(s, state, [reply(1, "TAX"), reply(2, "NOPE")], T0, GATHER)
+    result = getattr(logic, update)(s, state, "ops", T0)
+    assert result.accepted and state.held == []
+    assert logic.received_names(state) == ["TAX"]  # the aggregate's legs took it
+    assert routed(state) == [(Destination.UNKNOWN, 2)]  # no leg for it: routed, not lost
+    outcome = logic.decide(state, T0)
+    assert outcome == ("RELEASED" if update == "release" else "CANCELLED")
+    inp = logic.response_input(s, state, b"C" * 24, GATHER, outcome)
+    assert [leg.leg.name for leg in inp.legs] == ["TAX"] and inp.reason == "ops"
+
+
+def test_release_before_registration_without_aggregate_legs_routes_them_unknown():
+    s, state = spec(legs=()), GatherState()
+    logic.take_replies(s, state, [reply(1, "TAX")], T0, GATHER)
+    logic.release(s, state, "ops", T0)
+    assert state.held == [] and routed(state) == [(Destination.UNKNOWN, 1)]
+
+
+def test_extend_before_registration_moves_the_unknown_deadline():
+    s, state = spec(unknown_timeout_seconds=5), GatherState()
+    logic.take_replies(s, state, [reply(1, "TAX")], T0, GATHER)
+    result = logic.extend(state, 60, T0 + timedelta(seconds=1))
+    assert result.deadline == state.unknown_deadline == T0 + timedelta(seconds=61)
+    assert not logic.unknown_expired(state, T0 + timedelta(seconds=30))
+
+
+# ------------------------------------------------------------------ bounded state
+
+
+def test_held_replies_are_capped_and_the_surplus_goes_out_at_once():
+    s, state = spec(max_held_replies=3), GatherState()
+    logic.take_replies(s, state, [reply(n, "TAX") for n in range(5)], T0, GATHER)
+    assert len(state.held) == 3
+    assert routed(state) == [(Destination.UNKNOWN, 3), (Destination.UNKNOWN, 4)]
+    assert "max_held_replies" in state.outbox[0].reason
+
+
+def test_held_bytes_are_capped():
+    s, state = spec(max_held_bytes=20), GatherState()
+    logic.take_replies(s, state, [reply(n, "TAX") for n in range(5)], T0, GATHER)  # 7 B each
+    assert len(state.held) == 2 and len(state.outbox) == 3
+
+
+def test_duplicates_all_keep_at_most_the_cap_per_leg():
+    s = spec(duplicates="all", max_held_replies=2)
+    state = registered(s)
+    logic.take_replies(s, state, [reply(n, "TAX") for n in range(4)], T0, GATHER)
+    assert bodies(state, "TAX") == [0, 1]
+    assert routed(state) == [(Destination.DUPLICATE, 2), (Destination.DUPLICATE, 3)]
+    assert state.duplicates == 3
+
+
+def test_a_flood_keeps_the_carried_state_small():
+    s, state = spec(), GatherState()
+    flood = [reply(n, "TAX") for n in range(10_000)]
+    logic.take_replies(s, state, flood, T0, GATHER)
+    state.outbox = []  # forwarded by the workflow as it goes
+    assert len(state.model_dump_json()) < 1_000_000
+    assert state.unknown_deadline == T0 + timedelta(seconds=30)
 
 
 # ------------------------------------------------------------------- the outputs
