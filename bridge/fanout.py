@@ -10,7 +10,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from bridge.identify import gather_correl_id, leg_correl_id
+from bridge.identify import INDEX_LENGTH, KEY_LENGTH, gather_correl_id, leg_correl_id
 from bridge.mq.models import MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec
@@ -37,6 +37,20 @@ class Scattered:
 def new_gather_key() -> bytes:
     """A fresh 24-byte CorrelId for a gather (its last 4 bytes zero, for the CorrelId layout)."""
     return gather_correl_id(os.urandom(20))
+
+
+def _check_layout(spec: AggregateSpec, correl: bytes, legs: int) -> None:
+    """With ``leg_identification = "correlid"`` the reply's CorrelId is 20 bytes of gather
+    key and a 4-byte leg index, so the gather's own CorrelId must end in 4 zero bytes."""
+    if correl != gather_correl_id(correl):
+        raise ScatterError(
+            f"aggregate {spec.name} identifies legs by CorrelId: a gather's CorrelId is "
+            f"{KEY_LENGTH} bytes of key and {INDEX_LENGTH} zero bytes, and "
+            f"hex:{correl.hex()} does not end in {INDEX_LENGTH} zero bytes; use at most "
+            f"{KEY_LENGTH} bytes, or omit --correl-id for a fresh one"
+        )
+    if legs >= 2 ** (8 * INDEX_LENGTH):
+        raise ScatterError(f"aggregate {spec.name}: {legs} legs do not fit the leg index")
 
 
 async def scatter(
@@ -69,12 +83,15 @@ async def scatter(
         leg_properties: extra properties per leg request.
 
     Raises:
-        ScatterError: the gather already exists and is closed.
+        ScatterError: the gather already exists and is closed, or (correlid
+            identification) the CorrelId does not fit the layout.
     """
     chosen = tuple(legs or spec.legs)
     if not chosen:
         raise ScatterError(f"aggregate {spec.name} lists no legs; pass the legs to scatter")
     correl = correl_id or new_gather_key()
+    if spec.leg_identification == "correlid":
+        _check_layout(spec, correl, len(chosen))
     for index, leg in enumerate(chosen, start=1):
         props: dict[str, PropertyValue] = {
             spec.leg_property: leg.name,

@@ -58,3 +58,19 @@ def test_aggregate_property_picks_among_several():
 def test_bad_input_says_why(message, candidates, reason):
     with pytest.raises(IdentificationError, match=reason):
         identify(message, candidates)
+
+
+async def test_scatter_refuses_a_correl_id_that_does_not_fit_the_layout(tmp_path):
+    import pytest
+
+    from bridge.fanout import ScatterError, scatter
+    from bridge.mq.local_qm import LocalQueueManager
+    from mqgather.config import LegSpec
+
+    spec = AggregateSpec(name="cid", leg_identification="correlid",
+                         legs=(LegSpec(name="A"), LegSpec(name="B")))  # fmt: skip
+    with LocalQueueManager(tmp_path / "qm.db") as qm, pytest.raises(ScatterError) as caught:
+        # Refused before anything is put or registered (no Temporal client is needed).
+        await scatter(None, qm, spec, correl_id=b"X" * 24)  # type: ignore[arg-type]
+    assert "does not end in 4 zero bytes" in str(caught.value)
+    assert "hex:" + "58" * 24 in str(caught.value)
