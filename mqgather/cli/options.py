@@ -71,6 +71,16 @@ def fanout_options(fn: F) -> F:
     return fn
 
 
+def fail_fast_option(fn: F) -> F:
+    """``--fail-fast``: exit when Temporal or MQ is not reachable, instead of waiting."""
+    return click.option(
+        "--fail-fast",
+        is_flag=True,
+        help="Exit at once if Temporal or the queue manager cannot be reached (default: "
+        "wait for them, retrying with backoff and logging each attempt).",
+    )(fn)
+
+
 def setup_logging(verbose: bool = False) -> None:
     """Log lines with time, logger and level on stderr."""
     logging.basicConfig(

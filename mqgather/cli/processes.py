@@ -6,10 +6,14 @@ import asyncio
 import logging
 
 import click
+from temporalio.client import Client
 
+from bridge.mq.connect import open_transport
+from bridge.mq.errors import ConnectionBroken, QueueManagerUnavailable
 from mqgather.cli.options import (
     config_option,
     connector,
+    fail_fast_option,
     mq_option,
     run,
     setup_logging,
@@ -17,9 +21,35 @@ from mqgather.cli.options import (
 )
 from mqgather.config import load_config
 from mqgather.runtime import telemetry
-from mqgather.runtime.temporal import connect, ensure_search_attributes
+from mqgather.runtime.temporal import (
+    TemporalUnavailable,
+    connect,
+    connect_config,
+    ensure_search_attributes,
+)
+from mqgather.runtime.waiting import until_reachable
 
 log = logging.getLogger("mqgather")
+
+
+async def _reach(mq: str, stop: asyncio.Event, fail_fast: bool) -> Client | None:
+    """Temporal and the queue manager, waited for; None when stopped while waiting."""
+
+    def probe() -> bool:
+        open_transport(mq).close()
+        return True
+
+    reached = await until_reachable(
+        f"the queue manager {mq}", lambda: asyncio.to_thread(probe), stop,
+        retry_on=(QueueManagerUnavailable, ConnectionBroken), fail_fast=fail_fast,
+    )  # fmt: skip
+    if reached is None:
+        return None
+    address = connect_config()["target_host"]
+    return await until_reachable(
+        f"Temporal at {address}", connect, stop,
+        retry_on=(TemporalUnavailable,), fail_fast=fail_fast,
+    )  # fmt: skip
 
 
 @click.command()
@@ -27,7 +57,10 @@ log = logging.getLogger("mqgather")
 @config_option
 @task_queue_option
 @click.option("--threads", default=8, show_default=True, help="Activity threads (MQ connections).")
-def worker(mq: str, config_path: str | None, task_queue: str, threads: int) -> None:
+@fail_fast_option
+def worker(
+    mq: str, config_path: str | None, task_queue: str, threads: int, fail_fast: bool
+) -> None:
     """Run gather workflows and the merge/PUT activities until Ctrl-C."""
     from workers.worker import build_worker
 
@@ -36,7 +69,9 @@ def worker(mq: str, config_path: str | None, task_queue: str, threads: int) -> N
     telemetry.configure("mqgather-worker")
 
     async def main(stop: asyncio.Event) -> None:
-        client = await connect()
+        client = await _reach(mq, stop, fail_fast)
+        if client is None:
+            return
         await ensure_search_attributes(client)
         w = build_worker(client, connector(mq), task_queue=task_queue, activity_threads=threads)
         log.info("worker on task queue %s, MQ %s", task_queue, mq)
@@ -51,7 +86,10 @@ def worker(mq: str, config_path: str | None, task_queue: str, threads: int) -> N
 @config_option
 @task_queue_option
 @click.option("--batch-size", default=100, show_default=True, help="Messages per MQ unit of work.")
-def bridge(mq: str, config_path: str | None, task_queue: str, batch_size: int) -> None:
+@fail_fast_option
+def bridge(
+    mq: str, config_path: str | None, task_queue: str, batch_size: int, fail_fast: bool
+) -> None:
     """Feed gathers from the reply queues until Ctrl-C (one signal per gather per batch)."""
     from bridge.inbound import InboundBridge
 
@@ -60,7 +98,9 @@ def bridge(mq: str, config_path: str | None, task_queue: str, batch_size: int) -
     telemetry.configure("mqgather-bridge")
 
     async def main(stop: asyncio.Event) -> None:
-        client = await connect()
+        client = await _reach(mq, stop, fail_fast)
+        if client is None:
+            return
         b = InboundBridge(
             client, connector(mq), list(config.aggregates.values()),
             task_queue=task_queue, batch_size=batch_size,

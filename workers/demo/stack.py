@@ -24,6 +24,11 @@ class StackError(MQGatherError):
     """A part of the dev stack could not start."""
 
 
+def tethered() -> list[str]:
+    """The prefix that makes a child die with this process (see workers.demo.tether)."""
+    return [sys.executable, "-m", "workers.demo.tether", str(os.getpid())]
+
+
 @dataclass
 class Child:
     """One supervised process."""
@@ -86,9 +91,9 @@ class DevStack:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.state_dir / "temporal.log", "ab")  # noqa: SIM115
         self.logs.append(log)
+        db = str(self.state_dir / "temporal.db")
         self.server = subprocess.Popen(
-            [binary, *dev_server_args(str(self.state_dir / "temporal.db"), self.temporal_port,
-                                      self.ui_port)],
+            [*tethered(), binary, *dev_server_args(db, self.temporal_port, self.ui_port)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 
@@ -110,7 +115,7 @@ class DevStack:
         log = open(child.log, "ab")  # noqa: SIM115
         self.logs.append(log)
         child.process = subprocess.Popen(
-            child.args, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+            [*tethered(), *child.args], env=self.env(), stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
 

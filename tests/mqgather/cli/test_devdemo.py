@@ -79,3 +79,46 @@ def _pids(text: str, role: str) -> list[int]:
             if text in cmdline and role in cmdline:
                 found.append(int(proc.name))
     return found
+
+
+@pytest.mark.timeout(240)
+def test_dev_killed_leaves_nothing_behind_and_a_new_dev_recovers(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))}
+    port, ui = free_port(), free_port()
+    cmd = [sys.executable, "-m", "mqgather.cli"]
+
+    def start() -> subprocess.Popen[bytes]:
+        dev = subprocess.Popen(
+            [*cmd, "dev", "--port", str(port), "--ui-port", str(ui)],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        assert dev.stdout is not None
+        seen = []
+        while not any("dev stack up" in line for line in seen):
+            line = dev.stdout.readline().decode()
+            assert line, "mqgather dev exited: " + "".join(seen)
+            seen.append(line)
+        return dev
+
+    client_env = dict(env, TEMPORAL_ADDRESS=f"localhost:{port}")
+    dev = start()
+    try:
+        out = subprocess.run([*cmd, "scatter"], cwd=tmp_path, env=client_env,
+                             capture_output=True, timeout=60)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        correl = out.stdout.decode().split()[0]
+        _wait_for(lambda: len(_pids(str(tmp_path), " ")) >= 4, 30, "the stack's processes")
+    finally:
+        dev.kill()  # SIGKILL: no chance to clean up
+        dev.wait(30)
+    _wait_for(lambda: processes_mentioning(str(tmp_path)) == [], 60, "every child to end")
+    dev = start()
+    try:
+        shown = subprocess.run([*cmd, "status", correl, "--json"], cwd=tmp_path,
+                               env=client_env, capture_output=True, timeout=60)  # fmt: skip
+    finally:
+        dev.send_signal(signal.SIGINT)
+        dev.wait(60)
+    assert shown.returncode == 0, shown.stderr
+    assert '"gather_id": "gather:orders:' in shown.stdout.decode()
+    assert processes_mentioning(str(tmp_path)) == []

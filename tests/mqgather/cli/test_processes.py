@@ -1,0 +1,87 @@
+"""`mqgather worker` and `bridge` wait for Temporal instead of exiting."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from mqgather.runtime.temporal import dev_server_args
+from tests.harness import free_port
+
+
+def _env(port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))}
+    env["TEMPORAL_ADDRESS"] = f"localhost:{port}"
+    return env
+
+
+def _collect(proc: subprocess.Popen[bytes]) -> list[str]:
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            lines.append(raw.decode(errors="replace"))
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)  # polling another process's output; nothing to await on
+    raise AssertionError(f"{what} did not happen within {timeout}s")
+
+
+@pytest.mark.parametrize("role", ["worker", "bridge"])
+@pytest.mark.timeout(180)
+def test_a_process_waits_for_temporal_then_serves(tmp_path, role):
+    port = free_port()
+    mq = f"local:{tmp_path / 'qm.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqgather.cli", role, "--mq", mq], cwd=tmp_path, env=_env(port),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    server = None
+    try:
+        lines = _collect(proc)
+        _wait_for(lambda: sum("not reachable (attempt" in x for x in lines) >= 2, 60,
+                  "two logged attempts")  # fmt: skip
+        assert proc.poll() is None, "".join(lines)
+        assert any(f"Temporal at localhost:{port}" in x for x in lines)
+        binary = shutil.which("temporal")
+        assert binary is not None
+        server = subprocess.Popen(
+            [binary, *dev_server_args(str(tmp_path / "t.db"), port, free_port())],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        ready = "worker on task queue" if role == "worker" else "bridge serving"
+        _wait_for(lambda: any(ready in x for x in lines), 90, f"'{ready}'")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        if server is not None:
+            server.terminate()
+            server.wait(60)
+    assert proc.returncode == 0
+
+
+def test_fail_fast_exits_at_once_naming_what_is_missing(tmp_path):
+    port = free_port()
+    out = subprocess.run(
+        [sys.executable, "-m", "mqgather.cli", "worker", "--fail-fast", "--mq",
+         f"local:{tmp_path / 'qm.db'}"],
+        cwd=tmp_path, env=_env(port), capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert f"Temporal at localhost:{port} is not reachable" in out.stderr.decode()
