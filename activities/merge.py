@@ -1,4 +1,7 @@
-"""Merge formats: pure functions from the received legs to one response body."""
+"""Merge formats: pure functions from the received legs to one response body.
+
+Text formats (json, xml, folders) read each reply in its own CCSID and write the
+response in the aggregate's ``response_ccsid``; blob joins the bytes as they are."""
 
 from __future__ import annotations
 
@@ -9,12 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mqgather.ccsid import CCSID_UTF8, CCSIDError, decode, encode
 from mqgather.config import AggregateSpec
 from mqgather.errors import MQGatherError
 
 JSON_SCHEMA_VERSION = 1
 
-_XML_PROLOG = re.compile(rb"^\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>\[]*(\[[^\]]*\])?\s*>\s*)?", re.S)
+_XML_PROLOG = re.compile(r"^\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>\[]*(\[[^\]]*\])?\s*>\s*)?", re.S)
 
 
 class MergeError(MQGatherError):
@@ -27,19 +31,42 @@ class MergeError(MQGatherError):
 
 @dataclass(frozen=True)
 class LegBodies:
-    """The bodies that filled one leg (several only with duplicates=all)."""
+    """The bodies that filled one leg (several only with duplicates=all), with the CCSID
+    of each (UTF-8 where not given)."""
 
     name: str
     sequence: int
     bodies: tuple[bytes, ...]
+    ccsids: tuple[int, ...] = ()
+
+    def texts(self, fmt: str, *, lenient: bool = False) -> list[str]:
+        """Each body as text, read in its CCSID (``lenient``: invalid bytes replaced).
+
+        Raises:
+            MergeError: a CCSID mqgather cannot read, or (not lenient) bytes not valid in it.
+        """
+        ccsids = self.ccsids or (CCSID_UTF8,) * len(self.bodies)
+        pairs = zip(self.bodies, ccsids, strict=True)
+        try:
+            return [decode(body, ccsid, lenient=lenient) for body, ccsid in pairs]
+        except CCSIDError as exc:
+            raise MergeError(self.name, fmt, str(exc)) from exc
 
 
 @dataclass(frozen=True)
 class Merged:
-    """A merged response: body and MQMD Format."""
+    """A merged response: body, MQMD Format and CodedCharSetId."""
 
     body: bytes
     format: str
+    ccsid: int = CCSID_UTF8
+
+
+def _written(text: str, ccsid: int) -> Merged:
+    try:
+        return Merged(encode(text, ccsid), "MQSTR", ccsid)
+    except CCSIDError as exc:
+        raise MergeError("(response)", f"CCSID {ccsid} text", str(exc)) from exc
 
 
 def _ordered(legs: Sequence[LegBodies]) -> list[LegBodies]:
@@ -47,15 +74,21 @@ def _ordered(legs: Sequence[LegBodies]) -> list[LegBodies]:
     return sorted(legs, key=lambda leg: leg.sequence)
 
 
-def _json_value(leg: str, body: bytes) -> Any:
+def _json_value(leg: str, text: str) -> Any:
     try:
-        return json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
         raise MergeError(leg, "JSON", str(exc)) from exc
 
 
 def merge_json(
-    legs: Sequence[LegBodies], *, correl_id: str, state: str, missing: Sequence[str], many: bool
+    legs: Sequence[LegBodies],
+    *,
+    correl_id: str,
+    state: str,
+    missing: Sequence[str],
+    many: bool,
+    ccsid: int = CCSID_UTF8,
 ) -> Merged:
     """``{"schema": 1, "correlId", "state", "legs": {"credit": {...}}, "missing": [...]}``.
 
@@ -64,7 +97,7 @@ def merge_json(
     """
     out: dict[str, Any] = {}
     for leg in legs:
-        values = [_json_value(leg.name, body) for body in leg.bodies]
+        values = [_json_value(leg.name, text) for text in leg.texts("JSON")]
         out[leg.name.lower()] = values if many else values[0]
     doc = {
         "schema": JSON_SCHEMA_VERSION,
@@ -73,11 +106,11 @@ def merge_json(
         "legs": out,
         "missing": [name.lower() for name in missing],
     }
-    return Merged(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode(), "MQSTR")
+    return _written(json.dumps(doc, separators=(",", ":"), ensure_ascii=False), ccsid)
 
 
-def _xml_fragment(leg: str, body: bytes) -> bytes:
-    fragment = _XML_PROLOG.sub(b"", body, count=1).strip()
+def _xml_fragment(leg: str, text: str) -> str:
+    fragment = _XML_PROLOG.sub("", text, count=1).strip()
     try:
         ET.fromstring(fragment)
     except ET.ParseError as exc:
@@ -85,25 +118,28 @@ def _xml_fragment(leg: str, body: bytes) -> bytes:
     return fragment
 
 
-def merge_xml(legs: Sequence[LegBodies], *, label: str) -> Merged:
+def merge_xml(legs: Sequence[LegBodies], *, label: str, ccsid: int = CCSID_UTF8) -> Merged:
     """IA72 shape: ``<Label><Label10>reply</Label10><Label20>…</Label20></Label>``,
     in sequence order, each reply's XML declaration and DTD removed."""
-    parts = [f"<{label}>".encode()]
+    parts = [f"<{label}>"]
     for leg in _ordered(legs):
-        tag = f"{label}{leg.sequence}".encode()
-        for body in leg.bodies:
-            parts += [b"<", tag, b">", _xml_fragment(leg.name, body), b"</", tag, b">"]
-    parts.append(f"</{label}>".encode())
-    return Merged(b"".join(parts), "MQSTR")
+        tag = f"{label}{leg.sequence}"
+        for text in leg.texts("XML"):
+            parts += [f"<{tag}>", _xml_fragment(leg.name, text), f"</{tag}>"]
+    parts.append(f"</{label}>")
+    return _written("".join(parts), ccsid)
 
 
 def merge_blob(legs: Sequence[LegBodies], *, separator: bytes, text: bool) -> Merged:
-    """Bodies concatenated in sequence order with the separator between them."""
+    """Bodies concatenated in sequence order with the separator between them, as bytes;
+    labelled with the legs' CCSID when they share one."""
     bodies = [body for leg in _ordered(legs) for body in leg.bodies]
-    return Merged(separator.join(bodies), "MQSTR" if text else "")
+    ccsids = {c for leg in legs for c in leg.ccsids} or {CCSID_UTF8}
+    ccsid = ccsids.pop() if len(ccsids) == 1 else CCSID_UTF8
+    return Merged(separator.join(bodies), "MQSTR" if text else "", ccsid)
 
 
-def merge_folders(legs: Sequence[LegBodies]) -> Merged:
+def merge_folders(legs: Sequence[LegBodies], *, ccsid: int = CCSID_UTF8) -> Merged:
     """ACE shape: ``{"ComIbmAggregateReplyBody": {"<folder>": reply | [replies]}}``.
 
     A JSON body is embedded as JSON, any other body as its text.
@@ -111,14 +147,14 @@ def merge_folders(legs: Sequence[LegBodies]) -> Merged:
     folders: dict[str, Any] = {}
     for leg in legs:
         values = []
-        for body in leg.bodies:
+        for text in leg.texts("text", lenient=True):
             try:
-                values.append(json.loads(body.decode("utf-8")))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                values.append(body.decode("utf-8", errors="replace"))
+                values.append(json.loads(text))
+            except json.JSONDecodeError:
+                values.append(text)
         folders[leg.name] = values if len(values) > 1 else values[0]
     doc = {"ComIbmAggregateReplyBody": folders}
-    return Merged(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode(), "MQSTR")
+    return _written(json.dumps(doc, separators=(",", ":"), ensure_ascii=False), ccsid)
 
 
 def merge(
@@ -135,12 +171,14 @@ def merge(
     Raises:
         MergeError: a body is not valid for the format (json, xml).
     """
+    ccsid = spec.response_ccsid
     if spec.merge == "json":
+        many = spec.duplicates == "all"
         return merge_json(
-            legs, correl_id=correl_id, state=state, missing=missing, many=spec.duplicates == "all"
+            legs, correl_id=correl_id, state=state, missing=missing, many=many, ccsid=ccsid
         )
     if spec.merge == "xml":
-        return merge_xml(legs, label=spec.label)
+        return merge_xml(legs, label=spec.label, ccsid=ccsid)
     if spec.merge == "blob":
         return merge_blob(legs, separator=spec.separator_bytes(), text=all_text)
-    return merge_folders(legs)
+    return merge_folders(legs, ccsid=ccsid)

@@ -87,6 +87,7 @@ class MQActivities:
                 name=leg.leg.name,
                 sequence=leg.leg.sequence,
                 bodies=tuple(r.message.body for r in leg.replies),
+                ccsids=tuple(r.message.coded_char_set_id for r in leg.replies),
             )
             for leg in inp.legs
         ]
@@ -116,6 +117,7 @@ class MQActivities:
             msg_id=msg_id,
             correl_id=inp.request_msg_id or inp.correl_id,
             format=merged.format,
+            coded_char_set_id=merged.ccsid,
             reply_to_q=inp.reply_to_q,
             reply_to_qmgr=inp.reply_to_qmgr,
             properties=properties,

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mqgather import constants as k
+from mqgather.ccsid import codec
 from mqgather.errors import ConfigError
 from mqgather.names import ENV_CONFIG
 
@@ -91,6 +92,11 @@ class AggregateSpec(BaseModel):
         description='where duplicate replies go; "" counts them and discards the copy',
     )
     max_reply_bytes: int = Field(default=256 * 1024, gt=0)
+    response_ccsid: int = Field(
+        default=1208,
+        description="CodedCharSetId the text of json, xml and folders responses "
+        "is written in (each leg is read in its own)",
+    )
     max_held_replies: int = Field(
         default=100,
         ge=1,
@@ -112,6 +118,12 @@ class AggregateSpec(BaseModel):
     ledger_hours: float = Field(
         default=168.0, gt=0, description="how long a PUT's marker is kept (its MQ expiry)"
     )
+
+    @field_validator("response_ccsid")
+    @classmethod
+    def _ccsid(cls, value: int) -> int:
+        codec(value)
+        return value
 
     @field_validator("hex_separator")
     @classmethod

@@ -4,7 +4,7 @@ loop. Read from the source with ``ast``; nothing is imported or run.
 Layers, bottom to top (a layer may import its own modules and any layer below it; the
 two layers of one floor do not import each other):
 
-1. ground: names, constants, errors, configuration models, routing vocabulary
+1. ground: names, constants, errors, configuration models, routing vocabulary, CCSIDs
 2. MQ client: ``bridge.mq``
 3. runtime: ``mqgather.runtime`` (Temporal connection, telemetry)
 4. gather: ``workflows``, ``activities``
@@ -43,6 +43,7 @@ GROUND = (
     "mqgather.errors",
     "mqgather.config",
     "mqgather.routing",
+    "mqgather.ccsid",
 )
 LAYERS = (
     Layer("ground", 1, exact=GROUND),

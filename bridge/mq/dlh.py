@@ -13,16 +13,13 @@ import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bridge.mq.models import MQMessage
+from bridge.mq.models import MQENC_NATIVE, MQMessage
+from mqgather.ccsid import CCSID_UTF8
 
 STRUC_ID = b"DLH "
 VERSION_1 = 1
 #: MQFMT_DEAD_LETTER_HEADER: the MQMD Format of a message that starts with an MQDLH.
 MQFMT_DEAD_LETTER_HEADER = "MQDEAD"
-#: MQENC_NATIVE on little-endian platforms: integers low byte first.
-MQENC_NATIVE = 546
-#: MQCCSI_UTF8 / MQCCSI_Q_MGR-like default for text we write.
-CCSID_UTF8 = 1208
 #: MQAT_UNIX: the put application type of a process on Linux or UNIX.
 MQAT_UNIX = 6
 
@@ -116,14 +113,21 @@ def dead_letter(
         reason=reason,
         dest_q_name=dest_q_name,
         dest_q_mgr_name=dest_q_mgr_name,
-        encoding=MQENC_NATIVE,
-        coded_char_set_id=CCSID_UTF8,
+        encoding=message.encoding,
+        coded_char_set_id=message.coded_char_set_id,
         format=message.format,
         put_appl_type=MQAT_UNIX,
         put_appl_name=put_appl_name,
         put_date=at.strftime("%Y%m%d"),
         put_time=at.strftime("%H%M%S") + f"{at.microsecond // 10_000:02d}",
     )
+    # The MQMD now describes the header (ASCII text, native integers); the header
+    # describes the original body after it.
     return message.model_copy(
-        update={"format": MQFMT_DEAD_LETTER_HEADER, "body": pack(header) + message.body}
+        update={
+            "format": MQFMT_DEAD_LETTER_HEADER,
+            "coded_char_set_id": CCSID_UTF8,
+            "encoding": MQENC_NATIVE,
+            "body": pack(header) + message.body,
+        }
     )

@@ -278,6 +278,8 @@ class IBMMQTransport(Transport):
         md.MsgSeqNumber = message.msg_seq_number
         md.MsgFlags = message.msg_flags
         md.Format = message.format.ljust(8).encode()
+        md.CodedCharSetId = message.coded_char_set_id
+        md.Encoding = message.encoding
         md.Persistence = message.persistence
         md.Priority = message.priority
         md.Expiry = message.expiry
@@ -318,7 +320,9 @@ class IBMMQTransport(Transport):
     ) -> MQMessage:
         C = self.C
         open_opts = C.MQOO_FAIL_IF_QUIESCING | (C.MQOO_BROWSE if browse else C.MQOO_INPUT_AS_Q_DEF)
-        gmo_opts = C.MQGMO_FAIL_IF_QUIESCING | C.MQGMO_CONVERT | C.MQGMO_PROPERTIES_IN_HANDLE
+        # No MQGMO_CONVERT: the body comes as it was put, with its CCSID and Encoding, and
+        # whoever reads it as text decodes it by its CCSID.
+        gmo_opts = C.MQGMO_FAIL_IF_QUIESCING | C.MQGMO_PROPERTIES_IN_HANDLE
         if browse == "first":
             gmo_opts |= C.MQGMO_BROWSE_FIRST
         elif browse == "next":
@@ -357,6 +361,8 @@ class IBMMQTransport(Transport):
             msg_seq_number=max(1, int(md.MsgSeqNumber)),
             msg_flags=int(md.MsgFlags),
             format=_text(md.Format),
+            coded_char_set_id=int(md.CodedCharSetId),
+            encoding=int(md.Encoding),
             persistence=int(md.Persistence),
             priority=int(md.Priority),
             expiry=int(md.Expiry),

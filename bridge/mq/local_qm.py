@@ -94,7 +94,9 @@ CREATE TABLE IF NOT EXISTS messages (
     put_date_time TEXT,
     backout_count INTEGER NOT NULL,
     properties TEXT NOT NULL,
-    body BLOB NOT NULL
+    body BLOB NOT NULL,
+    ccsid INTEGER NOT NULL DEFAULT 1208,
+    encoding INTEGER NOT NULL DEFAULT 546
 );
 CREATE INDEX IF NOT EXISTS messages_order ON messages (queue, state, priority DESC, id);
 CREATE INDEX IF NOT EXISTS messages_correl ON messages (queue, correl_id);
@@ -114,15 +116,21 @@ END;
 _INSERT = (
     "INSERT INTO messages (queue, state, owner, priority, msg_id, correl_id, group_id, "
     "msg_seq_number, msg_flags, format, persistence, expiry_at, reply_to_q, reply_to_qmgr, "
-    "put_appl_name, put_date_time, backout_count, properties, body) "
-    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    "put_appl_name, put_date_time, backout_count, properties, body, ccsid, encoding) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 
 _COLUMNS = (
     "id, priority, msg_id, correl_id, group_id, msg_seq_number, msg_flags, format, "
     "persistence, expiry_at, reply_to_q, reply_to_qmgr, put_appl_name, put_date_time, "
-    "backout_count, properties, body"
+    "backout_count, properties, body, ccsid, encoding"
 )
+#: Columns added since the first file format, with their definitions: an older file gets
+#: them when first opened (its messages take the defaults, which is what they were).
+_ADDED_COLUMNS = {
+    "ccsid": "INTEGER NOT NULL DEFAULT 1208",
+    "encoding": "INTEGER NOT NULL DEFAULT 546",
+}
 
 
 def _default_appl_name() -> str:
@@ -183,6 +191,10 @@ class LocalQueueManager(Transport):
             # executescript commits any open transaction, so the script carries its own.
             self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
             with self._write() as db:
+                have = {r[1] for r in db.execute("PRAGMA table_info(messages)")}
+                for column, definition in _ADDED_COLUMNS.items():
+                    if column not in have:
+                        db.execute(f"ALTER TABLE messages ADD COLUMN {column} {definition}")
                 row = db.execute("SELECT value FROM qmgr WHERE key = 'name'").fetchone()
                 if row is None:
                     db.execute("INSERT INTO qmgr VALUES ('name', ?)", (qmgr_name,))
@@ -393,6 +405,8 @@ class LocalQueueManager(Transport):
             0,
             json.dumps(encode_properties(m.properties)),
             m.body,
+            m.coded_char_set_id,
+            m.encoding,
         )
 
     def get(
@@ -533,6 +547,8 @@ class LocalQueueManager(Transport):
             backout_count,
             props,
             body,
+            ccsid,
+            encoding,
         ) = row
         return MQMessage(
             msg_id=msg_id,
@@ -551,6 +567,8 @@ class LocalQueueManager(Transport):
             backout_count=backout_count,
             properties=decode_properties(json.loads(props)),
             body=body,
+            coded_char_set_id=ccsid,
+            encoding=encoding,
         )
 
     def commit(self) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
+from mqgather.ccsid import CCSID_UTF8
 from mqgather.errors import ConfigError
 
 ID_LENGTH = 24
@@ -23,6 +24,8 @@ MQPER_PERSISTENT = 1
 MQEI_UNLIMITED = -1
 MQFMT_NONE = ""
 MQFMT_STRING = "MQSTR"
+#: MQENC_NATIVE on little-endian platforms (x86, ARM Linux): integers low byte first.
+MQENC_NATIVE = 546
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -179,6 +182,8 @@ class MQMessage(BaseModel):
     msg_seq_number: int = Field(default=1, ge=1)
     msg_flags: int = 0
     format: str = Field(default=MQFMT_STRING, max_length=8)
+    coded_char_set_id: int = Field(default=CCSID_UTF8, ge=0, description="CodedCharSetId")
+    encoding: int = Field(default=MQENC_NATIVE, ge=0, description="Encoding")
     persistence: int = MQPER_PERSISTENT
     priority: int = Field(default=0, ge=0, le=9)
     expiry: int = MQEI_UNLIMITED

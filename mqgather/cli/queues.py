@@ -17,6 +17,7 @@ from bridge.mq.admin import setup_queues
 from bridge.mq.connect import open_transport
 from bridge.mq.errors import REASON_NAMES, NoMessageAvailable
 from bridge.mq.models import (
+    MQENC_NATIVE,
     MQPER_NOT_PERSISTENT,
     MQPER_PERSISTENT,
     Match,
@@ -30,6 +31,7 @@ from bridge.mq.models import (
     parse_id,
 )
 from bridge.mq.transport import WAIT_UNLIMITED
+from mqgather.ccsid import CCSID_UTF8, CCSIDError, decode, encode
 from mqgather.cli.options import config_option, mq_option
 from mqgather.config import load_config
 from mqgather.errors import ConfigError
@@ -65,23 +67,25 @@ def parse_property(text: str) -> tuple[str, PropertyValue]:
 
 
 def message_to_json(message: MQMessage) -> dict[str, Any]:
-    """Every MQMD field, the typed properties, and the body as text or base64. A message
+    """Every MQMD field, the typed properties, and the body as text (read in its CCSID)
+    or base64. A message
     that starts with an MQDLH (Format MQDEAD) shows the header's fields apart, with its
     reason name, and the original body after it."""
-    raw, header = message.body, None
+    raw, header, ccsid = message.body, None, message.coded_char_set_id
     if message.format == dlh.MQFMT_DEAD_LETTER_HEADER:
         try:
             parsed, raw = dlh.unpack(message.body)
         except dlh.NotADeadLetter:
             raw = message.body
         else:
+            ccsid = parsed.coded_char_set_id
             header = dict(
                 dataclasses.asdict(parsed),
                 reason_name=REASON_NAMES.get(parsed.reason, f"MQRC_{parsed.reason}"),
             )
     try:
-        body, encoding = raw.decode("utf-8"), "text"
-    except UnicodeDecodeError:
+        body, encoding = decode(raw, ccsid), "text"
+    except CCSIDError:
         body, encoding = base64.b64encode(raw).decode(), "base64"
     shown = {
         "dead_letter_header": header,
@@ -97,6 +101,8 @@ def message_to_json(message: MQMessage) -> dict[str, Any]:
         "msg_seq_number": message.msg_seq_number,
         "msg_flags": message.msg_flags,
         "format": message.format,
+        "coded_char_set_id": message.coded_char_set_id,
+        "encoding": message.encoding,
         "persistence": message.persistence,
         "priority": message.priority,
         "expiry": message.expiry,
@@ -202,6 +208,14 @@ def list_(pattern: str, as_json: bool, mq: str) -> None:
 @click.option("--reply-to-q", default="", help="ReplyToQ.")
 @click.option("--reply-to-qmgr", default="", help="ReplyToQMgr.")
 @click.option("--format", "fmt", default="MQSTR", show_default=True, help="Format ('' = NONE).")
+@click.option(
+    "--ccsid",
+    type=int,
+    default=CCSID_UTF8,
+    show_default=True,
+    help="CodedCharSetId of the body; --body text is written in it (e.g. 37, 500, 1047).",
+)
+@click.option("--encoding", type=int, default=MQENC_NATIVE, show_default=True, help="Encoding.")
 @click.option("--priority", type=click.IntRange(0, 9), default=0, help="Priority 0-9.")
 @click.option("--expiry", type=int, default=-1, help="Expiry in tenths of a second (-1: none).")
 @click.option("--non-persistent", is_flag=True, help="Persistence MQPER_NOT_PERSISTENT.")
@@ -226,6 +240,8 @@ def put(
     reply_to_q: str,
     reply_to_qmgr: str,
     fmt: str,
+    ccsid: int,
+    encoding: int,
     priority: int,
     expiry: int,
     non_persistent: bool,
@@ -234,7 +250,10 @@ def put(
 ) -> None:
     """Put one message and commit; prints its MsgId."""
     if body_text is not None:
-        body = body_text.encode()
+        try:
+            body = encode(body_text, ccsid)
+        except CCSIDError as exc:
+            raise ConfigError("--ccsid", str(exc)) from exc
     elif body_file is not None:
         body = body_file.read()
     else:
@@ -249,6 +268,8 @@ def put(
         "reply_to_q": reply_to_q,
         "reply_to_qmgr": reply_to_qmgr,
         "format": fmt,
+        "coded_char_set_id": ccsid,
+        "encoding": encoding,
         "priority": priority,
         "expiry": expiry,
         "persistence": MQPER_NOT_PERSISTENT if non_persistent else MQPER_PERSISTENT,

@@ -84,3 +84,50 @@ def test_folders_are_the_ace_shape_with_arrays_for_repeats():
     assert json.loads(merged.body) == {
         "ComIbmAggregateReplyBody": {"TAXI": [{"id": 1}, {"id": 2}], "HOTEL": "text"}
     }
+
+
+# ------------------------------------------------------------------ character sets
+
+
+def _leg(name: str, seq: int, text: str, ccsid: int) -> LegBodies:
+    from mqgather.ccsid import encode
+
+    return LegBodies(name=name, sequence=seq, bodies=(encode(text, ccsid),), ccsids=(ccsid,))
+
+
+def test_each_leg_is_read_in_its_own_ccsid():
+    legs = [
+        _leg("EBC", 10, '{"name": "Müller [1]"}', 37),
+        _leg("ZOS", 20, '{"path": "/u/a^b|c"}', 1047),
+        _leg("LAT", 30, '{"city": "Zürich"}', 819),
+        _leg("PC", 40, '{"note": "façade"}', 850),
+    ]
+    spec = AggregateSpec(name="x", merge="json")
+    merged = merge(spec, legs, correl_id="c", state="COMPLETE", missing=[])
+    assert merged.ccsid == 1208
+    doc = json.loads(merged.body.decode("utf-8"))
+    assert doc["legs"] == {"ebc": {"name": "Müller [1]"}, "zos": {"path": "/u/a^b|c"},
+                           "lat": {"city": "Zürich"}, "pc": {"note": "façade"}}  # fmt: skip
+
+
+def test_the_response_is_written_in_the_declared_ccsid():
+    spec = AggregateSpec(name="x", merge="xml", label="R", response_ccsid=500)
+    legs = [_leg("A", 10, '<?xml version="1.0" encoding="IBM037"?><a>ü</a>', 37)]
+    merged = merge(spec, legs, correl_id="c", state="COMPLETE", missing=[])
+    assert merged.ccsid == 500 and merged.body == "<R><R10><a>ü</a></R10></R>".encode("cp500")
+
+
+def test_an_unknown_or_invalid_ccsid_fails_the_merge_naming_it():
+    spec = AggregateSpec(name="x", merge="json")
+    unknown = LegBodies(name="A", sequence=1, bodies=(b"{}",), ccsids=(9999,))
+    with pytest.raises(MergeError, match=r"leg A: .*CCSID 9999"):
+        merge(spec, [unknown], correl_id="c", state="COMPLETE", missing=[])
+    invalid = LegBodies(name="B", sequence=1, bodies=(b"\xff{}",), ccsids=(1208,))
+    with pytest.raises(MergeError, match=r"leg B: .*not valid CCSID 1208"):
+        merge(spec, [invalid], correl_id="c", state="COMPLETE", missing=[])
+
+
+def test_a_character_the_response_ccsid_cannot_hold_fails_the_merge():
+    spec = AggregateSpec(name="x", merge="json", response_ccsid=819)
+    with pytest.raises(MergeError, match="cannot be written in CCSID 819"):
+        merge(spec, [_leg("A", 1, '{"x": "€"}', 1208)], correl_id="c", state="C", missing=[])

@@ -11,6 +11,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq import dlh
 from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
+from mqgather.ccsid import codec as ccsid_codec
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import GATHER_STATE, PROP_REASON, SIGNAL_REPLIES
 from tests.harness import pipeline, status, until
@@ -165,3 +166,45 @@ async def test_backout_without_boqname_goes_to_the_dead_letter_queue_with_an_mqd
     assert header.reason == 2362 and header.dest_q_name == "GATHER.IN"
     assert header.format == "MQSTR" and header.put_appl_name == "mqgather"
     assert "BOTHRESH 1" in str(dead.properties[PROP_REASON])
+
+
+async def test_mainframe_replies_in_ebcdic_merge_and_forward_byte_exact(temporal_env, tmp_path):
+    spec = AggregateSpec(name="ebcdic", legs=LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+
+        def put(leg: str, text: str, ccsid: int, encoding: int = 785) -> MQMessage:
+            message = MQMessage(correl_id=sent.correl_id, properties={"leg": leg},
+                                body=text.encode(ccsid_codec(ccsid)), coded_char_set_id=ccsid,
+                                encoding=encoding)  # fmt: skip
+            return p.put("GATHER.IN", message)
+
+        put("CREDIT", '{"holder": "Jürgen [A]"}', 37)
+        put("STOCK", '{"sku": "X^Y"}', 1047)
+        put("TAX", '{"rate": "7 %"}', 500)
+        response = await p.wait_message("ORDER.RESPONSE")
+        late = put("TAX", '{"rate": "late ä"}', 1047, encoding=273)
+        forwarded = await p.wait_message("GATHER.LATE")
+    assert response.coded_char_set_id == 1208
+    assert json.loads(response.body.decode("utf-8"))["legs"] == {
+        "credit": {"holder": "Jürgen [A]"},
+        "stock": {"sku": "X^Y"},
+        "tax": {"rate": "7 %"},
+    }
+    assert forwarded.body == late.body and forwarded.msg_id == late.msg_id
+    assert (forwarded.coded_char_set_id, forwarded.encoding) == (1047, 273)
+
+
+async def test_a_leg_in_an_unknown_ccsid_fails_the_gather_to_the_failure_queue(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="badccsid", legs=LEGS[:1], timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        bad = p.put("GATHER.IN", MQMessage(correl_id=sent.correl_id, properties={"leg": "CREDIT"},
+                                           body=b"{}", coded_char_set_id=9999))  # fmt: skip
+        failed = await p.wait_message("GATHER.FAILURE")
+        result = await p.result(spec, sent.correl_id)
+    assert failed.msg_id == bad.msg_id and failed.coded_char_set_id == 9999
+    assert "CCSID 9999" in str(failed.properties[PROP_REASON])
+    assert result.state == "FAILED"

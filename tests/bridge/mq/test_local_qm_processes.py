@@ -12,7 +12,7 @@ import pytest
 
 from bridge.mq.errors import NoMessageAvailable, QueueManagerUnavailable
 from bridge.mq.local_qm import RECOVERY_INTERVAL, LocalQueueManager
-from bridge.mq.models import MQMessage, QueueAttributes
+from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
 
 CTX = mp.get_context("spawn")
 
@@ -185,3 +185,24 @@ def test_corrupt_file_is_reported_by_name(tmp_path):
     with pytest.raises(QueueManagerUnavailable) as info:
         LocalQueueManager(bad)
     assert str(bad) in str(info.value)
+
+
+def test_ccsid_and_encoding_are_kept_and_an_older_file_gains_them(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "qm.db"
+    with LocalQueueManager(path) as qm:
+        qm.define(QueueAttributes(name="Q"))
+        qm.put("Q", MQMessage(body="Grüße".encode("cp1047"), coded_char_set_id=1047,
+                              encoding=273), PutOptions(syncpoint=False))  # fmt: skip
+        qm.put("Q", MQMessage(body=b"old"), PutOptions(syncpoint=False))
+        got = qm.get("Q", syncpoint=False)
+    assert (got.coded_char_set_id, got.encoding) == (1047, 273)
+    assert got.body.decode("cp1047") == "Grüße"
+    # A file written before these columns existed.
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE messages DROP COLUMN ccsid")
+        db.execute("ALTER TABLE messages DROP COLUMN encoding")
+    with LocalQueueManager(path) as qm:
+        old = qm.get("Q", syncpoint=False)
+    assert old.body == b"old" and (old.coded_char_set_id, old.encoding) == (1208, 546)

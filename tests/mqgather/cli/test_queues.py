@@ -182,3 +182,17 @@ def test_browse_shows_a_dead_letter_header_apart(tmp_path):
     assert header["reason"] == 2085 and header["reason_name"] == "MQRC_UNKNOWN_OBJECT_NAME"
     assert header["dest_q_name"] == "NO.SUCH.Q" and header["format"] == "MQSTR"
     assert header["put_date"] == "20260102" and header["put_time"] == "03040500"
+
+
+def test_put_in_ebcdic_and_browse_shows_the_ccsid_and_the_text(tmp_path):
+    assert run(["queues", "define", "APP.Q"], tmp_path).returncode == 0
+    put = run(["queues", "put", "APP.Q", "--ccsid", "37", "--encoding", "785",
+               "--body", "Grüße [1]"], tmp_path)  # fmt: skip
+    assert put.returncode == 0, put.stderr
+    shown = json.loads(run(["queues", "browse", "APP.Q", "--json"], tmp_path).stdout)
+    assert (shown["coded_char_set_id"], shown["encoding"]) == (37, 785)
+    assert (shown["body_encoding"], shown["body"]) == ("text", "Grüße [1]")
+    got = run(["queues", "get", "APP.Q"], tmp_path)
+    assert got.stdout == "Grüße [1]".encode("cp037") + b"\n"
+    bad = run(["queues", "put", "APP.Q", "--ccsid", "9999", "--body", "x"], tmp_path)
+    assert bad.returncode == 1 and b"--ccsid: CCSID 9999" in bad.stderr
