@@ -11,7 +11,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from bridge.identify import INDEX_LENGTH, KEY_LENGTH, gather_correl_id, leg_correl_id
-from bridge.mq.models import MQMessage, PropertyValue, PutOptions
+from bridge.mq.models import ID_LENGTH, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.errors import MQGatherError
@@ -90,6 +90,10 @@ async def scatter(
     if not chosen:
         raise ScatterError(f"aggregate {spec.name} lists no legs; pass the legs to scatter")
     correl = correl_id or new_gather_key()
+    if len(correl) > ID_LENGTH:
+        raise ScatterError(f"a CorrelId is at most {ID_LENGTH} bytes, not {len(correl)}")
+    # MQ pads ids with NULs: the replies will carry the padded form, so the gather must too.
+    correl = correl.ljust(ID_LENGTH, b"\x00")
     if spec.leg_identification == "correlid":
         _check_layout(spec, correl, len(chosen))
     for index, leg in enumerate(chosen, start=1):

@@ -74,3 +74,23 @@ async def test_scatter_refuses_a_correl_id_that_does_not_fit_the_layout(tmp_path
         await scatter(None, qm, spec, correl_id=b"X" * 24)  # type: ignore[arg-type]
     assert "does not end in 4 zero bytes" in str(caught.value)
     assert "hex:" + "58" * 24 in str(caught.value)
+
+
+async def test_scatter_pads_a_short_correl_id_as_mq_does(temporal_env, tmp_path):
+    from bridge.fanout import scatter
+    from bridge.mq.local_qm import LocalQueueManager
+    from bridge.mq.models import QueueAttributes
+    from mqgather.config import LegSpec
+
+    spec = AggregateSpec(name="pad", legs=(LegSpec(name="A"),), timeout_seconds=1)
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        qm.define(QueueAttributes(name="BACKEND.A"))
+        sent = await scatter(temporal_env.client, qm, spec, correl_id=b"ORDER-7",
+                             task_queue=f"pad-{tmp_path.name}")  # fmt: skip
+        request = qm.get("BACKEND.A", syncpoint=False)
+    padded = b"ORDER-7" + bytes(17)
+    assert sent.correl_id == padded and request.correl_id == padded
+    assert sent.gather_id == "gather:pad:" + padded.hex()
+    described = await temporal_env.client.get_workflow_handle(sent.gather_id).describe()
+    assert described.id == sent.gather_id
+    await temporal_env.client.get_workflow_handle(sent.gather_id).terminate()

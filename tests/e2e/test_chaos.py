@@ -66,7 +66,14 @@ class Stack:
         self.server_args = [binary, *dev_server_args(str(tmp / "t.db"), self.port, free_port()),
                             "--headless"]  # fmt: skip
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
-        self.env.update(TEMPORAL_ADDRESS=f"localhost:{self.port}", MQGATHER_MQ=f"local:{path}")
+        config = tmp / "mqgather.toml"
+        config.write_text(
+            "[aggregates.chaos]\ntimeout_seconds = 600\n"
+            'legs = [{name = "CREDIT", sequence = 10}, {name = "STOCK", sequence = 20}, '
+            '{name = "TAX", sequence = 30}]\n'
+        )
+        self.env.update(TEMPORAL_ADDRESS=f"localhost:{self.port}", MQGATHER_MQ=f"local:{path}",
+                        MQGATHER_CONFIG=str(config))  # fmt: skip
         self.task_queue = f"chaos-{uuid.uuid4().hex[:8]}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs = tmp
@@ -118,7 +125,7 @@ async def test_kills_of_worker_bridge_and_server_lose_nothing_and_repeat_nothing
                 if i in KILLS:
                     stack.kill(KILLS[i])
                     stack.start(KILLS[i])
-                correl = uuid.uuid4().bytes[:20] + bytes(4)
+                correl = os.urandom(20) + bytes(4)
                 while True:  # the server may be down: the scatter is backed out, retried
                     try:
                         await scatter(client, qm, spec, correl_id=correl,
