@@ -42,6 +42,7 @@ bench: bytecode
 	$(BIN)/python -m bench.mq_throughput
 	$(BIN)/python -m bench.gather_throughput
 	$(BIN)/python -m bench.analytics_scale
+	$(BIN)/python -m bench.chaos
 
 clean:
 	rm -rf $(VENV) .mqgather .pytest_cache .mypy_cache .ruff_cache

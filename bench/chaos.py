@@ -1,0 +1,111 @@
+"""Chaos benchmark: gathers at a steady rate while the worker, the bridge and the
+Temporal dev server are each killed (SIGKILL) at random moments, with a requester that
+takes every response the instant it lands. Prints gathers, kills, lost replies and
+responses, duplicate responses, and the time to drain after the last restart.
+
+    python -m bench.chaos [--gathers 1000] [--rate 20] [--kills 3] [--seed 1]
+
+Targets: 0 lost, 0 duplicates, drain <= 10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from bridge.mq.local_qm import LocalQueueManager
+from tests.chaos import LEGS, SPEC, Requester, Stack, connect, put_replies, scatter_retrying
+from tests.harness import prepare_queues
+from workflows.models import GatherResult, gather_id
+
+OTHER_QUEUES = ("GATHER.IN", "GATHER.LATE", "GATHER.DUPLICATE", "GATHER.UNKNOWN",
+                "GATHER.FAILURE", "GATHER.BACKOUT", "SYSTEM.DEAD.LETTER.QUEUE")  # fmt: skip
+
+
+async def run(gathers: int, rate: float, kills: int, seed: int, tmp: Path) -> dict[str, float]:
+    rng = random.Random(seed)
+    schedule = sorted(
+        (rng.randrange(gathers // 10, gathers - gathers // 10), part)
+        for part in ("worker", "bridge", "server")
+        for _ in range(kills)
+    )
+    path = tmp / "qm.db"
+    prepare_queues(path, [leg.queue() for leg in LEGS], bothresh=5)
+    stack = Stack(tmp, path)
+    requester = Requester(path, SPEC.response_queue)
+    put: dict[bytes, list[bytes]] = {}
+    last_restart = 0.0
+    try:
+        stack.start("server")
+        client = await connect(f"localhost:{stack.port}")
+        stack.start("worker")
+        stack.start("bridge")
+        start = time.monotonic()
+        with LocalQueueManager(path) as qm:
+            for i in range(gathers):
+                while schedule and schedule[0][0] == i:
+                    _, part = schedule.pop(0)
+                    stack.kill(part)
+                    stack.start(part)
+                    last_restart = time.monotonic()
+                    print(f"  killed and restarted the {part} at gather {i}", flush=True)
+                correl = os.urandom(20) + bytes(4)
+                await scatter_retrying(client, qm, correl, stack.task_queue)
+                put[correl] = put_replies(qm, correl)
+                pause = start + (i + 1) / rate - time.monotonic()
+                if pause > 0:
+                    await asyncio.sleep(pause)  # the steady rate
+                if i % 100 == 99:
+                    print(f"  {i + 1} gathers sent, {len(requester.taken)} responses", flush=True)
+        deadline = time.monotonic() + 300
+        while len({m.correl_id for m in requester.taken}) < gathers and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # the requester thread collects
+        drained = time.monotonic()
+        results = {}
+        for correl in put:
+            handle = client.get_workflow_handle(gather_id(SPEC.name, correl),
+                                                result_type=GatherResult)  # fmt: skip
+            results[correl] = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        requester.stop()
+        stack.stop()
+    taken = requester.taken
+    with LocalQueueManager(path) as qm:
+        stray = sum(qm.inquire(q).curdepth for q in OTHER_QUEUES)
+        left = qm.inquire(SPEC.response_queue).curdepth
+    consumed = {m for r in results.values() for m in r.consumed_msg_ids}
+    lost_replies = sum(m.hex() not in consumed for ids in put.values() for m in ids)
+    return {
+        "gathers": gathers,
+        "kills": 3 * kills,
+        "responses": len(taken) + left,
+        "lost responses": gathers - len({m.correl_id for m in taken}),
+        "duplicate responses": len(taken) + left - len({m.correl_id for m in taken}),
+        "lost replies": lost_replies,
+        "replies elsewhere": stray,
+        "drain after last restart (s)": round(drained - last_restart, 2),
+    }
+
+
+def main() -> None:
+    """Run the chaos benchmark and print its figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gathers", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=20.0, help="gathers per second")
+    parser.add_argument("--kills", type=int, default=3, help="SIGKILLs of each part")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mqgather-chaos-") as tmp:
+        figures = asyncio.run(run(args.gathers, args.rate, args.kills, args.seed, Path(tmp)))
+    width = max(len(k) for k in figures)
+    for key, value in figures.items():
+        print(f"{key:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Parts of a chaos run shared by the chaos test and ``bench/chaos.py``: the stack as
+processes that can be killed, a requester that consumes responses at once, and the
+aggregate they serve."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQMessage
+from mqgather.config import AggregateSpec, LegSpec
+from mqgather.runtime.temporal import dev_server_args
+from tests.harness import free_port
+
+LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
+        LegSpec(name="TAX", sequence=30))  # fmt: skip
+SPEC = AggregateSpec(name="chaos", legs=LEGS, timeout_seconds=600)
+
+
+class Requester:
+    """Takes every response off the queue as soon as it is there, in its own thread."""
+
+    def __init__(self, path: Path, queue: str) -> None:
+        self.taken: list[MQMessage] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(path, queue), daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path, queue: str) -> None:
+        with LocalQueueManager(path) as qm:
+            while not self._stop.is_set():
+                try:
+                    self.taken.append(qm.get(queue, wait_ms=100, syncpoint=False))
+                except NoMessageAvailable:
+                    continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+class Stack:
+    """The dev server, a worker and a bridge as processes that can be killed."""
+
+    def __init__(self, tmp: Path, path: Path) -> None:
+        binary = shutil.which("temporal")
+        assert binary
+        self.port = free_port()
+        self.server_args = [binary, *dev_server_args(str(tmp / "t.db"), self.port, free_port()),
+                            "--headless"]  # fmt: skip
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+        config = tmp / "mqgather.toml"
+        config.write_text(
+            "[aggregates.chaos]\ntimeout_seconds = 600\n"
+            'legs = [{name = "CREDIT", sequence = 10}, {name = "STOCK", sequence = 20}, '
+            '{name = "TAX", sequence = 30}]\n'
+        )
+        self.env.update(TEMPORAL_ADDRESS=f"localhost:{self.port}", MQGATHER_MQ=f"local:{path}",
+                        MQGATHER_CONFIG=str(config))  # fmt: skip
+        self.task_queue = f"chaos-{uuid.uuid4().hex[:8]}"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs = tmp
+
+    def start(self, part: str) -> None:
+        if part == "server":
+            args = self.server_args
+        else:
+            args = [sys.executable, "-m", "mqgather.cli", part, "--task-queue", self.task_queue]
+        log = open(self.logs / f"{part}.log", "ab")  # noqa: SIM115
+        self.procs[part] = subprocess.Popen(args, env=self.env, stdout=log, stderr=log)
+
+    def kill(self, part: str) -> None:
+        proc = self.procs[part]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+
+
+async def connect(address: str) -> Client:
+    for _ in range(300):
+        try:
+            return await Client.connect(address, data_converter=pydantic_data_converter)
+        except RuntimeError:
+            await asyncio.sleep(0.2)  # the server is starting
+    raise AssertionError(f"Temporal at {address} did not start")
+
+
+async def scatter_retrying(
+    client: Client, qm: LocalQueueManager, correl: bytes, task_queue: str
+) -> None:
+    """Register a gather and put its leg requests, retrying while the server is down (a
+    refused scatter is backed out, so a retry sends nothing twice)."""
+    from bridge.fanout import ScatterError, scatter
+
+    while True:
+        try:
+            await scatter(client, qm, SPEC, correl_id=correl, task_queue=task_queue)
+            return
+        except ScatterError:
+            raise
+        except Exception:  # noqa: BLE001  (RPC and connection errors while it restarts)
+            await asyncio.sleep(0.2)
+
+
+def put_replies(qm: LocalQueueManager, correl: bytes) -> list[bytes]:
+    """One reply per leg in one unit of work; their MsgIds."""
+    put = []
+    for leg in LEGS:
+        reply = MQMessage(correl_id=correl, properties={"leg": leg.name}, body=b"{}")
+        put.append(qm.put(SPEC.reply_queue, reply).msg_id)
+    qm.commit()
+    return put
