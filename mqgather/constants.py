@@ -29,3 +29,6 @@ GATHER_DUPLICATE = "GATHER.DUPLICATE"
 #: the PUT's own unit of work: a retried activity finds them even when the requester has
 #: consumed the response already.
 LEDGER_QUEUE = "MQGATHER.LEDGER"
+
+#: The worker deployment gather workers join when versioning is on and none is named.
+DEFAULT_DEPLOYMENT = "mqgather"

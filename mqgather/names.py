@@ -27,6 +27,10 @@ CORREL_ID = SearchAttributeKey.for_keyword("CorrelId")
 GATHER_STATE = SearchAttributeKey.for_keyword("GatherState")
 LEGS_PENDING = SearchAttributeKey.for_int("LegsPending")
 LEGS_RECEIVED = SearchAttributeKey.for_int("LegsReceived")
+#: Temporal's own search attributes for worker versioning (the version is
+#: ``<deployment>:<build id>``; the behavior ``Pinned`` or ``AutoUpgrade``).
+SA_DEPLOYMENT_VERSION = "TemporalWorkerDeploymentVersion"
+SA_VERSIONING_BEHAVIOR = "TemporalWorkflowVersioningBehavior"
 #: Registered on the namespace by the worker and the dev server.
 SEARCH_ATTRIBUTES = (AGGREGATE_NAME, CORREL_ID, GATHER_STATE, LEGS_PENDING, LEGS_RECEIVED)
 
@@ -38,6 +42,9 @@ ENV_MQ_PASSWORD = "MQGATHER_MQ_PASSWORD"
 ENV_MQ_PASSWORD_FILE = "MQGATHER_MQ_PASSWORD_FILE"
 ENV_IBMMQ_TEST = "MQGATHER_IBMMQ_TEST"
 ENV_OTEL = "MQGATHER_OTEL"
+#: Worker versioning: the worker deployment and this worker's build id.
+ENV_DEPLOYMENT = "MQGATHER_DEPLOYMENT"
+ENV_BUILD_ID = "MQGATHER_BUILD_ID"
 #: Temporal's own client settings, which mqgather honours and sets for its children.
 ENV_TEMPORAL_ADDRESS = "TEMPORAL_ADDRESS"
 ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"

@@ -2,16 +2,41 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
+import activities
+import workflows
 from activities.mq import MQActivities
 from bridge.mq.transport import Transport
+from mqgather import __version__
 from mqgather.names import TASK_QUEUE
 from workflows.gather import GatherWorkflow
+
+#: The packages whose code a gather runs: a change to any of them is a new build.
+VERSIONED_PACKAGES = (workflows, activities)
+
+
+def default_build_id() -> str:
+    """``<package version>-<12 hex digits of the gather code's hash>``.
+
+    The hash covers every source file of the workflow and activity packages, so two
+    workers agree on the build id exactly when they run the same gather code.
+    """
+    digest = hashlib.sha256()
+    for package in VERSIONED_PACKAGES:
+        root = Path(next(iter(package.__path__)))
+        for path in sorted(root.rglob("*.py")):
+            digest.update(path.relative_to(root.parent).as_posix().encode())
+            digest.update(b"\0")
+            digest.update(path.read_bytes())
+    return f"{__version__}-{digest.hexdigest()[:12]}"
 
 
 def build_worker(
@@ -20,14 +45,36 @@ def build_worker(
     *,
     task_queue: str = TASK_QUEUE,
     activity_threads: int = 8,
+    version: WorkerDeploymentVersion | None = None,
+    workflow_class: type = GatherWorkflow,
 ) -> Worker:
-    """A worker for the gather workflow; each activity thread keeps one MQ connection."""
+    """A worker for the gather workflow; each activity thread keeps one MQ connection.
+
+    Args:
+        client: The Temporal client.
+        connect: Opens one MQ connection.
+        task_queue: The task queue gathers run on.
+        activity_threads: Activity threads, one MQ connection each.
+        version: With a version, the worker joins that worker deployment and its gathers
+            are pinned to it; without, it is an unversioned worker as before.
+        workflow_class: The gather workflow class (another only to test a rollout).
+    """
     acts = MQActivities(connect)
+    deployment = None
+    if version is not None:
+        # Pinned: a gather finishes on the code it started with, so no version ever
+        # replays another's history. Continue-as-new keeps the pin.
+        deployment = WorkerDeploymentConfig(
+            version=version,
+            use_worker_versioning=True,
+            default_versioning_behavior=VersioningBehavior.PINNED,
+        )
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[GatherWorkflow],
+        workflows=[workflow_class],
         activities=[acts.put_response, acts.route_replies],
         activity_executor=ThreadPoolExecutor(activity_threads, thread_name_prefix="mq-activity"),
         max_concurrent_activities=activity_threads,
+        deployment_config=deployment,
     )

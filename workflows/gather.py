@@ -45,6 +45,8 @@ ACTIVITY_RETRY = RetryPolicy(
 ACTIVITY_TIMEOUT = timedelta(seconds=60)
 
 
+# The versioning behavior (pinned) is the versioned worker's default, not set here: the
+# SDK refuses a behavior on the definition when the worker runs unversioned.
 @workflow.defn(name=names.GATHER_WORKFLOW)
 class GatherWorkflow:
     """Collects the replies of one CorrelId and PUTs one merged response."""

@@ -10,7 +10,7 @@ import click
 from pydantic import ValidationError
 
 from mqgather import __version__
-from mqgather.cli import analytics, devdemo, operators, processes, queues
+from mqgather.cli import analytics, deploy, devdemo, operators, processes, queues
 from mqgather.errors import MQGatherError
 from mqgather.runtime import telemetry
 
@@ -39,10 +39,11 @@ def cli() -> None:
     """
 
 
-for _module in (processes, operators, devdemo, analytics):
+for _module in (processes, operators, devdemo, analytics, deploy):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 cli.add_command(queues.queues)
+cli.add_command(deploy.deploy)
 
 
 def main() -> None:

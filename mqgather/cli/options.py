@@ -12,8 +12,8 @@ import click
 
 from bridge.mq.connect import open_transport
 from bridge.mq.transport import Transport
-from mqgather.constants import DEFAULT_MQ
-from mqgather.names import ENV_CONFIG, ENV_MQ, TASK_QUEUE
+from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_MQ
+from mqgather.names import ENV_CONFIG, ENV_DEPLOYMENT, ENV_MQ, TASK_QUEUE
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -78,6 +78,18 @@ def fail_fast_option(fn: F) -> F:
         is_flag=True,
         help="Exit at once if Temporal or the queue manager cannot be reached (default: "
         "wait for them, retrying with backoff and logging each attempt).",
+    )(fn)
+
+
+def deployment_option(fn: F) -> F:
+    """``--deployment``: the worker deployment a rollout command acts on."""
+    return click.option(
+        "--deployment",
+        envvar=ENV_DEPLOYMENT,
+        default=DEFAULT_DEPLOYMENT,
+        show_default=True,
+        metavar="NAME",
+        help=f"Worker deployment [env {ENV_DEPLOYMENT}].",
     )(fn)
 
 

@@ -20,6 +20,8 @@ from mqgather.cli.options import (
     task_queue_option,
 )
 from mqgather.config import load_config
+from mqgather.constants import DEFAULT_DEPLOYMENT
+from mqgather.names import ENV_BUILD_ID, ENV_DEPLOYMENT
 from mqgather.runtime import telemetry
 from mqgather.runtime.temporal import (
     TemporalUnavailable,
@@ -57,12 +59,42 @@ async def _reach(mq: str, stop: asyncio.Event, fail_fast: bool) -> Client | None
 @config_option
 @task_queue_option
 @click.option("--threads", default=8, show_default=True, help="Activity threads (MQ connections).")
+@click.option(
+    "--deployment",
+    envvar=ENV_DEPLOYMENT,
+    default=None,
+    metavar="NAME",
+    help=f"Join this worker deployment as one version; gathers stay on the version they "
+    f"started on [env {ENV_DEPLOYMENT}; with --build-id alone: {DEFAULT_DEPLOYMENT}]. "
+    "Without either, the worker is unversioned.",
+)
+@click.option(
+    "--build-id",
+    envvar=ENV_BUILD_ID,
+    default=None,
+    metavar="ID",
+    help=f"This worker's version in the deployment [env {ENV_BUILD_ID}; default: the "
+    "package version and a hash of the gather code].",
+)
 @fail_fast_option
 def worker(
-    mq: str, config_path: str | None, task_queue: str, threads: int, fail_fast: bool
+    mq: str,
+    config_path: str | None,
+    task_queue: str,
+    threads: int,
+    deployment: str | None,
+    build_id: str | None,
+    fail_fast: bool,
 ) -> None:
-    """Run gather workflows and the merge/PUT activities until Ctrl-C."""
-    from workers.worker import build_worker
+    """Run gather workflows and the merge/PUT activities until Ctrl-C.
+
+    With --deployment (or --build-id) the worker is one version of a Temporal worker
+    deployment: promote it with `mqgather deploy promote`, and each gather finishes on
+    the version it started on.
+    """
+    from temporalio.common import WorkerDeploymentVersion
+
+    from workers.worker import build_worker, default_build_id
 
     load_config(config_path)  # fail at start on a bad file
     setup_logging()
@@ -73,8 +105,21 @@ def worker(
         if client is None:
             return
         await ensure_search_attributes(client)
-        w = build_worker(client, connector(mq), task_queue=task_queue, activity_threads=threads)
-        log.info("worker on task queue %s, MQ %s", task_queue, mq)
+        version = None
+        if deployment or build_id:
+            version = WorkerDeploymentVersion(
+                deployment or DEFAULT_DEPLOYMENT, build_id or default_build_id()
+            )
+        w = build_worker(
+            client, connector(mq), task_queue=task_queue, activity_threads=threads,
+            version=version,
+        )  # fmt: skip
+        where = (
+            f"version {version.build_id} of deployment {version.deployment_name}"
+            if version
+            else "unversioned"
+        )
+        log.info("worker on task queue %s (%s), MQ %s", task_queue, where, mq)
         async with w:
             await stop.wait()
 

@@ -1,0 +1,25 @@
+"""New gather code whose first command differs from today's: a short timer before the
+gather starts. It cannot replay a history the current code wrote (it is its own module
+so the workflow sandbox imports nothing else of the tests)."""
+
+# No `from __future__ import annotations`: the SDK compares the run and init parameter
+# annotations of GatherV2 with the real types GatherWorkflow declares.
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from mqgather import names
+    from workflows.gather import GatherWorkflow
+    from workflows.models import GatherInput, GatherResult
+
+
+@workflow.defn(name=names.GATHER_WORKFLOW)
+class GatherV2(GatherWorkflow):
+    """The gather with one timer more at its start."""
+
+    @workflow.run
+    async def run(self, inp: GatherInput) -> GatherResult:
+        """Sleep 10 ms, then gather as before."""
+        await workflow.sleep(timedelta(milliseconds=10))
+        return await super().run(inp)

@@ -1,0 +1,216 @@
+"""Record a fresh set of gather histories from the current workflow code.
+
+    python -m tests.workflows.record [SET]      (or: make histories)
+
+Runs one real gather per path the workflow can take — complete, duplicates first / last
+/ all, a late reply inside the late window, replies before registration with the
+restart timer, timeout, unknown, extend then release, cancel, static mode, a leg body
+the merge refuses, continue-as-new — through the bridge, a worker and the embedded queue
+manager on a dev server of its own, and writes each run's history to
+``tests/workflows/histories/SET/<path>.json`` (SET defaults to the worker's build id).
+Recorded sets are kept: the suite replays every one of them against the current code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from bridge.mq.models import parse_id
+from mqgather.config import AggregateSpec, LegSpec
+from mqgather.names import SEARCH_ATTRIBUTES
+from tests.harness import Pipeline, pipeline, status, until
+from workers.worker import default_build_id
+from workflows.gather import GatherWorkflow
+from workflows.models import CancelInput, ExtendInput, ReleaseInput
+
+HISTORIES = Path(__file__).parent / "histories"
+LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
+        LegSpec(name="TAX", sequence=30))  # fmt: skip
+#: The server suggests continue-as-new past this many events, so one scenario reaches it.
+CONTINUE_AS_NEW_EVENTS = 40
+
+Scenario = Callable[[Pipeline, AggregateSpec], Awaitable[bytes]]
+
+
+async def complete_first_late(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "CREDIT", b'{"c":1}')
+    await until(lambda: status(p.handle(s, g.correl_id)), lambda st: st.legs_received)
+    p.reply(s, g.correl_id, "CREDIT", b'{"c":2}')
+    await until(lambda: status(p.handle(s, g.correl_id)), lambda st: st.duplicates == 1)
+    p.reply(s, g.correl_id, "STOCK", b'{"s":1}')
+    p.reply(s, g.correl_id, "TAX", b'{"t":1}')
+    await p.wait_message(s.response_queue)
+    p.reply(s, g.correl_id, "TAX", b'{"late":1}')  # inside the late window
+    await p.wait_message(s.late_queue)
+    return g.correl_id
+
+
+async def duplicate_last(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    for leg, body in (("STOCK", b'{"s":1}'), ("STOCK", b'{"s":2}')):
+        p.reply(s, g.correl_id, leg, body)
+        await until(lambda: status(p.handle(s, g.correl_id)), lambda st: st.legs_received)
+    await until(lambda: status(p.handle(s, g.correl_id)), lambda st: st.duplicates == 1)
+    p.reply(s, g.correl_id, "CREDIT", b"{}")
+    p.reply(s, g.correl_id, "TAX", b"{}")
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
+async def early_restart_all(p: Pipeline, s: AggregateSpec) -> bytes:
+    correl = parse_id("EARLY-1")
+    for leg in ("CREDIT", "CREDIT", "STOCK"):
+        p.reply(s, correl, leg, b'{"early":1}')
+    await until(lambda: status(p.handle(s, correl)), lambda st: st.held == 3)
+    await p.scatter(s, correl_id=correl)
+    await p.scatter(s, correl_id=correl)  # restarts the timer
+    p.reply(s, correl, "TAX", b"{}")
+    await p.result(s, correl)
+    return correl
+
+
+async def timeout(p: Pipeline, s: AggregateSpec) -> bytes:
+    sent, _ = await p.partial(s, parse_id("TIMEOUT-1"), {"CREDIT": b"<a/>"}, 0.5)
+    await p.result(s, sent.correl_id)
+    return sent.correl_id
+
+
+async def unknown(p: Pipeline, s: AggregateSpec) -> bytes:
+    correl = parse_id("NOBODY-1")
+    p.reply(s, correl, "TAX", b"{}")
+    await p.wait_message(s.unknown_queue)
+    await p.result(s, correl)
+    return correl
+
+
+async def extend_release(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "CREDIT", b"{}")
+    handle = p.handle(s, g.correl_id)
+    await until(lambda: status(handle), lambda st: st.legs_received)
+    await handle.execute_update(GatherWorkflow.extend, ExtendInput(seconds=600))
+    await handle.execute_update(GatherWorkflow.release, ReleaseInput(reason="recorded"))
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
+async def cancel(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "STOCK", b"{}")
+    handle = p.handle(s, g.correl_id)
+    await until(lambda: status(handle), lambda st: st.legs_received)
+    await handle.execute_update(GatherWorkflow.cancel, CancelInput(reason="withdrawn"))
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
+async def static_blob(p: Pipeline, s: AggregateSpec) -> bytes:
+    correl = parse_id("STATIC-1")
+    for leg in ("TAX", "CREDIT", "STOCK"):
+        p.reply(s, correl, leg, leg.encode())
+    await p.wait_message(s.response_queue)
+    return correl
+
+
+async def merge_failed(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "CREDIT", b"{not json")
+    p.reply(s, g.correl_id, "STOCK", b"{}")
+    p.reply(s, g.correl_id, "TAX", b"{}")
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
+async def continue_as_new(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    handle = p.handle(s, g.correl_id)
+    # Each duplicate arrives on its own: one signal and one task each, until the history
+    # is long enough for the server to suggest continue-as-new.
+    for n in range(CONTINUE_AS_NEW_EVENTS // 3):
+        p.reply(s, g.correl_id, "CREDIT", b'{"n":%d}' % n)
+        await until(lambda n=n: status(handle), lambda st, n=n: st.duplicates >= n)
+    p.reply(s, g.correl_id, "STOCK", b"{}")
+    p.reply(s, g.correl_id, "TAX", b"{}")
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
+SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
+    "complete_first_late": (complete_first_late, {"late_window_seconds": 2}),
+    "duplicate_last": (duplicate_last, {"duplicates": "last"}),
+    "early_restart_all": (early_restart_all, {"timer": "restart", "duplicates": "all"}),
+    "timeout_xml": (timeout, {"merge": "xml"}),
+    "unknown": (unknown, {"unknown_timeout_seconds": 1}),
+    "extend_release": (extend_release, {}),
+    "cancel": (cancel, {}),
+    "static_blob": (static_blob, {"mode": "static", "merge": "blob", "separator": "|"}),
+    "merge_failed": (merge_failed, {}),
+    "continue_as_new": (continue_as_new, {"duplicate_queue": ""}),
+}
+
+
+async def record(out: Path) -> list[Path]:
+    """Run every scenario and write each run of each gather to ``out``."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=shutil.which("temporal"),
+        search_attributes=SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_EVENTS}",
+        ],
+    )
+    written: list[Path] = []
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        for name, (scenario, settings) in SCENARIOS.items():
+            spec = AggregateSpec(name=name.replace("_", "-"), legs=LEGS, timeout_seconds=60,
+                                 **settings)  # type: ignore[arg-type]  # fmt: skip
+            with tempfile.TemporaryDirectory() as tmp:
+                async with pipeline(env.client, Path(tmp), [spec]) as p:
+                    correl = await scenario(p, spec)
+                    await p.handle(spec, correl).result()  # every run closed
+                    runs = [e async for e in env.client.list_workflows(
+                        f'WorkflowId = "{p.handle(spec, correl).id}"')]  # fmt: skip
+                    for number, run in enumerate(sorted(runs, key=lambda r: r.start_time), 1):
+                        handle = env.client.get_workflow_handle(run.id, run_id=run.run_id)
+                        history = await handle.fetch_history()
+                        last = history.events[-1].event_type
+                        if last == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                            assert len(runs) > 1
+                        suffix = f"_run{number}" if len(runs) > 1 else ""
+                        path = out / f"{name}{suffix}.json"
+                        path.write_text(history.to_json())
+                        written.append(path)
+                        print(f"recorded {path} ({len(history.events)} events)", flush=True)
+    finally:
+        await env.shutdown()
+    return written
+
+
+def main() -> None:
+    """Command line: the set's name (default: the worker's build id)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("set", nargs="?", default=default_build_id(), help="set name")
+    args = parser.parse_args()
+    out = HISTORIES / args.set
+    if out.exists():
+        sys.exit(f"{out} exists; recorded sets are kept as they are: name a new set")
+    written = asyncio.run(record(out))
+    print(f"{len(written)} histories in {out}; commit them with the code they came from")
+
+
+if __name__ == "__main__":
+    main()
