@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 PACKAGES := mqgather bridge workflows activities workers analytics
 
-.PHONY: demo test lint typecheck unit bench bytecode install clean
+.PHONY: demo test lint typecheck unit bench bytecode install clean histories
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ bench: bytecode
 	$(BIN)/python -m bench.gather_throughput
 	$(BIN)/python -m bench.analytics_scale
 	$(BIN)/python -m bench.chaos
+
+# A new set of recorded gather histories (tests/workflows/histories/<build id>/) from the
+# current workflow code; commit it when a new workflow version ships.
+histories: bytecode
+	$(BIN)/python -m tests.workflows.record $(SET)
 
 clean:
 	rm -rf $(VENV) .mqgather .pytest_cache .mypy_cache .ruff_cache

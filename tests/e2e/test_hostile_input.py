@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq import dlh
@@ -208,3 +209,33 @@ async def test_a_leg_in_an_unknown_ccsid_fails_the_gather_to_the_failure_queue(
     assert failed.msg_id == bad.msg_id and failed.coded_char_set_id == 9999
     assert "CCSID 9999" in str(failed.properties[PROP_REASON])
     assert result.state == "FAILED"
+
+
+async def test_a_flood_before_registration_stays_small_and_expires_on_time(temporal_env, tmp_path):
+    """2,000 replies for one CorrelId nobody registers: the gather holds at most
+    max_held_replies, routes the surplus at once, never fails a task on the payload
+    limit and closes at its unknown-message timeout; every reply ends on the unknown
+    queue exactly once."""
+    spec = AggregateSpec(name="flood", legs=LEGS, unknown_timeout_seconds=3,
+                         max_held_replies=50)  # fmt: skip
+    correl = b"FLOOD".ljust(24, b"\0")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = {p.reply(spec, correl, "TAX", b'{"n":%d}' % n).msg_id for n in range(2000)}
+        await until(lambda: asyncio.sleep(0, p.depth("GATHER.UNKNOWN")), lambda d: d == 2000, 120)
+        result = await p.result(spec, correl)
+        routed = [m.msg_id for m in p.messages("GATHER.UNKNOWN")]
+        history = await p.handle(spec, correl).fetch_history()
+        assert p.empty("GATHER.IN") and p.empty("GATHER.FAILURE") and p.empty("GATHER.BACKOUT")
+    assert result.state == "UNKNOWN"
+    assert sorted(routed) == sorted(sent)
+    kinds = {e.event_type for e in history.events}
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+    # The gather's carried state is its largest payload: far below the 2 MB limit.
+    largest = max(e.ByteSize() for e in history.events)
+    assert largest < 512 * 1024
+    first_reply = next(
+        e.event_time.ToDatetime() for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    )  # fmt: skip
+    closed = history.events[-1].event_time.ToDatetime()
+    assert (closed - first_reply).total_seconds() <= spec.unknown_timeout_seconds + 1
