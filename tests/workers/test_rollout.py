@@ -100,6 +100,13 @@ async def test_open_gathers_finish_on_their_version_while_new_ones_run_the_new_c
                           version=WorkerDeploymentVersion(deployment, "v2"))  # fmt: skip
         v2_task = asyncio.create_task(v2.run())
         await known(client, deployment, "v2")
+        ramped = cli(client, "deploy", "promote", "v2", "--ramp", "50", "--deployment", deployment)
+        assert ramped.returncode == 0 and "ramping at 50 %" in ramped.stdout, ramped
+        shown = json.loads(cli(client, "deploy", "status", "--deployment", deployment,
+                               "--json").stdout)  # fmt: skip
+        assert (shown["current"], shown["ramping"], shown["ramp_percent"]) == ("v1", "v2", 50)
+        busy = cli(client, "deploy", "drain-check", "v2", "--deployment", deployment)
+        assert busy.returncode == 1 and "new gathers still start on it" in busy.stdout, busy
         done = cli(client, "deploy", "promote", "v2", "--deployment", deployment)
         assert done.returncode == 0, done.stderr
         check = cli(client, "deploy", "drain-check", "v1", "--deployment", deployment)
