@@ -48,8 +48,6 @@ ENV_BUILD_ID = "MQGATHER_BUILD_ID"
 #: Temporal's own client settings, which mqgather honours and sets for its children.
 ENV_TEMPORAL_ADDRESS = "TEMPORAL_ADDRESS"
 ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"
-#: IBM MQ's client channel definition table URL.
-ENV_MQCCDTURL = "MQCCDTURL"
 
 # ------------------------------------------------------ MQ message properties
 #: PutApplName in the MQDLH of what mqgather puts on the dead-letter queue.

@@ -30,7 +30,23 @@ def ibmmq_url() -> str | None:
 Connect = Callable[[], Transport]
 
 
-@pytest.fixture(params=["embedded", "ibmmq"])
+#: The IBM MQ adapter over the stand-in for IBM's C library (tests/mqi_standin).
+STANDIN_URL = "ibmmq://STANDIN@localhost(1414)/DEV.APP.SVRCONN"
+
+
+def standin_connector(path: Path, qmgr: str = "STANDIN", **rules: object) -> Connect:
+    """Connections of the IBM MQ adapter, through the real ``ibmmq`` package, to the
+    embedded queue manager at ``path`` served by the stand-in as ``qmgr``."""
+    from bridge.mq.ibmmq_adapter import IBMMQTransport, parse_ibmmq_url
+    from tests.mqi_standin import install, serve
+
+    install()
+    serve(qmgr, path, **rules)
+    settings = parse_ibmmq_url(STANDIN_URL.replace("STANDIN", qmgr), env={})
+    return lambda: IBMMQTransport(settings)
+
+
+@pytest.fixture(params=["embedded", "ibmmq-standin", "ibmmq"])
 def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connect]:
     """Opens connections to the queue manager under test; all are closed afterwards."""
     opened: list[Transport] = []
@@ -39,6 +55,12 @@ def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connect]
 
         def factory() -> Transport:
             opened.append(LocalQueueManager(path))
+            return opened[-1]
+    elif request.param == "ibmmq-standin":
+        standin = standin_connector(tmp_path / "qm.db")
+
+        def factory() -> Transport:
+            opened.append(standin())
             return opened[-1]
     else:
         url = ibmmq_url()

@@ -33,7 +33,15 @@ REASONS: dict[str, int] = {
     "MQRC_BACKOUT_THRESHOLD_REACHED": 2362,
     "MQRC_SSL_INITIALIZATION_ERROR": 2393,
     "MQRC_PROPERTY_NOT_AVAILABLE": 2471,
+    "MQRC_CONNECTION_STOPPING": 2203,
+    "MQRC_CHANNEL_NOT_AVAILABLE": 2537,
     "MQRC_HOST_NOT_AVAILABLE": 2538,
+    "MQRC_RECONNECT_FAILED": 2548,
+    "MQRC_CALL_INTERRUPTED": 2549,
+    "MQRC_HOBJ_ERROR": 2019,
+    "MQRC_SELECTOR_NOT_FOR_TYPE": 2068,
+    "MQRC_OBJECT_IN_USE": 2042,
+    "MQRC_PROPERTY_VALUE_TOO_BIG": 2469,
     "MQRC_CHANNEL_CONFIG_ERROR": 2539,
     "MQRC_UNKNOWN_CHANNEL_NAME": 2540,
     "MQRC_OBJECT_ALREADY_EXISTS": 4001,
@@ -102,6 +110,14 @@ class QueueManagerUnavailable(MQError):
     transient = True
 
 
+class UnitOfWorkBackedOut(MQError):
+    """MQRC_BACKED_OUT: the queue manager backed the unit of work out (e.g. on a failover);
+    what was got is back on its queue, so doing the work again is right."""
+
+    reason = "MQRC_BACKED_OUT"
+    transient = True
+
+
 class ObjectAlreadyExists(MQError):
     """MQRC_OBJECT_ALREADY_EXISTS: a define without replace named an existing queue."""
 
@@ -119,11 +135,17 @@ _CLASSES: dict[str, type[MQError]] = {
         ConnectionBroken,
         QueueManagerUnavailable,
         ObjectAlreadyExists,
+        UnitOfWorkBackedOut,
     )
 }
 # Several reasons mean the same thing to a caller: the connection is unusable, try again later.
 for _name in (
     "MQRC_HCONN_ERROR",
+    "MQRC_HOBJ_ERROR",
+    "MQRC_CONNECTION_STOPPING",
+    "MQRC_CHANNEL_NOT_AVAILABLE",
+    "MQRC_RECONNECT_FAILED",
+    "MQRC_CALL_INTERRUPTED",
     "MQRC_HOST_NOT_AVAILABLE",
     "MQRC_Q_MGR_QUIESCING",
     "MQRC_Q_MGR_STOPPING",

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, unquote
 
 from pydantic import BaseModel, Field, SecretStr
 
-from bridge.mq.errors import MQError, error_for_reason
+from bridge.mq.errors import ConnectionBroken, MQError, error_for_reason
 from bridge.mq.models import (
     NONE_ID,
     Match,
@@ -35,7 +35,6 @@ from mqgather.names import (
     ENV_MQ_PASSWORD,
     ENV_MQ_PASSWORD_FILE,
     ENV_MQ_USER,
-    ENV_MQCCDTURL,
 )
 
 _CONNAME = re.compile(r"^[A-Za-z0-9.\-:\[\]]+\(\d{1,5}\)$")
@@ -197,12 +196,24 @@ def _text(value: Any) -> str:
     return str(value or "").rstrip()
 
 
+#: Set before ``ibmmq`` is imported: its own OpenTelemetry hooks stay off, so trace context
+#: travels once, in mqgather's ``traceparent`` property, and an input open costs no extra
+#: MQOPEN + MQINQ.
+ENV_IBMMQ_NO_OTEL = "MQIPY_NOOTEL"
+#: Property values are read into a buffer this large first; a longer one is read again
+#: with the length MQ reports (MQRC_PROPERTY_VALUE_TOO_BIG).
+PROPERTY_BUFFER = 4096
+#: UTF-8: property text is written and read in it whatever the process's own CCSID.
+CCSID_UTF8 = 1208
+
+
 def load_mq_module() -> ModuleType:
     """Import ``ibmmq``, or ``pymqi`` if only that is installed.
 
     Raises:
         MQError: MQRC_ENVIRONMENT_ERROR naming what to install.
     """
+    os.environ.setdefault(ENV_IBMMQ_NO_OTEL, "1")
     for name in ("ibmmq", "pymqi"):
         try:
             return importlib.import_module(name)
@@ -215,8 +226,50 @@ def load_mq_module() -> ModuleType:
     )
 
 
+def connect_options(mq: ModuleType, settings: IBMMQSettings) -> dict[str, Any]:
+    """Keyword arguments of ``connect_with_options``: only the structures in use.
+
+    Client binding with reconnection disabled (a reconnect behind an open unit of work
+    would lose it silently); the CCDT travels in the MQCNO, never through the process
+    environment; TLS and credentials only when configured.
+    """
+    C, X = mq.CMQC, mq.CMQXC
+    cno = mq.CNO()
+    cno.Version = max(int(cno.Version), C.MQCNO_VERSION_6)
+    cno.Options = C.MQCNO_CLIENT_BINDING | C.MQCNO_RECONNECT_DISABLED
+    url = ccdt_url(settings)
+    if url:
+        cno.CCDTUrl = url.encode()
+    kwargs: dict[str, Any] = {"cno": cno}
+    fields = channel_definition(settings)
+    if fields:
+        cd = mq.CD()
+        for name, value in fields.items():
+            if isinstance(value, str) and value.startswith("MQ"):
+                value = getattr(X, value)
+            setattr(cd, name, value.encode() if isinstance(value, str) else value)
+        kwargs["cd"] = cd
+    sco_fields = ssl_options(settings)
+    if sco_fields:
+        sco = mq.SCO()
+        for name, text in sco_fields.items():
+            setattr(sco, name, text.encode())
+        kwargs["sco"] = sco
+    if settings.user:
+        kwargs["user"] = settings.user
+        kwargs["password"] = settings.password.get_secret_value() if settings.password else ""
+    return kwargs
+
+
 class IBMMQTransport(Transport):
-    """A client connection to an IBM MQ queue manager."""
+    """A client connection to an IBM MQ queue manager.
+
+    Input queues are opened MQOO_INPUT_SHARED, so competing bridges share a reply queue
+    whatever its DEFSOPT. Forwarded messages keep their context with
+    MQPMO_SET_ALL_CONTEXT (which needs ``+setall`` on the target queue).
+    """
+
+    booleans_read_as_int = True
 
     def __init__(self, settings: IBMMQSettings, mq: ModuleType | None = None) -> None:
         self.settings = settings
@@ -224,32 +277,21 @@ class IBMMQTransport(Transport):
         self.C = self.mq.CMQC
         self.qmgr_name = settings.qmgr
         self._queues: dict[tuple[str, int], Any] = {}
-        cd = None
-        fields = channel_definition(settings)
-        if fields:
-            cd = self.mq.CD()
-            for name, value in fields.items():
-                if isinstance(value, str) and value.startswith("MQ"):
-                    value = getattr(self.C, value)
-                setattr(cd, name, value.encode() if isinstance(value, str) else value)
-        sco = None
-        sco_fields = ssl_options(settings)
-        if sco_fields:
-            sco = self.mq.SCO()
-            for name, text in sco_fields.items():
-                setattr(sco, name, text.encode())
-        kwargs: dict[str, Any] = {"cd": cd, "sco": sco}
-        if settings.user:
-            kwargs["user"] = settings.user
-            kwargs["password"] = settings.password.get_secret_value() if settings.password else ""
-        url = ccdt_url(settings)
-        if url:
-            os.environ.setdefault(ENV_MQCCDTURL, url)
-        self.qmgr = self.mq.QueueManager(None)
+        self._get_handle: Any = None
+        self._pcf: Any = None
+        # Never disconnected implicitly: MQDISC commits, so only close() disconnects,
+        # and only once the unit of work is backed out.
+        self.qmgr = self.mq.QueueManager(None, disconnect_on_exit=False)
         try:
-            self.qmgr.connect_with_options(settings.qmgr, **kwargs)
+            self.qmgr.connect_with_options(settings.qmgr, **connect_options(self.mq, settings))
         except self.mq.MQMIError as exc:
             raise translate_exception(exc, f"connecting to {settings.describe()}") from exc
+
+    def _failed(self, exc: BaseException, detail: str) -> MQError:
+        err = translate_exception(exc, detail)
+        if isinstance(err, ConnectionBroken):
+            self._queues.clear()  # object handles do not survive the connection
+        return err
 
     def _open(self, queue: str, options: int) -> Any:
         key = (queue, options)
@@ -257,8 +299,17 @@ class IBMMQTransport(Transport):
             try:
                 self._queues[key] = self.mq.Queue(self.qmgr, queue, options)
             except self.mq.MQMIError as exc:
-                raise translate_exception(exc, f"opening queue {queue!r}") from exc
+                raise self._failed(exc, f"opening queue {queue!r}") from exc
         return self._queues[key]
+
+    def _set_properties(self, handle: Any, properties: dict[str, PropertyValue]) -> None:
+        C = self.C
+        smpo = self.mq.SMPO(ValueCCSID=CCSID_UTF8)
+        for name, value in properties.items():
+            kind = getattr(C, property_type_name(value))
+            length = len(value) if isinstance(value, bytes) else C.MQVL_NULL_TERMINATED
+            handle.properties.set(name, value, property_type=kind, value_length=length,
+                                  smpo=smpo)  # fmt: skip
 
     def put(self, queue: str, message: MQMessage, options: PutOptions | None = None) -> MQMessage:
         opts = options or PutOptions()
@@ -272,6 +323,8 @@ class IBMMQTransport(Transport):
             open_opts |= C.MQOO_SET_ALL_CONTEXT
             pmo_opts |= C.MQPMO_SET_ALL_CONTEXT
         md = self.mq.MD()
+        md.Version = C.MQMD_VERSION_2  # GroupId, MsgSeqNumber and MsgFlags live in v2
+        md.MsgType = C.MQMT_REQUEST if message.reply_to_q else C.MQMT_DATAGRAM
         md.MsgId = message.msg_id
         md.CorrelId = message.correl_id
         md.GroupId = message.group_id
@@ -295,18 +348,18 @@ class IBMMQTransport(Transport):
                 ).encode()
         pmo = self.mq.PMO(Options=pmo_opts, Version=C.MQPMO_VERSION_3)
         handle = None
-        if message.properties:
-            handle = self.mq.MessageHandle(self.qmgr)
-            for name, value in message.properties.items():
-                handle.properties.set(
-                    name, value, property_type=getattr(C, property_type_name(value))
-                )
-            pmo.OriginalMsgHandle = handle.msg_handle
-        q = self._open(queue, open_opts)
         try:
-            q.put(message.body, md, pmo)
+            if message.properties:
+                handle = self.mq.MessageHandle(self.qmgr)
+                self._set_properties(handle, message.properties)
+                pmo.OriginalMsgHandle = handle.msg_handle
+            self._open(queue, open_opts).put(message.body, md, pmo)
         except self.mq.MQMIError as exc:
-            raise translate_exception(exc, f"putting to queue {queue!r}") from exc
+            raise self._failed(exc, f"putting to queue {queue!r}") from exc
+        finally:
+            if handle is not None:
+                with contextlib.suppress(self.mq.MQMIError):
+                    handle.dlt()
         return message.model_copy(update={"msg_id": bytes(md.MsgId)})
 
     def get(
@@ -319,7 +372,7 @@ class IBMMQTransport(Transport):
         browse: Browse | None = None,
     ) -> MQMessage:
         C = self.C
-        open_opts = C.MQOO_FAIL_IF_QUIESCING | (C.MQOO_BROWSE if browse else C.MQOO_INPUT_AS_Q_DEF)
+        open_opts = C.MQOO_FAIL_IF_QUIESCING | (C.MQOO_BROWSE if browse else C.MQOO_INPUT_SHARED)
         # No MQGMO_CONVERT: the body comes as it was put, with its CCSID and Encoding, and
         # whoever reads it as text decodes it by its CCSID.
         gmo_opts = C.MQGMO_FAIL_IF_QUIESCING | C.MQGMO_PROPERTIES_IN_HANDLE
@@ -331,7 +384,12 @@ class IBMMQTransport(Transport):
             gmo_opts |= C.MQGMO_SYNCPOINT if syncpoint else C.MQGMO_NO_SYNCPOINT
         if wait_ms != 0:
             gmo_opts |= C.MQGMO_WAIT
-        handle = self.mq.MessageHandle(self.qmgr)
+        try:
+            if self._get_handle is None:
+                self._get_handle = self.mq.MessageHandle(self.qmgr)
+        except self.mq.MQMIError as exc:
+            raise self._failed(exc, "creating a message handle") from exc
+        handle = self._get_handle
         gmo = self.mq.GMO(
             Options=gmo_opts,
             WaitInterval=C.MQWI_UNLIMITED if wait_ms == WAIT_UNLIMITED else max(wait_ms, 0),
@@ -339,6 +397,7 @@ class IBMMQTransport(Transport):
             MsgHandle=handle.msg_handle,
         )
         md = self.mq.MD()  # fresh, so MsgId/CorrelId are reset before each get
+        md.Version = C.MQMD_VERSION_2
         match_opts = 0
         if match is not None:
             if match.msg_id is not None:
@@ -348,12 +407,11 @@ class IBMMQTransport(Transport):
             if match.group_id is not None:
                 md.GroupId, match_opts = match.group_id, match_opts | C.MQMO_MATCH_GROUP_ID
         gmo.MatchOptions = match_opts
-        q = self._open(queue, open_opts)
         try:
-            body = q.get(None, md, gmo)
+            body = self._open(queue, open_opts).get(None, md, gmo)
+            properties = self._read_properties(handle)
         except self.mq.MQMIError as exc:
-            err = translate_exception(exc, f"getting from queue {queue!r}")
-            raise err from exc
+            raise self._failed(exc, f"getting from queue {queue!r}") from exc
         return MQMessage(
             msg_id=bytes(md.MsgId),
             correl_id=bytes(md.CorrelId),
@@ -371,43 +429,65 @@ class IBMMQTransport(Transport):
             put_appl_name=_text(md.PutApplName)[:28],
             put_date_time=_put_time(_text(md.PutDate), _text(md.PutTime)),
             backout_count=int(md.BackoutCount),
-            properties=self._read_properties(handle),
+            properties=properties,
             body=bytes(body),
         )
 
     def _read_properties(self, handle: Any) -> dict[str, PropertyValue]:
+        """Every property of the message just got, names and values as set.
+
+        Raises:
+            MQMIError: as MQINQMP reports it.
+            MQError: the installed library does not return property names.
+        """
         C = self.C
         props: dict[str, PropertyValue] = {}
         option = C.MQIMPO_INQ_FIRST
         while True:
+            impo = self.mq.IMPO(Options=option | C.MQIMPO_CONVERT_VALUE, RequestedCCSID=CCSID_UTF8)
             try:
-                got = handle.properties.get("%", impo_options=option)
+                got = handle.properties.get("%", impo=impo, max_value_length=PROPERTY_BUFFER)
             except self.mq.MQMIError as exc:
-                if getattr(exc, "reason", None) == C.MQRC_PROPERTY_NOT_AVAILABLE:
+                if exc.reason == C.MQRC_PROPERTY_NOT_AVAILABLE:
                     return props
-                raise translate_exception(exc, "reading message properties") from exc
+                if exc.reason != C.MQRC_PROPERTY_VALUE_TOO_BIG:
+                    raise
+                # The cursor is on the long one: read it again whole.
+                impo = self.mq.IMPO(
+                    Options=C.MQIMPO_INQ_PROP_UNDER_CURSOR | C.MQIMPO_CONVERT_VALUE,
+                    RequestedCCSID=CCSID_UTF8,
+                )
+                got = handle.properties.get(
+                    "%", impo=impo, max_value_length=int(getattr(exc, "data_length", 0))
+                )
             option = C.MQIMPO_INQ_NEXT
             if not isinstance(got, tuple):
-                return props  # this library version does not return names for wildcards
+                raise MQError(
+                    "this MQ library returns property values without their names; "
+                    "install 'ibmmq' (pip install 'mqgather[ibmmq]')",
+                    reason="MQRC_ENVIRONMENT_ERROR",
+                )
             value, name = got
-            name = _text(name)
-            props[name.removeprefix("usr.")] = property_from_mq(value)
+            props[_text(name).removeprefix("usr.")] = property_from_mq(value)
 
     def commit(self) -> None:
         try:
             self.qmgr.commit()
         except self.mq.MQMIError as exc:
-            raise translate_exception(exc, "commit") from exc
+            raise self._failed(exc, "commit") from exc
 
     def backout(self) -> None:
         try:
             self.qmgr.backout()
         except self.mq.MQMIError as exc:
-            raise translate_exception(exc, "backout") from exc
+            raise self._failed(exc, "backout") from exc
 
     def inquire(self, queue: str) -> QueueAttributes:
         C = self.C
-        q = self.mq.Queue(self.qmgr, queue, C.MQOO_INQUIRE | C.MQOO_FAIL_IF_QUIESCING)
+        try:
+            q = self.mq.Queue(self.qmgr, queue, C.MQOO_INQUIRE | C.MQOO_FAIL_IF_QUIESCING)
+        except self.mq.MQMIError as exc:
+            raise self._failed(exc, f"opening queue {queue!r} to inquire") from exc
         try:
             return QueueAttributes(
                 name=queue,
@@ -418,13 +498,21 @@ class IBMMQTransport(Transport):
                 curdepth=int(q.inquire(C.MQIA_CURRENT_Q_DEPTH)),
             )
         except self.mq.MQMIError as exc:
-            raise translate_exception(exc, f"inquiring queue {queue!r}") from exc
+            hint = ""
+            if exc.reason == C.MQRC_SELECTOR_NOT_FOR_TYPE:
+                hint = " (an alias or remote queue has no depth: name its local target queue)"
+            raise self._failed(exc, f"inquiring queue {queue!r}{hint}") from exc
         finally:
             with contextlib.suppress(self.mq.MQMIError):
                 q.close()
 
+    def _command(self) -> Any:
+        if self._pcf is None:
+            self._pcf = self.mq.PCFExecute(self.qmgr)
+        return self._pcf
+
     def define(self, attrs: QueueAttributes, *, replace: bool = False) -> None:
-        C, F = self.C, self.mq.CMQCFC
+        C = self.C
         args = {
             C.MQCA_Q_NAME: attrs.name,
             C.MQIA_Q_TYPE: C.MQQT_LOCAL,
@@ -433,21 +521,30 @@ class IBMMQTransport(Transport):
             C.MQIA_BACKOUT_THRESHOLD: attrs.bothresh,
             C.MQCA_BACKOUT_REQ_Q_NAME: attrs.boqname,
         }
-        if replace:
-            args[F.MQIACF_REPLACE] = F.MQRP_YES
         try:
-            self.mq.PCFExecute(self.qmgr).MQCMD_CREATE_Q(args)
+            if replace:
+                # ALTER, not DEFINE REPLACE: REPLACE would reset every attribute not named
+                # here (SHARE, DEFSOPT, DESCR, ...) to its default.
+                try:
+                    self._command().MQCMD_CHANGE_Q(args)
+                    return
+                except self.mq.MQMIError as exc:
+                    if exc.reason != C.MQRC_UNKNOWN_OBJECT_NAME:
+                        raise
+            self._command().MQCMD_CREATE_Q(args)
         except self.mq.MQMIError as exc:
-            raise translate_exception(exc, f"defining queue {attrs.name!r}") from exc
+            raise self._failed(exc, f"defining queue {attrs.name!r}") from exc
 
     def list_queues(self, pattern: str = "*") -> list[QueueAttributes]:
         C = self.C
         try:
-            rows = self.mq.PCFExecute(self.qmgr).MQCMD_INQUIRE_Q(
+            rows = self._command().MQCMD_INQUIRE_Q(
                 {C.MQCA_Q_NAME: pattern.encode(), C.MQIA_Q_TYPE: C.MQQT_LOCAL}
             )
         except self.mq.MQMIError as exc:
-            raise translate_exception(exc, f"listing queues {pattern!r}") from exc
+            if exc.reason == C.MQRC_UNKNOWN_OBJECT_NAME:
+                return []  # the command server's answer when nothing matches
+            raise self._failed(exc, f"listing queues {pattern!r}") from exc
         return [
             QueueAttributes(
                 name=_text(row[C.MQCA_Q_NAME]),
@@ -464,15 +561,31 @@ class IBMMQTransport(Transport):
         try:
             return _text(self.qmgr.inquire(self.C.MQCA_DEAD_LETTER_Q_NAME))
         except self.mq.MQMIError as exc:
-            raise translate_exception(exc, "inquiring DEADQ") from exc
+            raise self._failed(exc, "inquiring DEADQ") from exc
 
     def close(self) -> None:
+        """Back out, then disconnect. If the backout fails while the connection stands,
+        the connection is left for the queue manager to back out when the process ends:
+        MQDISC would commit the unit of work."""
         for q in self._queues.values():
             with contextlib.suppress(self.mq.MQMIError):
                 q.close()
         self._queues.clear()
-        with contextlib.suppress(self.mq.MQMIError):
+        for handle in (self._get_handle,):
+            if handle is not None:
+                with contextlib.suppress(self.mq.MQMIError):
+                    handle.dlt()
+        self._get_handle = None
+        if self._pcf is not None:
+            with contextlib.suppress(self.mq.MQMIError, AttributeError):
+                self._pcf.reply_queue.close()
+            self._pcf = None
+        try:
             self.qmgr.backout()
+        except self.mq.MQMIError as exc:
+            if not isinstance(translate_exception(exc), ConnectionBroken):
+                return
+        with contextlib.suppress(self.mq.MQMIError):
             self.qmgr.disconnect()
 
 

@@ -24,6 +24,10 @@ class Transport(abc.ABC):
     """
 
     qmgr_name: str
+    #: Whether boolean message properties come back as the integers 0 / 1 (IBM MQ through
+    #: the ``ibmmq`` library, whose C layer returns MQTYPE_BOOLEAN values as integers and
+    #: does not report a property's type).
+    booleans_read_as_int: bool = False
 
     @abc.abstractmethod
     def put(self, queue: str, message: MQMessage, options: PutOptions | None = None) -> MQMessage:

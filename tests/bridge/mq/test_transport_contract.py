@@ -184,8 +184,11 @@ def test_properties_of_every_type_round_trip(connect, make_queue):
     qm.commit()
     got = qm.get(q)
     qm.commit()
-    assert got.properties == props
-    for name, value in props.items():
+    expected = dict(props)
+    if qm.booleans_read_as_int:  # the documented limit of the ibmmq library
+        expected.update(flag=1, off=0)
+    assert got.properties == expected
+    for name, value in expected.items():
         assert type(got.properties[name]) is type(value), name
 
 

@@ -1,0 +1,868 @@
+"""A stand-in for ``ibmmqc``, the C extension of the ``ibmmq`` package, backed by the
+embedded queue manager.
+
+The real ``ibmmq`` Python layer runs unchanged over it: every call receives the MQI
+structures packed exactly as that layer packs them for IBM's library, and answers in
+the tuples the C extension returns. It keeps IBM MQ's documented rules where the IBM MQ
+adapter depends on them, and is never more lenient than IBM MQ on those:
+
+- connection: client channel type and transport, user and password, the CCDT given in
+  the MQCNO (never read from the environment), reconnect options recorded; MQDISC
+  commits the open unit of work, as a normal disconnect does on IBM MQ.
+- open: unknown queues (2085), exclusive input (2042) on DEFSOPT(EXCL) queues or when
+  another handle holds it exclusively, context authority (2035) for set/pass all context.
+- put: MsgId generation, CCSID / Encoding / Format / MsgType / context fields kept, the
+  unit of work, Q_FULL and MAXMSGL from the queue manager.
+- get: wait, match options, browse cursors per handle, syncpoint, truncation (2080 with
+  the message left on the queue, or 2079 when accepted), conversion (MQGMO_CONVERT with a
+  CCSID other than the message's: text formats converted, others returned as they are
+  with 2110 / 2119 warnings), properties in a message handle.
+- properties: value lengths as MQSETMP defines them (``MQVL_NULL_TERMINATED`` only for
+  strings), MQCCSI_APPL meaning the process's own CCSID, buffers: a value longer than the
+  caller's buffer fails with 2469 and the length needed, the cursor left on it for
+  ``MQIMPO_INQ_PROP_UNDER_CURSOR``; booleans come back as integers, as the C layer
+  returns them.
+- inquire: CURDEPTH, MAXDEPTH, MAXMSGL, BOTHRESH, BOQNAME, DEADQ.
+- PCF: CREATE / CHANGE / COPY / INQUIRE / DELETE Q through SYSTEM.ADMIN.COMMAND.QUEUE with
+  a temporary dynamic reply queue, as the command server answers; an INQUIRE matching
+  nothing answers 2085; CREATE with REPLACE resets unspecified attributes to defaults.
+
+What it does not prove: IBM's wire protocol, channel exits, TLS, and behaviour of a
+real queue manager beyond these documented rules.
+"""
+
+
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from bridge.mq.errors import MQError, NoMessageAvailable
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import NONE_ID, Match, MQMessage, PutOptions, QueueAttributes
+
+__version__ = version("ibmmq")
+__cmdlevel__ = 940
+__mqbuild__ = "stand-in"
+__strucversions__ = {"cd": 12, "cno": 8, "csp": 3, "gmo": 4, "od": 4, "pmo": 3, "sco": 7, "sts": 2}
+
+# MQI constants the stand-in needs (values as in cmqc.h / cmqxc.h).
+CC_OK, CC_WARNING, CC_FAILED = 0, 1, 2
+RC = {
+    "NONE": 0,
+    "BUFFER_LENGTH_ERROR": 2005,
+    "CONNECTION_BROKEN": 2009,
+    "HCONN_ERROR": 2018,
+    "HOBJ_ERROR": 2019,
+    "MD_ERROR": 2026,
+    "NO_MSG_AVAILABLE": 2033,
+    "NOT_AUTHORIZED": 2035,
+    "NOT_OPEN_FOR_BROWSE": 2036,
+    "NOT_OPEN_FOR_INPUT": 2037,
+    "NOT_OPEN_FOR_INQUIRE": 2038,
+    "NOT_OPEN_FOR_OUTPUT": 2039,
+    "OBJECT_IN_USE": 2042,
+    "OPTIONS_ERROR": 2046,
+    "Q_MGR_NAME_ERROR": 2058,
+    "Q_MGR_NOT_AVAILABLE": 2059,
+    "SELECTOR_ERROR": 2067,
+    "TRUNCATED_MSG_ACCEPTED": 2079,
+    "TRUNCATED_MSG_FAILED": 2080,
+    "UNKNOWN_OBJECT_NAME": 2085,
+    "CONTEXT_HANDLE_ERROR": 2097,
+    "FORMAT_ERROR": 2110,
+    "NOT_CONVERTED": 2119,
+    "CHANNEL_CONFIG_ERROR": 2539,
+    "HMSG_ERROR": 2460,
+    "PROPERTY_VALUE_TOO_BIG": 2469,
+    "PROPERTY_NOT_AVAILABLE": 2471,
+    "PROPERTY_TYPE_ERROR": 2473,
+    "UNKNOWN_CHANNEL_NAME": 2540,
+}
+OO_INPUT_AS_Q_DEF, OO_INPUT_SHARED, OO_INPUT_EXCLUSIVE = 0x1, 0x2, 0x4
+OO_BROWSE, OO_OUTPUT, OO_INQUIRE = 0x8, 0x10, 0x20
+OO_SAVE_ALL_CONTEXT, OO_PASS_ALL_CONTEXT, OO_SET_ALL_CONTEXT = 0x80, 0x200, 0x800
+GMO_WAIT, GMO_SYNCPOINT, GMO_NO_SYNCPOINT = 0x1, 0x2, 0x4
+GMO_BROWSE_FIRST, GMO_BROWSE_NEXT, GMO_ACCEPT_TRUNCATED = 0x10, 0x20, 0x40
+GMO_CONVERT, GMO_NO_PROPERTIES, GMO_PROPERTIES_IN_HANDLE = 0x4000, 0x4000000, 0x8000000
+MO_MSG_ID, MO_CORREL_ID, MO_GROUP_ID = 0x1, 0x2, 0x4
+PMO_SYNCPOINT, PMO_NO_SYNCPOINT, PMO_DEFAULT_CONTEXT = 0x2, 0x4, 0x20
+PMO_NEW_MSG_ID, PMO_NEW_CORREL_ID, PMO_PASS_ALL_CONTEXT = 0x40, 0x80, 0x200
+PMO_SET_ALL_CONTEXT, PMO_NO_CONTEXT = 0x800, 0x4000
+CNO_CLIENT_BINDING = 0x100
+CHT_CLNTCONN, XPT_TCP = 6, 2
+WI_UNLIMITED = -1
+VL_NULL_TERMINATED = -1
+CCSI_APPL, CCSI_Q_MGR, CCSI_INHERIT = -3, 0, -2
+AT_UNIX = 6
+TYPE_AS_SET, TYPE_NULL, TYPE_BOOLEAN, TYPE_BYTE_STRING = 0x0, 0x2, 0x4, 0x8
+TYPE_INT8, TYPE_INT16, TYPE_INT32, TYPE_INT64 = 0x10, 0x20, 0x40, 0x80
+TYPE_FLOAT32, TYPE_FLOAT64, TYPE_STRING = 0x100, 0x200, 0x400
+IMPO_INQ_NEXT, IMPO_INQ_PROP_UNDER_CURSOR, IMPO_CONVERT_VALUE = 0x8, 0x10, 0x20
+TEXT_FORMATS = {"MQSTR", "MQADMIN"}
+#: MQMD fields the embedded queue manager has no column for travel as hidden properties.
+HIDDEN = "mqi.md."
+MD_EXTRA = (
+    "MsgType",
+    "Report",
+    "Feedback",
+    "UserIdentifier",
+    "AccountingToken",
+    "ApplIdentityData",
+    "PutApplType",
+    "ApplOriginData",
+)
+COMMAND_QUEUE = "SYSTEM.ADMIN.COMMAND.QUEUE"
+MODEL_QUEUES = {"SYSTEM.DEFAULT.MODEL.QUEUE"}
+
+
+@dataclass
+class QueueManagerConfig:
+    """One queue manager the stand-in serves, and the rules it enforces."""
+
+    path: Path
+    #: user -> password; None accepts any connection without credentials.
+    users: dict[str, str] | None = None
+    #: Whether connected users hold +setall / +passall on every queue.
+    context_authority: bool = True
+    #: Queues defined with DEFSOPT(EXCL): INPUT_AS_Q_DEF opens them exclusively.
+    exclusive_queues: set[str] = field(default_factory=set)
+    #: The CCSID that MQCCSI_APPL stands for: a C-locale process on Linux runs in 819.
+    application_ccsid: int = 819
+    channel: str = "DEV.APP.SVRCONN"
+
+
+#: Queue managers by name; tests register theirs here.
+QUEUE_MANAGERS: dict[str, QueueManagerConfig] = {}
+#: What each MQCONNX was given, for tests to inspect (newest last).
+CONNECTS: list[dict[str, Any]] = []
+
+_ids = itertools.count(101)
+_lock = threading.RLock()
+
+
+@dataclass
+class _Object:
+    queue: str
+    options: int
+    dynamic: bool = False
+    pending_browse: MQMessage | None = None
+    saved_context: MQMessage | None = None
+    browsed: bool = False
+
+
+@dataclass
+class _Connection:
+    name: str
+    config: QueueManagerConfig
+    qm: LocalQueueManager
+    peek: LocalQueueManager
+    user: str
+    objects: dict[int, _Object] = field(default_factory=dict)
+
+
+@dataclass
+class _Handle:
+    hconn: int
+    properties: dict[str, Any] = field(default_factory=dict)
+    cursor: int = -1
+
+
+_conns: dict[int, _Connection] = {}
+_handles: dict[int, _Handle] = {}
+_exclusive: dict[tuple[str, str], int] = {}  # (qmgr path, queue) -> hobj
+
+
+def _ibmmq() -> Any:
+    import ibmmq
+
+    return ibmmq
+
+
+def _text(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("latin-1").rstrip()
+
+
+def _ptr_string(ptr: int, length: int) -> str:
+    return ctypes.string_at(ptr, length).decode() if ptr and length > 0 else ""
+
+
+def _fail(reason: str, *extra: Any) -> tuple[Any, ...]:
+    return (*extra, CC_FAILED, RC[reason])
+
+
+def _mq_fail(exc: MQError, *extra: Any) -> tuple[Any, ...]:
+    return (*extra, CC_FAILED, exc.code)
+
+
+# ------------------------------------------------------------------ connections
+
+
+def MQCONN(name: Any) -> tuple[Any, ...]:
+    """Server bindings are not what a client application uses: refuse like a client."""
+    return _fail("Q_MGR_NOT_AVAILABLE", 0)
+
+
+def MQCONNX(
+    name: bytes,
+    cno: bytes,
+    cd: bytes | None,
+    csp: bytes | None,
+    sco: bytes | None,
+    bno: bytes | None,
+) -> tuple[Any, ...]:
+    mq = _ibmmq()
+    c = mq.CNO()
+    c.unpack(cno)
+    qmgr = _text(name)
+    # Fields past the structure's Version are not looked at, as MQ does not.
+    ccdt = _ptr_string(c.CCDTUrl, c._CCDTUrlLength) if c.Version >= 6 else ""
+    record: dict[str, Any] = {"qmgr": qmgr, "options": c.Options, "ccdt_url": ccdt}
+    CONNECTS.append(record)
+    config = QUEUE_MANAGERS.get(qmgr)
+    if config is None:
+        return _fail("Q_MGR_NAME_ERROR", 0)
+    if cd is not None:
+        d = mq.CD()
+        d.unpack(cd)
+        record.update(
+            channel=_text(d.ChannelName),
+            conname=_text(d.ConnectionName),
+            channel_type=d.ChannelType,
+            transport=d.TransportType,
+        )
+        if d.ChannelType != CHT_CLNTCONN or d.TransportType != XPT_TCP:
+            return _fail("CHANNEL_CONFIG_ERROR", 0)
+        if _text(d.ChannelName) != config.channel:
+            return _fail("UNKNOWN_CHANNEL_NAME", 0)
+    elif not record["ccdt_url"]:
+        return _fail("Q_MGR_NOT_AVAILABLE", 0)  # a client with neither MQCD nor CCDT
+    user = ""
+    if csp is not None:
+        s = mq.CSP()
+        s.unpack(csp)
+        user = _ptr_string(s.CSPUserId, s._CSPUserIdLength)
+        password = _ptr_string(s.CSPPassword, s._CSPPasswordLength)
+        record["user"] = user
+        if config.users is not None and config.users.get(user) != password:
+            return _fail("NOT_AUTHORIZED", 0)
+    elif config.users is not None:
+        return _fail("NOT_AUTHORIZED", 0)
+    qm = LocalQueueManager(config.path, qmgr_name=qmgr)
+    with _lock:
+        hconn = next(_ids)
+        _conns[hconn] = _Connection(qmgr, config, qm, LocalQueueManager(config.path), user)
+    return hconn, CC_OK, 0
+
+
+def _conn(hconn: int) -> _Connection | None:
+    return _conns.get(hconn)
+
+
+def MQDISC(hconn: int) -> tuple[int, int]:
+    conn = _conns.pop(hconn, None)
+    if conn is None:
+        return CC_FAILED, RC["HCONN_ERROR"]
+    try:
+        conn.qm.commit()  # a normal disconnect commits the unit of work
+    except MQError as exc:
+        return CC_FAILED, exc.code
+    finally:
+        for hobj in list(conn.objects):
+            _close_object(conn, hobj)
+        conn.qm.close()
+        conn.peek.close()
+    return CC_OK, 0
+
+
+def MQBEGIN(hconn: int) -> tuple[int, int]:
+    return CC_FAILED, 2121  # MQRC_NO_EXTERNAL_PARTICIPANTS: a client cannot begin a global UOW
+
+
+def MQCMIT(hconn: int) -> tuple[int, int]:
+    conn = _conn(hconn)
+    if conn is None:
+        return CC_FAILED, RC["HCONN_ERROR"]
+    try:
+        conn.qm.commit()
+    except MQError as exc:
+        return CC_FAILED, exc.code
+    return CC_OK, 0
+
+
+def MQBACK(hconn: int) -> tuple[int, int]:
+    conn = _conn(hconn)
+    if conn is None:
+        return CC_FAILED, RC["HCONN_ERROR"]
+    try:
+        conn.qm.backout()
+    except MQError as exc:
+        return CC_FAILED, exc.code
+    return CC_OK, 0
+
+
+# ---------------------------------------------------------------------- objects
+
+
+def MQOPEN(hconn: int, od_bytes: bytes, options: int) -> tuple[Any, ...]:
+    mq = _ibmmq()
+    conn = _conn(hconn)
+    od = mq.OD()
+    od.unpack(od_bytes)
+    if conn is None:
+        return _fail("HCONN_ERROR", 0, od.pack())
+    name = _text(od.ObjectName)
+    if options & (OO_SET_ALL_CONTEXT | OO_PASS_ALL_CONTEXT) and not conn.config.context_authority:
+        return _fail("NOT_AUTHORIZED", 0, od.pack())
+    dynamic = False
+    if name in MODEL_QUEUES:
+        prefix = _text(od.DynamicQName).rstrip("*") or "AMQ."
+        name = f"{prefix}{time.time_ns():X}"[:48]
+        conn.qm.define(QueueAttributes(name=name, maxdepth=999_999))
+        od.ObjectName = name.encode()
+        dynamic = True
+    elif name == COMMAND_QUEUE or not name:
+        pass
+    else:
+        try:
+            conn.qm.inquire(name)
+        except MQError as exc:
+            return _mq_fail(exc, 0, od.pack())
+    exclusive = bool(options & OO_INPUT_EXCLUSIVE) or (
+        bool(options & OO_INPUT_AS_Q_DEF) and name in conn.config.exclusive_queues
+    )
+    wants_input = options & (OO_INPUT_AS_Q_DEF | OO_INPUT_SHARED | OO_INPUT_EXCLUSIVE)
+    key = (str(conn.config.path), name)
+    with _lock:
+        holder = _exclusive.get(key)
+        if wants_input and holder is not None:
+            return _fail("OBJECT_IN_USE", 0, od.pack())
+        if exclusive and any(
+            o.queue == name and o.options & (OO_INPUT_AS_Q_DEF | OO_INPUT_SHARED)
+            for c in _conns.values()
+            if str(c.config.path) == key[0]
+            for o in c.objects.values()
+        ):
+            return _fail("OBJECT_IN_USE", 0, od.pack())
+        hobj = next(_ids)
+        if exclusive:
+            _exclusive[key] = hobj
+        conn.objects[hobj] = _Object(name, options, dynamic=dynamic)
+    od.ResolvedQName = name.encode()
+    return hobj, od.pack(), CC_OK, 0
+
+
+def _close_object(conn: _Connection, hobj: int) -> None:
+    obj = conn.objects.pop(hobj, None)
+    if obj is None:
+        return
+    with _lock:
+        key = (str(conn.config.path), obj.queue)
+        if _exclusive.get(key) == hobj:
+            del _exclusive[key]
+
+
+def MQCLOSE(hconn: int, hobj: int, options: int) -> tuple[int, int]:
+    conn = _conn(hconn)
+    if conn is None:
+        return CC_FAILED, RC["HCONN_ERROR"]
+    if hobj not in conn.objects:
+        return CC_FAILED, RC["HOBJ_ERROR"]
+    _close_object(conn, hobj)
+    return CC_OK, 0
+
+
+# ------------------------------------------------------------------ put and get
+
+
+def _message_from(
+    conn: _Connection, md: Any, pmo: Any, body: bytes, obj: _Object | None
+) -> MQMessage | tuple[int, int]:
+    """The message MQPUT stores, with the context the put options give it."""
+    opts = pmo.Options
+    msg_id = bytes(md.MsgId).ljust(24, b"\0")
+    if opts & PMO_NEW_MSG_ID or msg_id == NONE_ID:
+        msg_id = NONE_ID  # the queue manager generates one
+    correl = bytes(md.CorrelId).ljust(24, b"\0")
+    if opts & PMO_NEW_CORREL_ID:
+        correl = os.urandom(24)
+    ccsid = md.CodedCharSetId
+    if ccsid in (CCSI_APPL, CCSI_Q_MGR):
+        ccsid = conn.config.application_ccsid if ccsid == CCSI_APPL else 1208
+    hidden: dict[str, Any] = {
+        HIDDEN + "MsgType": md.MsgType,
+        HIDDEN + "Report": md.Report,
+        HIDDEN + "Feedback": md.Feedback,
+    }
+    appl, stamp = "", None
+    if opts & PMO_SET_ALL_CONTEXT:
+        if obj is None or not obj.options & OO_SET_ALL_CONTEXT:
+            return CC_FAILED, RC["OPTIONS_ERROR"]
+        for name in MD_EXTRA[3:]:
+            hidden[HIDDEN + name] = getattr(md, name)
+        appl = _text(md.PutApplName)
+        from bridge.mq.ibmmq_adapter import _put_time
+
+        stamp = _put_time(_text(md.PutDate), _text(md.PutTime))
+    elif opts & PMO_PASS_ALL_CONTEXT:
+        source = conn.objects.get(pmo.Context)
+        if obj is None or not obj.options & OO_PASS_ALL_CONTEXT:
+            return CC_FAILED, RC["OPTIONS_ERROR"]
+        if source is None or not source.options & OO_SAVE_ALL_CONTEXT:
+            return CC_FAILED, RC["CONTEXT_HANDLE_ERROR"]
+        saved = source.saved_context
+        if saved is not None:
+            hidden.update(
+                {
+                    k: v
+                    for k, v in saved.properties.items()
+                    if k.startswith(HIDDEN) and k[len(HIDDEN) :] in MD_EXTRA[3:]
+                }
+            )
+            appl, stamp = saved.put_appl_name, saved.put_date_time
+    elif not opts & PMO_NO_CONTEXT:  # default context: who put it, now
+        hidden.update(
+            {HIDDEN + "UserIdentifier": conn.user.encode()[:12], HIDDEN + "PutApplType": AT_UNIX}
+        )
+        appl = "python"
+    return MQMessage(
+        msg_id=msg_id,
+        correl_id=correl,
+        group_id=bytes(md.GroupId).ljust(24, b"\0"),
+        msg_seq_number=max(1, md.MsgSeqNumber),
+        msg_flags=md.MsgFlags,
+        format=_text(md.Format),
+        coded_char_set_id=ccsid,
+        encoding=md.Encoding,
+        persistence=md.Persistence if md.Persistence in (0, 1) else 1,
+        priority=md.Priority if 0 <= md.Priority <= 9 else 0,
+        expiry=md.Expiry,
+        reply_to_q=_text(md.ReplyToQ),
+        reply_to_qmgr=_text(md.ReplyToQMgr),
+        put_appl_name=appl,
+        put_date_time=stamp,
+        properties=hidden,
+        body=body,
+    )
+
+
+def _put(
+    conn: _Connection,
+    queue: str,
+    md_bytes: bytes,
+    pmo_bytes: bytes,
+    body: bytes,
+    obj: _Object | None,
+) -> tuple[Any, ...]:
+    mq = _ibmmq()
+    md, pmo = mq.MD(), mq.PMO()
+    md.unpack(md_bytes)
+    pmo.unpack(pmo_bytes)
+    built = _message_from(conn, md, pmo, body, obj)
+    if isinstance(built, tuple):
+        return md.pack(), pmo.pack(), *built
+    props = _handles.get(pmo.OriginalMsgHandle) if pmo.OriginalMsgHandle else None
+    if props is not None:
+        built.properties.update(props.properties)
+    syncpoint = bool(pmo.Options & PMO_SYNCPOINT)
+    if queue == COMMAND_QUEUE:
+        from tests.mqi_standin import pcf
+
+        put = built.model_copy(
+            update={"msg_id": built.msg_id if built.msg_id != NONE_ID else os.urandom(24)}
+        )
+        pcf.execute(conn.qm, put)
+    else:
+        try:
+            put = conn.qm.put(queue, built, PutOptions(syncpoint=syncpoint, set_all_context=True))
+        except MQError as exc:
+            return _mq_fail(exc, md.pack(), pmo.pack())
+    md.MsgId = put.msg_id
+    md.CorrelId = put.correl_id
+    if not md.PutApplName.strip(b"\0 "):
+        md.PutApplName = (put.put_appl_name or "python").encode()
+    return md.pack(), pmo.pack(), CC_OK, 0
+
+
+def MQPUT(hconn: int, hobj: int, md: bytes, pmo: bytes, body: bytes) -> tuple[Any, ...]:
+    conn = _conn(hconn)
+    if conn is None:
+        return _fail("HCONN_ERROR", md, pmo)
+    obj = conn.objects.get(hobj)
+    if obj is None:
+        return _fail("HOBJ_ERROR", md, pmo)
+    if not obj.options & OO_OUTPUT:
+        return _fail("NOT_OPEN_FOR_OUTPUT", md, pmo)
+    return _put(conn, obj.queue, md, pmo, body, obj)
+
+
+def MQPUT1(hconn: int, od_bytes: bytes, md: bytes, pmo: bytes, body: bytes) -> tuple[Any, ...]:
+    conn = _conn(hconn)
+    if conn is None:
+        return _fail("HCONN_ERROR", md, pmo)
+    mq = _ibmmq()
+    od, p = mq.OD(), mq.PMO()
+    od.unpack(od_bytes)
+    p.unpack(pmo)
+    options = OO_OUTPUT | (OO_SET_ALL_CONTEXT if p.Options & PMO_SET_ALL_CONTEXT else 0)
+    opened = MQOPEN(hconn, od_bytes, options)
+    if opened[-2] != CC_OK:
+        return md, pmo, opened[-2], opened[-1]
+    try:
+        return _put(conn, _text(od.ObjectName), md, pmo, body, conn.objects[opened[0]])
+    finally:
+        _close_object(conn, opened[0])
+
+
+def _convert(message: MQMessage, md: Any, options: int) -> tuple[bytes, int]:
+    """MQGMO_CONVERT: text formats to the CCSID asked for; others stay with a warning."""
+    want = md.CodedCharSetId
+    if not options & GMO_CONVERT or want in (message.coded_char_set_id, CCSI_Q_MGR):
+        return message.body, 0
+    if message.format not in TEXT_FORMATS:
+        return message.body, RC["FORMAT_ERROR"]
+    from mqgather.ccsid import codec
+
+    try:
+        text = message.body.decode(codec(message.coded_char_set_id))
+        return text.encode(codec(want)), 0
+    except (ValueError, LookupError, MQError):
+        return message.body, RC["NOT_CONVERTED"]
+
+
+def _fill_md(md: Any, m: MQMessage, ccsid: int) -> None:
+    from datetime import UTC
+
+    md.MsgId, md.CorrelId, md.GroupId = m.msg_id, m.correl_id, m.group_id
+    md.MsgSeqNumber, md.MsgFlags = m.msg_seq_number, m.msg_flags
+    md.Format = m.format.ljust(8).encode()
+    md.CodedCharSetId, md.Encoding = ccsid, m.encoding
+    md.Persistence, md.Priority, md.Expiry = m.persistence, m.priority, m.expiry
+    md.ReplyToQ, md.ReplyToQMgr = m.reply_to_q.encode(), m.reply_to_qmgr.encode()
+    md.PutApplName = m.put_appl_name.encode()
+    md.BackoutCount = m.backout_count
+    if m.put_date_time is not None:
+        stamp = m.put_date_time.astimezone(UTC)
+        md.PutDate = stamp.strftime("%Y%m%d").encode()
+        md.PutTime = (stamp.strftime("%H%M%S") + f"{stamp.microsecond // 10000:02d}").encode()
+    for name in MD_EXTRA:
+        if HIDDEN + name in m.properties:
+            setattr(md, name, m.properties[HIDDEN + name])
+
+
+def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int) -> tuple[Any, ...]:
+    mq = _ibmmq()
+    md, gmo = mq.MD(), mq.GMO()
+    md.unpack(md_bytes)
+    gmo.unpack(gmo_bytes)
+    conn = _conn(hconn)
+    if conn is None:
+        return _fail("HCONN_ERROR", b"", md.pack(), gmo.pack(), 0)
+    obj = conn.objects.get(hobj)
+    if obj is None:
+        return _fail("HOBJ_ERROR", b"", md.pack(), gmo.pack(), 0)
+    opts = gmo.Options
+    browse = "first" if opts & GMO_BROWSE_FIRST else "next" if opts & GMO_BROWSE_NEXT else None
+    if browse and not obj.options & OO_BROWSE:
+        return _fail("NOT_OPEN_FOR_BROWSE", b"", md.pack(), gmo.pack(), 0)
+    if not browse and not obj.options & (OO_INPUT_AS_Q_DEF | OO_INPUT_SHARED | OO_INPUT_EXCLUSIVE):
+        return _fail("NOT_OPEN_FOR_INPUT", b"", md.pack(), gmo.pack(), 0)
+    match = Match(
+        msg_id=bytes(md.MsgId).ljust(24, b"\0") if gmo.MatchOptions & MO_MSG_ID else None,
+        correl_id=bytes(md.CorrelId).ljust(24, b"\0") if gmo.MatchOptions & MO_CORREL_ID else None,
+        group_id=bytes(md.GroupId).ljust(24, b"\0") if gmo.MatchOptions & MO_GROUP_ID else None,
+    )
+    wait = 0
+    if opts & GMO_WAIT:
+        wait = -1 if gmo.WaitInterval == WI_UNLIMITED else gmo.WaitInterval
+    syncpoint = not opts & GMO_NO_SYNCPOINT  # a client's default is syncpoint
+    accept = bool(opts & GMO_ACCEPT_TRUNCATED)
+    try:
+        if browse:
+            if browse == "next" and obj.pending_browse is not None:
+                message = obj.pending_browse
+            else:
+                mode = "next" if browse == "next" and obj.browsed else "first"
+                message = conn.qm.get(obj.queue, wait_ms=wait, match=match, browse=mode)
+            obj.pending_browse = None
+            obj.browsed = True
+            if len(message.body) > length and not accept:
+                obj.pending_browse = message  # the cursor stays on it
+        else:
+            deadline = None if wait == -1 else time.monotonic() + wait / 1000
+            while True:
+                left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+                peek = conn.peek.get(obj.queue, wait_ms=left, match=match, browse="first")
+                if len(peek.body) > length and not accept:
+                    message = peek  # stays on the queue
+                    break
+                try:
+                    message = conn.qm.get(
+                        obj.queue, syncpoint=syncpoint, match=Match(msg_id=peek.msg_id)
+                    )
+                    break
+                except NoMessageAvailable:
+                    continue  # another consumer took it first
+    except MQError as exc:
+        return _mq_fail(exc, b"", md.pack(), gmo.pack(), 0)
+    body, warning = _convert(message, md, opts)
+    ccsid = (
+        md.CodedCharSetId
+        if (opts & GMO_CONVERT and not warning and md.CodedCharSetId != CCSI_Q_MGR)
+        else message.coded_char_set_id
+    )
+    _fill_md(md, message, ccsid)
+    if obj.options & OO_SAVE_ALL_CONTEXT and not browse:
+        obj.saved_context = message
+    if opts & GMO_PROPERTIES_IN_HANDLE and gmo.MsgHandle:
+        handle = _handles.get(gmo.MsgHandle)
+        if handle is None:
+            return _fail("HMSG_ERROR", b"", md.pack(), gmo.pack(), 0)
+        handle.properties = {
+            k: v for k, v in message.properties.items() if not k.startswith(HIDDEN)
+        }
+        handle.cursor = -1
+    gmo.ReturnedLength = min(len(body), length)
+    if len(body) > length:
+        reason = "TRUNCATED_MSG_ACCEPTED" if accept else "TRUNCATED_MSG_FAILED"
+        code = CC_WARNING if accept else CC_FAILED
+        return body[:length], md.pack(), gmo.pack(), len(body), code, RC[reason]
+    if warning:
+        return body, md.pack(), gmo.pack(), len(body), CC_WARNING, warning
+    return body, md.pack(), gmo.pack(), len(body), CC_OK, 0
+
+
+# -------------------------------------------------------------------- inquire
+
+MQIA_CURRENT_Q_DEPTH, MQIA_MAX_Q_DEPTH, MQIA_MAX_MSG_LENGTH = 3, 15, 13
+MQIA_BACKOUT_THRESHOLD, MQCA_BACKOUT_REQ_Q_NAME, MQCA_DEAD_LETTER_Q_NAME = 22, 2019, 2006
+MQCA_Q_MGR_NAME, MQIA_Q_TYPE, MQCA_Q_NAME = 2015, 20, 2016
+
+
+def MQINQ(
+    hconn: int,
+    hobj: int,
+    selectors: list[int],
+    int_attrs: list[int],
+    int_count: int,
+    char_count: int,
+    char_len: int,
+) -> tuple[Any, ...]:
+    conn = _conn(hconn)
+    if conn is None:
+        return _fail("HCONN_ERROR", [], b"")
+    obj = conn.objects.get(hobj)
+    if obj is None:
+        return _fail("HOBJ_ERROR", [], b"")
+    if not obj.options & OO_INQUIRE:
+        return _fail("NOT_OPEN_FOR_INQUIRE", [], b"")
+    ints: list[int] = []
+    chars = b""
+    try:
+        attrs = conn.qm.inquire(obj.queue) if obj.queue else None
+    except MQError as exc:
+        return _mq_fail(exc, [], b"")
+    for selector in selectors:
+        if attrs is not None and selector in (
+            MQIA_CURRENT_Q_DEPTH,
+            MQIA_MAX_Q_DEPTH,
+            MQIA_MAX_MSG_LENGTH,
+            MQIA_BACKOUT_THRESHOLD,
+            MQIA_Q_TYPE,
+        ):
+            ints.append(
+                {
+                    MQIA_CURRENT_Q_DEPTH: attrs.curdepth,
+                    MQIA_MAX_Q_DEPTH: attrs.maxdepth,
+                    MQIA_MAX_MSG_LENGTH: attrs.maxmsgl,
+                    MQIA_BACKOUT_THRESHOLD: attrs.bothresh,
+                    MQIA_Q_TYPE: 1,
+                }[selector]
+            )
+        elif attrs is not None and selector in (MQCA_BACKOUT_REQ_Q_NAME, MQCA_Q_NAME):
+            value = attrs.boqname if selector == MQCA_BACKOUT_REQ_Q_NAME else attrs.name
+            chars += value.encode().ljust(48)
+        elif attrs is None and selector == MQCA_DEAD_LETTER_Q_NAME:
+            chars += conn.qm.dead_letter_queue().encode().ljust(48)
+        elif attrs is None and selector == MQCA_Q_MGR_NAME:
+            chars += conn.name.encode().ljust(48)
+        else:
+            return _fail("SELECTOR_ERROR", [], b"")
+    return ints, chars, CC_OK, 0
+
+
+# ------------------------------------------------------------------ properties
+
+
+def MQCRTMH(hconn: int, cmho: bytes) -> tuple[Any, ...]:
+    if hconn not in _conns:
+        return _fail("HCONN_ERROR", 0)
+    with _lock:
+        hmsg = next(_ids)
+        _handles[hmsg] = _Handle(hconn)
+    return hmsg, CC_OK, 0
+
+
+def MQDLTMH(hconn: int, hmsg: int, dmho: bytes) -> tuple[int, int]:
+    if _handles.pop(hmsg, None) is None:
+        return CC_FAILED, RC["HMSG_ERROR"]
+    return CC_OK, 0
+
+
+def live_message_handles() -> int:
+    """How many message handles exist now (tests check that none leak)."""
+    return len(_handles)
+
+
+def _codec_of(ccsid: int, config: QueueManagerConfig) -> str:
+    from mqgather.ccsid import codec
+
+    return codec(config.application_ccsid if ccsid == CCSI_APPL else ccsid)
+
+
+def MQSETMP(
+    hconn: int,
+    hmsg: int,
+    smpo: bytes,
+    name: bytes,
+    pd: bytes,
+    kind: int,
+    value: Any,
+    value_length: int,
+) -> tuple[int, int]:
+    handle = _handles.get(hmsg)
+    conn = _conn(hconn)
+    if handle is None or conn is None:
+        return CC_FAILED, RC["HMSG_ERROR"]
+    mq = _ibmmq()
+    s = mq.SMPO()
+    s.unpack(smpo)
+    key = name.decode()
+    if kind == TYPE_STRING:
+        # The C layer hands over the text encoded as UTF-8; MQ reads it in ValueCCSID.
+        raw = value.encode("utf-8", "ignore")
+        if value_length != VL_NULL_TERMINATED:
+            raw = raw[:value_length]
+        stored: Any = raw.split(b"\0", 1)[0].decode(_codec_of(s.ValueCCSID, conn.config))
+    elif kind == TYPE_BYTE_STRING:
+        if value_length < 0:  # MQVL_NULL_TERMINATED is for strings only
+            return CC_FAILED, RC["BUFFER_LENGTH_ERROR"]
+        stored = bytes(value)[:value_length]
+    elif kind == TYPE_BOOLEAN:
+        stored = bool(value)
+    elif kind in (TYPE_INT8, TYPE_INT16, TYPE_INT32, TYPE_INT64):
+        stored = int(value)
+    elif kind in (TYPE_FLOAT32, TYPE_FLOAT64):
+        stored = float(value)
+    elif kind == TYPE_NULL:
+        stored = None
+    else:
+        return CC_FAILED, RC["PROPERTY_TYPE_ERROR"]
+    handle.properties[key.removeprefix("usr.")] = stored
+    return CC_OK, 0
+
+
+def _type_of(value: Any) -> int:
+    if value is None:
+        return TYPE_NULL
+    if isinstance(value, bool):
+        return TYPE_BOOLEAN
+    if isinstance(value, int):
+        return TYPE_INT64
+    if isinstance(value, float):
+        return TYPE_FLOAT64
+    if isinstance(value, bytes):
+        return TYPE_BYTE_STRING
+    return TYPE_STRING
+
+
+def MQINQMP(
+    hconn: int, hmsg: int, impo_bytes: bytes, name: bytes, pd: bytes, kind: int, value_length: int
+) -> tuple[Any, ...]:
+    handle = _handles.get(hmsg)
+    conn = _conn(hconn)
+    if handle is None or conn is None:
+        return None, 0, "", CC_FAILED, RC["HMSG_ERROR"]
+    mq = _ibmmq()
+    impo = mq.IMPO()
+    impo.unpack(impo_bytes)
+    wanted = name.decode()
+    names = list(handle.properties)
+    if wanted.endswith("%"):
+        prefix = wanted[:-1].removeprefix("usr.")
+        matching = [i for i, n in enumerate(names) if n.startswith(prefix)]
+        if impo.Options & IMPO_INQ_PROP_UNDER_CURSOR:
+            position = handle.cursor
+        elif impo.Options & IMPO_INQ_NEXT:
+            position = next((i for i in matching if i > handle.cursor), -1)
+        else:
+            position = matching[0] if matching else -1
+        if position < 0 or position >= len(names):
+            return None, 0, "", CC_FAILED, RC["PROPERTY_NOT_AVAILABLE"]
+        returned = names[position]
+    else:
+        returned = wanted.removeprefix("usr.")
+        if returned not in handle.properties:
+            return None, 0, "", CC_FAILED, RC["PROPERTY_NOT_AVAILABLE"]
+        position = names.index(returned)
+    handle.cursor = position
+    value = handle.properties[returned]
+    actual = _type_of(value)
+    if kind not in (TYPE_AS_SET, actual):
+        return None, 0, returned, CC_FAILED, RC["PROPERTY_TYPE_ERROR"]
+    if actual == TYPE_STRING:
+        requested = impo.RequestedCCSID if impo.Options & IMPO_CONVERT_VALUE else 1208
+        raw = value.encode(_codec_of(requested, conn.config), "replace")
+        if len(raw) > value_length:
+            return (
+                raw[:value_length].decode("utf-8", "replace"),
+                len(raw),
+                returned,
+                CC_FAILED,
+                RC["PROPERTY_VALUE_TOO_BIG"],
+            )
+        # The C layer builds the str from the bytes as UTF-8 (and fails if they are not).
+        return raw.decode("utf-8"), len(raw), returned, CC_OK, 0
+    if actual == TYPE_BYTE_STRING:
+        if len(value) > value_length:
+            return (
+                value[:value_length],
+                len(value),
+                returned,
+                CC_FAILED,
+                RC["PROPERTY_VALUE_TOO_BIG"],
+            )
+        return value, len(value), returned, CC_OK, 0
+    if actual == TYPE_BOOLEAN:
+        return int(value), 4, returned, CC_OK, 0  # the C layer returns MQBOOL as an int
+    if actual == TYPE_NULL:
+        return None, 0, returned, CC_OK, 0
+    return value, 8, returned, CC_OK, 0
+
+
+def MQDLTMP(hconn: int, hmsg: int, dmpo: bytes, name: bytes) -> tuple[int, int]:
+    handle = _handles.get(hmsg)
+    if handle is None:
+        return CC_FAILED, RC["HMSG_ERROR"]
+    if handle.properties.pop(name.decode().removeprefix("usr."), None) is None:
+        return CC_FAILED, RC["PROPERTY_NOT_AVAILABLE"]
+    return CC_OK, 0
+
+
+# ------------------------------------------------------- what the layer calls at import
+
+
+def MQCBINIT(callback: Any) -> None:
+    """The callback registration ``ibmmq`` makes at import; asynchronous consume is unused."""
+
+
+def MQLOGCF(level: int, filename: str | None = None) -> None:
+    """Logging configuration of the C layer: nothing to configure here."""
