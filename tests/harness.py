@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from bridge.inbound import InboundBridge
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
+from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, default_queues
 from workers.worker import build_worker
 from workflows.models import GatherResult, gather_id
@@ -119,15 +120,22 @@ async def pipeline(
     bothresh: int = 3,
     run_worker: bool = True,
     run_bridge: bool = True,
+    transport: Callable[[Path], Callable[[], Transport]] | None = None,
 ) -> AsyncIterator[Pipeline]:
-    """Worker and bridge on a unique task queue and a fresh queue manager file."""
+    """Worker and bridge on a unique task queue and a fresh queue manager file.
+
+    ``transport(path)`` gives the connections worker and bridge use (default: the
+    embedded queue manager); the test itself reads and writes the file directly.
+    """
     path = tmp_path / "qm.db"
     leg_queues = [leg.queue() for spec in aggregates for leg in spec.legs]
     prepare_queues(path, [*extra_queues, *leg_queues], bothresh)
     task_queue = f"test-{uuid.uuid4().hex[:10]}"
 
-    def connect() -> LocalQueueManager:
+    def embedded() -> Transport:
         return LocalQueueManager(path)
+
+    connect = transport(path) if transport is not None else embedded
 
     bridge = InboundBridge(client, connect, aggregates, task_queue=task_queue, wait_ms=100)
     stop = asyncio.Event()

@@ -279,6 +279,7 @@ class IBMMQTransport(Transport):
         self._queues: dict[tuple[str, int], Any] = {}
         self._get_handle: Any = None
         self._pcf: Any = None
+        self._closed = False
         # Never disconnected implicitly: MQDISC commits, so only close() disconnects,
         # and only once the unit of work is backed out.
         self.qmgr = self.mq.QueueManager(None, disconnect_on_exit=False)
@@ -567,6 +568,9 @@ class IBMMQTransport(Transport):
         """Back out, then disconnect. If the backout fails while the connection stands,
         the connection is left for the queue manager to back out when the process ends:
         MQDISC would commit the unit of work."""
+        if self._closed:
+            return
+        self._closed = True
         for q in self._queues.values():
             with contextlib.suppress(self.mq.MQMIError):
                 q.close()

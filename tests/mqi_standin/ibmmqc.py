@@ -31,8 +31,6 @@ What it does not prove: IBM's wire protocol, channel exits, TLS, and behaviour o
 real queue manager beyond these documented rules.
 """
 
-
-
 from __future__ import annotations
 
 import ctypes
@@ -720,6 +718,11 @@ def MQDLTMH(hconn: int, hmsg: int, dmho: bytes) -> tuple[int, int]:
 def live_message_handles() -> int:
     """How many message handles exist now (tests check that none leak)."""
     return len(_handles)
+
+
+def live_connections() -> int:
+    """How many connections are open now."""
+    return len(_conns)
 
 
 def _codec_of(ccsid: int, config: QueueManagerConfig) -> str:

@@ -1,0 +1,184 @@
+"""The IBM MQ adapter through the real ``ibmmq`` package, over the stand-in for IBM's C
+library: one test per rule of IBM MQ the adapter used to break."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from bridge.mq.errors import (
+    ConnectionBroken,
+    NotAuthorized,
+    UnitOfWorkBackedOut,
+    UnknownObjectName,
+    error_for_reason,
+)
+from bridge.mq.ibmmq_adapter import IBMMQTransport, connect_options, parse_ibmmq_url
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQMessage, QueueAttributes
+from tests.conftest import standin_connector
+from tests.mqi_standin import ibmmqc
+
+EBCDIC_HELLO = "Grüße".encode("cp037")
+
+
+@pytest.fixture
+def adapter(tmp_path):
+    connect = standin_connector(tmp_path / "qm.db")
+    opened = []
+
+    def open_one(**_: object) -> IBMMQTransport:
+        opened.append(connect())
+        return opened[-1]
+
+    yield open_one
+    for t in opened:
+        t.close()
+
+
+def test_a_client_connection_names_its_channel_type_and_disables_reconnect(adapter):
+    adapter()
+    seen = ibmmqc.CONNECTS[-1]
+    assert (seen["channel_type"], seen["transport"]) == (ibmmqc.CHT_CLNTCONN, ibmmqc.XPT_TCP)
+    assert seen["channel"] == "DEV.APP.SVRCONN" and seen["conname"] == "localhost(1414)"
+    mq = sys.modules["ibmmq"]
+    assert seen["options"] & mq.CMQC.MQCNO_RECONNECT_DISABLED
+    assert seen["options"] & mq.CMQC.MQCNO_CLIENT_BINDING
+
+
+def test_only_the_structures_in_use_are_passed(adapter):
+    adapter()
+    mq = sys.modules["ibmmq"]
+    plain = connect_options(mq, parse_ibmmq_url("ibmmq://QM@h(1)/CH", env={}))
+    assert set(plain) == {"cno", "cd"}  # no None for TLS or credentials
+    tls = parse_ibmmq_url("ibmmq://QM@h(1)/CH?cipher=X&keyrepo=/k&user=app",
+                          env={"MQGATHER_MQ_PASSWORD": "pw"})  # fmt: skip
+    assert set(connect_options(mq, tls)) == {"cno", "cd", "sco", "user", "password"}
+
+
+def test_the_ccdt_travels_in_the_connect_options_not_the_environment(tmp_path, adapter):
+    adapter()
+    ccdt = tmp_path / "ccdt.json"
+    ccdt.write_text("{}")
+    standin_connector(tmp_path / "qm2.db", qmgr="CCDTQM")
+    before = os.environ.get("MQCCDTURL")
+    settings = parse_ibmmq_url(f"ibmmq://CCDTQM?ccdt={ccdt}", env={})
+    IBMMQTransport(settings).close()
+    assert ibmmqc.CONNECTS[-1]["ccdt_url"] == f"file://{ccdt}"
+    assert os.environ.get("MQCCDTURL") == before
+
+
+def test_wrong_credentials_are_refused_with_a_typed_error(tmp_path):
+    standin_connector(tmp_path / "qm.db", qmgr="SECURE", users={"app": "right"})
+    url = "ibmmq://SECURE@localhost(1414)/DEV.APP.SVRCONN?user=app"
+    with pytest.raises(NotAuthorized, match="2035"):
+        IBMMQTransport(parse_ibmmq_url(url, env={"MQGATHER_MQ_PASSWORD": "wrong"}))
+    IBMMQTransport(parse_ibmmq_url(url, env={"MQGATHER_MQ_PASSWORD": "right"})).close()
+
+
+def test_long_property_values_are_read_whole(adapter):
+    t = adapter()
+    t.define(QueueAttributes(name="LONG"))
+    reason = "the leg body is not valid JSON: Expecting value: line 1 column 1 " * 20
+    props = {"mqgather_reason": reason, "blob": b"\x01" * 10_000}
+    t.put("LONG", MQMessage(body=b"x", properties=props))
+    t.commit()
+    got = t.get("LONG")
+    t.commit()
+    assert got.properties == props
+
+
+def test_the_body_comes_back_as_put_in_its_own_ccsid(adapter):
+    t = adapter()
+    t.define(QueueAttributes(name="EBCDIC"))
+    t.put("EBCDIC", MQMessage(body=EBCDIC_HELLO, coded_char_set_id=37, encoding=785))
+    t.commit()
+    got = t.get("EBCDIC")
+    t.commit()
+    assert (got.body, got.coded_char_set_id, got.encoding) == (EBCDIC_HELLO, 37, 785)
+
+
+def test_inquire_of_an_unknown_queue_is_a_typed_error(adapter):
+    with pytest.raises(UnknownObjectName, match="2085"):
+        adapter().inquire("NO.SUCH.QUEUE")
+
+
+def test_a_listing_that_matches_nothing_is_empty(adapter):
+    assert adapter().list_queues("NOTHING.HERE.*") == []
+
+
+def test_replace_changes_only_the_attributes_it_names(tmp_path, adapter):
+    t = adapter()
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        qm.define(QueueAttributes(name="KEEP", descr="owned by payments", maxdepth=10))
+    t.define(QueueAttributes(name="KEEP", maxdepth=77, bothresh=3), replace=True)
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        now = qm.inquire("KEEP")
+    assert (now.maxdepth, now.bothresh, now.descr) == (77, 3, "owned by payments")
+
+
+def test_competing_consumers_share_a_queue_defined_for_exclusive_input(tmp_path):
+    connect = standin_connector(tmp_path / "qm.db", qmgr="EXCL", exclusive_queues={"REPLIES"})
+    a, b = connect(), connect()
+    try:
+        a.define(QueueAttributes(name="REPLIES"))
+        for n in range(2):
+            a.put("REPLIES", MQMessage(body=b"%d" % n), None)
+        a.commit()
+        got = {a.get("REPLIES").body, b.get("REPLIES").body}
+        a.commit()
+        b.commit()
+    finally:
+        a.close()
+        b.close()
+    assert got == {b"0", b"1"}
+
+
+def test_close_backs_out_what_it_got(adapter):
+    t = adapter()
+    t.define(QueueAttributes(name="UOW"))
+    t.put("UOW", MQMessage(body=b"keep me"))
+    t.commit()
+    assert t.get("UOW", syncpoint=True).body == b"keep me"
+    t.close()  # MQDISC alone would commit the get
+    other = adapter()
+    again = other.get("UOW")
+    other.commit()
+    assert again.body == b"keep me" and again.backout_count == 1
+
+
+def test_requests_with_a_reply_queue_go_out_as_requests(tmp_path, adapter):
+    t = adapter()
+    t.define(QueueAttributes(name="REQ"))
+    t.put("REQ", MQMessage(body=b"q", reply_to_q="GATHER.IN"))
+    t.put("REQ", MQMessage(body=b"d"))
+    t.commit()
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        kinds = [m.properties[ibmmqc.HIDDEN + "MsgType"] for m in qm.browse("REQ")]
+    mq = sys.modules["ibmmq"]
+    assert kinds == [mq.CMQC.MQMT_REQUEST, mq.CMQC.MQMT_DATAGRAM]
+
+
+def test_the_libraries_own_tracing_is_off_so_trace_context_travels_once(adapter):
+    t = adapter()
+    import mqcommon  # the ibmmq package's own module
+
+    assert mqcommon.OTelFunctions.put_trace_before is None
+    assert mqcommon.OTelFunctions.open is None
+    t.define(QueueAttributes(name="TRACE"))
+    t.put("TRACE", MQMessage(body=b"t"))
+    t.commit()
+    assert "traceparent" not in t.get("TRACE").properties
+
+
+@pytest.mark.parametrize("code", [2009, 2019, 2161, 2162, 2202, 2203, 2537, 2538, 2548, 2549])
+def test_reasons_that_pass_with_time_are_transient(code):
+    err = error_for_reason(code)
+    assert isinstance(err, ConnectionBroken) and err.transient
+
+
+def test_a_unit_of_work_the_queue_manager_backed_out_is_retried():
+    err = error_for_reason(2003)
+    assert isinstance(err, UnitOfWorkBackedOut) and err.transient

@@ -1,0 +1,69 @@
+"""The whole gather pipeline over the IBM MQ adapter: bridge and worker talk to the queue
+manager only through the real ``ibmmq`` package (over the stand-in for IBM's library).
+Complete, duplicate, late, unknown and poison replies each end in exactly one place."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from bridge.mq.models import MQMessage, parse_id
+from mqgather.config import AggregateSpec, LegSpec
+from tests.conftest import standin_connector
+from tests.harness import pipeline, status, until
+from tests.mqi_standin.ibmmqc import HIDDEN, live_connections, live_message_handles
+
+LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
+        LegSpec(name="TAX", sequence=30))  # fmt: skip
+OUTPUTS = ("ORDER.RESPONSE", "GATHER.DUPLICATE", "GATHER.LATE", "GATHER.UNKNOWN",
+           "GATHER.FAILURE", "GATHER.BACKOUT", "SYSTEM.DEAD.LETTER.QUEUE")  # fmt: skip
+
+
+async def test_a_gather_with_duplicate_late_unknown_and_poison_replies(temporal_env, tmp_path):
+    spec = AggregateSpec(name="ibm", legs=LEGS, unknown_timeout_seconds=1)
+    before = live_message_handles() - live_connections()
+    async with pipeline(
+        temporal_env.client, tmp_path, [spec], transport=lambda path: standin_connector(path)
+    ) as p:
+        g = await p.scatter(spec)
+        first = p.reply(spec, g.correl_id, "CREDIT", b'{"c":1}', note="caf\u00e9", n=7)
+        await until(lambda: status(p.handle(spec, g.correl_id)), lambda s: s.legs_received)
+        dup = p.reply(spec, g.correl_id, "CREDIT", b'{"c":2}')
+        await until(lambda: status(p.handle(spec, g.correl_id)), lambda s: s.duplicates == 1)
+        rest = [p.reply(spec, g.correl_id, leg, b"{}") for leg in ("STOCK", "TAX")]
+        result = await p.result(spec, g.correl_id)
+        late = p.reply(spec, g.correl_id, "TAX", b'{"late":1}')
+        unknown = p.reply(spec, parse_id("NOBODY-IBM"), "TAX", b"{}")
+        poison = p.put("GATHER.IN", MQMessage(properties={"leg": "TAX"}, body=b"poison"))
+        expected = {dup.msg_id: "GATHER.DUPLICATE", late.msg_id: "GATHER.LATE",
+                    unknown.msg_id: "GATHER.UNKNOWN", poison.msg_id: "GATHER.FAILURE"}  # fmt: skip
+        await until(
+            lambda: asyncio.sleep(0, sum(p.depth(q) for q in OUTPUTS[1:])),
+            lambda n: n == len(expected),
+            30,
+        )
+        found: dict[bytes, list[str]] = {}
+        copies: dict[bytes, MQMessage] = {}
+        for queue in OUTPUTS:
+            for message in p.messages(queue):
+                found.setdefault(message.msg_id, []).append(queue)
+                copies[message.msg_id] = message
+        responses = p.messages("ORDER.RESPONSE")
+        assert p.empty("GATHER.IN")
+    assert result.state == "COMPLETE"
+    assert len(responses) == 1 and responses[0].correl_id == g.request_msg_id
+    assert json.loads(responses[0].body)["legs"]["credit"] == {"c": 1}
+    merged = {bytes.fromhex(m) for m in result.consumed_msg_ids}
+    assert {first.msg_id, *(m.msg_id for m in rest)} <= merged
+    for msg_id, queue in expected.items():
+        assert found.get(msg_id) == [queue], (queue, found.get(msg_id))
+        assert msg_id not in merged or queue == "GATHER.DUPLICATE"
+    # Forwarded intact: body, CorrelId, context and the properties as sent.
+    copy = copies[dup.msg_id]
+    assert (copy.body, copy.correl_id, copy.put_appl_name) == (dup.body, dup.correl_id,
+                                                               dup.put_appl_name)  # fmt: skip
+    sent = {k: v for k, v in copy.properties.items()
+            if not k.startswith(("mqgather_", HIDDEN))}  # fmt: skip
+    assert sent == dup.properties
+    # A connection keeps one handle for its gets; none is left per message put or got.
+    assert live_message_handles() - live_connections() <= before
