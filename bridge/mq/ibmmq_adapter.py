@@ -340,6 +340,11 @@ class IBMMQTransport(Transport):
         md.ReplyToQ = message.reply_to_q.encode()
         md.ReplyToQMgr = message.reply_to_qmgr.encode()
         if opts.set_all_context:
+            md.UserIdentifier = message.user_identifier.encode()
+            md.AccountingToken = message.accounting_token
+            md.ApplIdentityData = message.appl_identity_data.encode()
+            md.PutApplType = message.put_appl_type
+            md.ApplOriginData = message.appl_origin_data.encode()
             md.PutApplName = message.put_appl_name.encode()
             if message.put_date_time is not None:
                 stamp = message.put_date_time.astimezone(UTC)
@@ -429,6 +434,11 @@ class IBMMQTransport(Transport):
             reply_to_qmgr=_text(md.ReplyToQMgr),
             put_appl_name=_text(md.PutApplName)[:28],
             put_date_time=_put_time(_text(md.PutDate), _text(md.PutTime)),
+            user_identifier=_text(md.UserIdentifier)[:12],
+            accounting_token=bytes(md.AccountingToken),
+            appl_identity_data=_text(md.ApplIdentityData)[:32],
+            put_appl_type=int(md.PutApplType),
+            appl_origin_data=_text(md.ApplOriginData)[:4],
             backout_count=int(md.BackoutCount),
             properties=properties,
             body=bytes(body),

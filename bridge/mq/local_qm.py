@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import getpass
 import json
 import os
 import sqlite3
@@ -41,6 +42,8 @@ from bridge.mq.errors import (
 )
 from bridge.mq.models import (
     ID_LENGTH,
+    MQACT_NONE,
+    MQAT_UNIX,
     NONE_ID,
     Match,
     MQMessage,
@@ -96,7 +99,12 @@ CREATE TABLE IF NOT EXISTS messages (
     properties TEXT NOT NULL,
     body BLOB NOT NULL,
     ccsid INTEGER NOT NULL DEFAULT 1208,
-    encoding INTEGER NOT NULL DEFAULT 546
+    encoding INTEGER NOT NULL DEFAULT 546,
+    user_identifier TEXT NOT NULL DEFAULT '',
+    accounting_token BLOB NOT NULL DEFAULT X'',
+    appl_identity_data TEXT NOT NULL DEFAULT '',
+    put_appl_type INTEGER NOT NULL DEFAULT 0,
+    appl_origin_data TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS messages_order ON messages (queue, state, priority DESC, id);
 CREATE INDEX IF NOT EXISTS messages_correl ON messages (queue, correl_id);
@@ -116,21 +124,35 @@ END;
 _INSERT = (
     "INSERT INTO messages (queue, state, owner, priority, msg_id, correl_id, group_id, "
     "msg_seq_number, msg_flags, format, persistence, expiry_at, reply_to_q, reply_to_qmgr, "
-    "put_appl_name, put_date_time, backout_count, properties, body, ccsid, encoding) "
-    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    "put_appl_name, put_date_time, backout_count, properties, body, ccsid, encoding, "
+    "user_identifier, accounting_token, appl_identity_data, put_appl_type, appl_origin_data) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 
 _COLUMNS = (
     "id, priority, msg_id, correl_id, group_id, msg_seq_number, msg_flags, format, "
     "persistence, expiry_at, reply_to_q, reply_to_qmgr, put_appl_name, put_date_time, "
-    "backout_count, properties, body, ccsid, encoding"
+    "backout_count, properties, body, ccsid, encoding, user_identifier, accounting_token, "
+    "appl_identity_data, put_appl_type, appl_origin_data"
 )
 #: Columns added since the first file format, with their definitions: an older file gets
 #: them when first opened (its messages take the defaults, which is what they were).
 _ADDED_COLUMNS = {
     "ccsid": "INTEGER NOT NULL DEFAULT 1208",
     "encoding": "INTEGER NOT NULL DEFAULT 546",
+    "user_identifier": "TEXT NOT NULL DEFAULT ''",
+    "accounting_token": "BLOB NOT NULL DEFAULT X''",
+    "appl_identity_data": "TEXT NOT NULL DEFAULT ''",
+    "put_appl_type": "INTEGER NOT NULL DEFAULT 0",
+    "appl_origin_data": "TEXT NOT NULL DEFAULT ''",
 }
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()[:12]
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME: MQ would use the uid
+        return str(os.getuid())[:12]
 
 
 def _default_appl_name() -> str:
@@ -355,7 +377,15 @@ class LocalQueueManager(Transport):
         if not opts.set_all_context or message.put_date_time is None:
             updates["put_date_time"] = datetime.now(UTC)
         if not opts.set_all_context:
-            updates["put_appl_name"] = _default_appl_name()
+            # Default context, as MQ gives a put without MQPMO_SET_ALL_CONTEXT.
+            updates.update(
+                put_appl_name=_default_appl_name(),
+                user_identifier=_login_name(),
+                accounting_token=MQACT_NONE,
+                appl_identity_data="",
+                put_appl_type=MQAT_UNIX,
+                appl_origin_data="",
+            )
         stored = message.model_copy(update=updates)
         row = self._row(queue, stored)
         if opts.syncpoint:
@@ -407,6 +437,11 @@ class LocalQueueManager(Transport):
             m.body,
             m.coded_char_set_id,
             m.encoding,
+            m.user_identifier,
+            m.accounting_token,
+            m.appl_identity_data,
+            m.put_appl_type,
+            m.appl_origin_data,
         )
 
     def get(
@@ -549,6 +584,11 @@ class LocalQueueManager(Transport):
             body,
             ccsid,
             encoding,
+            user_identifier,
+            accounting_token,
+            appl_identity_data,
+            put_appl_type,
+            appl_origin_data,
         ) = row
         return MQMessage(
             msg_id=msg_id,
@@ -569,6 +609,11 @@ class LocalQueueManager(Transport):
             body=body,
             coded_char_set_id=ccsid,
             encoding=encoding,
+            user_identifier=user_identifier,
+            accounting_token=accounting_token,
+            appl_identity_data=appl_identity_data,
+            put_appl_type=put_appl_type,
+            appl_origin_data=appl_origin_data,
         )
 
     def commit(self) -> None:

@@ -26,6 +26,12 @@ MQFMT_NONE = ""
 MQFMT_STRING = "MQSTR"
 #: MQENC_NATIVE on little-endian platforms (x86, ARM Linux): integers low byte first.
 MQENC_NATIVE = 546
+#: MQACT_NONE: an accounting token of 32 NUL bytes.
+ACCOUNTING_TOKEN_LENGTH = 32
+MQACT_NONE = b"\x00" * ACCOUNTING_TOKEN_LENGTH
+#: MQAT_NO_CONTEXT and MQAT_UNIX (PutApplType of a program on Linux / UNIX).
+MQAT_NO_CONTEXT = 0
+MQAT_UNIX = 6
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -171,7 +177,11 @@ class MQMessage(BaseModel):
     """One MQ message: the MQMD fields mqgather uses, named properties and the body.
 
     Ids are 24 bytes (shorter values are NUL-padded). ``expiry`` is in tenths of a
-    second, as MQ keeps it; on a got message it is the time that was left.
+    second, as MQ keeps it; on a got message it is the time that was left. The context
+    fields (identity: ``user_identifier``, ``accounting_token``, ``appl_identity_data``;
+    origin: ``put_appl_type``, ``put_appl_name``, ``put_date_time``,
+    ``appl_origin_data``) are set by the queue manager on a put, and kept as given only
+    when the put sets all context, as forwarding does.
     """
 
     model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
@@ -191,6 +201,11 @@ class MQMessage(BaseModel):
     reply_to_qmgr: str = Field(default="", max_length=48)
     put_appl_name: str = Field(default="", max_length=28)
     put_date_time: datetime | None = None
+    user_identifier: str = Field(default="", max_length=12, description="UserIdentifier")
+    accounting_token: bytes = Field(default=MQACT_NONE, description="AccountingToken")
+    appl_identity_data: str = Field(default="", max_length=32, description="ApplIdentityData")
+    put_appl_type: int = Field(default=MQAT_NO_CONTEXT, description="PutApplType")
+    appl_origin_data: str = Field(default="", max_length=4, description="ApplOriginData")
     backout_count: int = 0
     properties: dict[str, PropertyValue] = Field(default_factory=dict)
     body: bytes = b""
@@ -204,6 +219,15 @@ class MQMessage(BaseModel):
     @classmethod
     def _ids(cls, value: bytes, info: Any) -> bytes:
         return _check_id(value, info.field_name)
+
+    @field_validator("accounting_token")
+    @classmethod
+    def _token(cls, value: bytes) -> bytes:
+        if len(value) > ACCOUNTING_TOKEN_LENGTH:
+            raise ValueError(
+                f"accounting_token is {len(value)} bytes; MQ's is {ACCOUNTING_TOKEN_LENGTH}"
+            )
+        return bytes(value).ljust(ACCOUNTING_TOKEN_LENGTH, b"\x00")
 
     @field_validator("properties", mode="before")
     @classmethod

@@ -143,6 +143,18 @@ async def describe(client: Client, deployment: str) -> DeploymentInfo:
     return out
 
 
+def _address(
+    request: SetWorkerDeploymentCurrentVersionRequest | SetWorkerDeploymentRampingVersionRequest,
+    client: Client,
+    deployment: str,
+    build_id: str,
+) -> None:
+    request.namespace = client.namespace
+    request.deployment_name = deployment
+    request.build_id = build_id
+    request.identity = IDENTITY
+
+
 async def promote(
     client: Client, deployment: str, build_id: str, ramp_percent: float | None = None
 ) -> DeploymentInfo:
@@ -161,26 +173,16 @@ async def promote(
         )
     if ramp_percent is not None and not 0 <= ramp_percent <= 100:
         raise DeploymentError(f"--ramp must be between 0 and 100, not {ramp_percent}")
+    service = client.workflow_service
     try:
         if ramp_percent is None:
-            await client.workflow_service.set_worker_deployment_current_version(
-                SetWorkerDeploymentCurrentVersionRequest(
-                    namespace=client.namespace,
-                    deployment_name=deployment,
-                    build_id=build_id,
-                    identity=IDENTITY,
-                )
-            )
+            current = SetWorkerDeploymentCurrentVersionRequest()
+            _address(current, client, deployment, build_id)
+            await service.set_worker_deployment_current_version(current)
         else:
-            await client.workflow_service.set_worker_deployment_ramping_version(
-                SetWorkerDeploymentRampingVersionRequest(
-                    namespace=client.namespace,
-                    deployment_name=deployment,
-                    build_id=build_id,
-                    percentage=ramp_percent,
-                    identity=IDENTITY,
-                )
-            )
+            ramping = SetWorkerDeploymentRampingVersionRequest(percentage=ramp_percent)
+            _address(ramping, client, deployment, build_id)
+            await service.set_worker_deployment_ramping_version(ramping)
     except RPCError as exc:
         raise DeploymentError(
             f"the server refused to promote {build_id!r} of {deployment!r}: {exc.message}"

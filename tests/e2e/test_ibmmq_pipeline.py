@@ -6,15 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 
-from bridge.mq.models import MQMessage, parse_id
+from bridge.mq.models import MQMessage, PutOptions, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from tests.conftest import standin_connector
 from tests.harness import pipeline, status, until
-from tests.mqi_standin.ibmmqc import HIDDEN, live_connections, live_message_handles
+from tests.mqi_standin.ibmmqc import (
+    CONTEXT_FIELDS,
+    HIDDEN,
+    live_connections,
+    live_message_handles,
+)
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
+CONTEXT = set(CONTEXT_FIELDS)
 OUTPUTS = ("ORDER.RESPONSE", "GATHER.DUPLICATE", "GATHER.LATE", "GATHER.UNKNOWN",
            "GATHER.FAILURE", "GATHER.BACKOUT", "SYSTEM.DEAD.LETTER.QUEUE")  # fmt: skip
 
@@ -28,7 +35,14 @@ async def test_a_gather_with_duplicate_late_unknown_and_poison_replies(temporal_
         g = await p.scatter(spec)
         first = p.reply(spec, g.correl_id, "CREDIT", b'{"c":1}', note="caf\u00e9", n=7)
         await until(lambda: status(p.handle(spec, g.correl_id)), lambda s: s.legs_received)
-        dup = p.reply(spec, g.correl_id, "CREDIT", b'{"c":2}')
+        # Another application's identity, put with all context set as a relay would.
+        relayed = MQMessage(
+            correl_id=g.correl_id, properties={"leg": "CREDIT"}, body=b'{"c":2}',
+            user_identifier="backend", accounting_token=b"\x16acct-7",
+            appl_identity_data="order-service", put_appl_type=11, appl_origin_data="EU1",
+            put_appl_name="CREDIT.SVC",  # MQ keeps PutTime in hundredths of a second
+            put_date_time=datetime(2026, 3, 4, 5, 6, 7, 80000, tzinfo=UTC))  # fmt: skip
+        dup = p.qm.put(spec.reply_queue, relayed, PutOptions(syncpoint=False, set_all_context=True))
         await until(lambda: status(p.handle(spec, g.correl_id)), lambda s: s.duplicates == 1)
         rest = [p.reply(spec, g.correl_id, leg, b"{}") for leg in ("STOCK", "TAX")]
         result = await p.result(spec, g.correl_id)
@@ -60,8 +74,9 @@ async def test_a_gather_with_duplicate_late_unknown_and_poison_replies(temporal_
         assert msg_id not in merged or queue == "GATHER.DUPLICATE"
     # Forwarded intact: body, CorrelId, context and the properties as sent.
     copy = copies[dup.msg_id]
-    assert (copy.body, copy.correl_id, copy.put_appl_name) == (dup.body, dup.correl_id,
-                                                               dup.put_appl_name)  # fmt: skip
+    assert (copy.body, copy.correl_id) == (dup.body, dup.correl_id)
+    assert copy.model_dump(include=CONTEXT) == dup.model_dump(include=CONTEXT)
+    assert copy.user_identifier == "backend"
     sent = {k: v for k, v in copy.properties.items()
             if not k.startswith(("mqgather_", HIDDEN))}  # fmt: skip
     assert sent == dup.properties

@@ -33,7 +33,9 @@ async def test_every_bad_input_ends_in_exactly_one_place_intact(temporal_env, tm
                 properties["leg"] = leg
             message = MQMessage(correl_id=correl, properties=properties, body=body,
                                 coded_char_set_id=ccsid, encoding=273 if ccsid == 37 else 546,
-                                put_appl_name=f"BACKEND-{n}")  # fmt: skip
+                                put_appl_name=f"BACKEND-{n}", user_identifier=f"svc{n}",
+                                accounting_token=n.to_bytes(4, "big"),
+                                appl_identity_data=f"id-{n}", put_appl_type=11)  # fmt: skip
             done = p.qm.put("GATHER.IN", message, PutOptions(syncpoint=False,
                                                               set_all_context=True))  # fmt: skip
             expect[done.msg_id], sent[done.msg_id] = where, done
@@ -99,7 +101,9 @@ async def test_every_bad_input_ends_in_exactly_one_place_intact(temporal_env, tm
         assert [q for q, _ in places] == [where], (sent[msg_id].properties, places)
         copy, original = places[0][1], sent[msg_id]
         assert copy.correl_id == original.correl_id and copy.body == original.body
-        assert copy.put_appl_name == original.put_appl_name
+        context = {"put_appl_name", "put_date_time", "user_identifier", "accounting_token",
+                   "appl_identity_data", "put_appl_type", "appl_origin_data"}  # fmt: skip
+        assert copy.model_dump(include=context) == original.model_dump(include=context)
         assert (copy.coded_char_set_id, copy.encoding) == (original.coded_char_set_id,
                                                             original.encoding)  # fmt: skip
         assert {k: v for k, v in copy.properties.items() if not k.startswith("mqgather_")} == (

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import math
 import os
 import threading
 import time
@@ -108,15 +109,16 @@ IMPO_INQ_NEXT, IMPO_INQ_PROP_UNDER_CURSOR, IMPO_CONVERT_VALUE = 0x8, 0x10, 0x20
 TEXT_FORMATS = {"MQSTR", "MQADMIN"}
 #: MQMD fields the embedded queue manager has no column for travel as hidden properties.
 HIDDEN = "mqi.md."
-MD_EXTRA = (
-    "MsgType",
-    "Report",
-    "Feedback",
-    "UserIdentifier",
-    "AccountingToken",
-    "ApplIdentityData",
-    "PutApplType",
-    "ApplOriginData",
+MD_EXTRA = ("MsgType", "Report", "Feedback")
+#: The context fields of the message model a put may set (MQPMO_SET/PASS_ALL_CONTEXT).
+CONTEXT_FIELDS = (
+    "user_identifier",
+    "accounting_token",
+    "appl_identity_data",
+    "put_appl_type",
+    "appl_origin_data",
+    "put_appl_name",
+    "put_date_time",
 )
 COMMAND_QUEUE = "SYSTEM.ADMIN.COMMAND.QUEUE"
 MODEL_QUEUES = {"SYSTEM.DEFAULT.MODEL.QUEUE"}
@@ -285,26 +287,26 @@ def MQBEGIN(hconn: int) -> tuple[int, int]:
     return CC_FAILED, 2121  # MQRC_NO_EXTERNAL_PARTICIPANTS: a client cannot begin a global UOW
 
 
-def MQCMIT(hconn: int) -> tuple[int, int]:
+def _end_unit(hconn: int, commit: bool) -> tuple[int, int]:
     conn = _conn(hconn)
     if conn is None:
         return CC_FAILED, RC["HCONN_ERROR"]
     try:
-        conn.qm.commit()
+        if commit:
+            conn.qm.commit()
+        else:
+            conn.qm.backout()
     except MQError as exc:
         return CC_FAILED, exc.code
     return CC_OK, 0
+
+
+def MQCMIT(hconn: int) -> tuple[int, int]:
+    return _end_unit(hconn, commit=True)
 
 
 def MQBACK(hconn: int) -> tuple[int, int]:
-    conn = _conn(hconn)
-    if conn is None:
-        return CC_FAILED, RC["HCONN_ERROR"]
-    try:
-        conn.qm.backout()
-    except MQError as exc:
-        return CC_FAILED, exc.code
-    return CC_OK, 0
+    return _end_unit(hconn, commit=False)
 
 
 # ---------------------------------------------------------------------- objects
@@ -400,37 +402,32 @@ def _message_from(
         HIDDEN + "Report": md.Report,
         HIDDEN + "Feedback": md.Feedback,
     }
-    appl, stamp = "", None
+    context: dict[str, Any] = {}
     if opts & PMO_SET_ALL_CONTEXT:
         if obj is None or not obj.options & OO_SET_ALL_CONTEXT:
             return CC_FAILED, RC["OPTIONS_ERROR"]
-        for name in MD_EXTRA[3:]:
-            hidden[HIDDEN + name] = getattr(md, name)
-        appl = _text(md.PutApplName)
         from bridge.mq.ibmmq_adapter import _put_time
 
-        stamp = _put_time(_text(md.PutDate), _text(md.PutTime))
+        context = {
+            "user_identifier": _text(md.UserIdentifier),
+            "accounting_token": bytes(md.AccountingToken),
+            "appl_identity_data": _text(md.ApplIdentityData),
+            "put_appl_type": md.PutApplType,
+            "appl_origin_data": _text(md.ApplOriginData),
+            "put_appl_name": _text(md.PutApplName),
+            "put_date_time": _put_time(_text(md.PutDate), _text(md.PutTime)),
+        }
     elif opts & PMO_PASS_ALL_CONTEXT:
         source = conn.objects.get(pmo.Context)
         if obj is None or not obj.options & OO_PASS_ALL_CONTEXT:
             return CC_FAILED, RC["OPTIONS_ERROR"]
         if source is None or not source.options & OO_SAVE_ALL_CONTEXT:
             return CC_FAILED, RC["CONTEXT_HANDLE_ERROR"]
-        saved = source.saved_context
-        if saved is not None:
-            hidden.update(
-                {
-                    k: v
-                    for k, v in saved.properties.items()
-                    if k.startswith(HIDDEN) and k[len(HIDDEN) :] in MD_EXTRA[3:]
-                }
-            )
-            appl, stamp = saved.put_appl_name, saved.put_date_time
+        if source.saved_context is not None:
+            context = source.saved_context.model_dump(include=set(CONTEXT_FIELDS))
     elif not opts & PMO_NO_CONTEXT:  # default context: who put it, now
-        hidden.update(
-            {HIDDEN + "UserIdentifier": conn.user.encode()[:12], HIDDEN + "PutApplType": AT_UNIX}
-        )
-        appl = "python"
+        context = {"user_identifier": conn.user[:12], "put_appl_type": AT_UNIX}
+        context["put_appl_name"] = "python"
     return MQMessage(
         msg_id=msg_id,
         correl_id=correl,
@@ -445,10 +442,9 @@ def _message_from(
         expiry=md.Expiry,
         reply_to_q=_text(md.ReplyToQ),
         reply_to_qmgr=_text(md.ReplyToQMgr),
-        put_appl_name=appl,
-        put_date_time=stamp,
         properties=hidden,
         body=body,
+        **context,
     )
 
 
@@ -546,6 +542,10 @@ def _fill_md(md: Any, m: MQMessage, ccsid: int) -> None:
     md.Persistence, md.Priority, md.Expiry = m.persistence, m.priority, m.expiry
     md.ReplyToQ, md.ReplyToQMgr = m.reply_to_q.encode(), m.reply_to_qmgr.encode()
     md.PutApplName = m.put_appl_name.encode()
+    md.UserIdentifier, md.AccountingToken = m.user_identifier.encode(), m.accounting_token
+    md.ApplIdentityData = m.appl_identity_data.encode()
+    md.ApplOriginData = m.appl_origin_data.encode()
+    md.PutApplType = m.put_appl_type
     md.BackoutCount = m.backout_count
     if m.put_date_time is not None:
         stamp = m.put_date_time.astimezone(UTC)
@@ -597,7 +597,12 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
         else:
             deadline = None if wait == -1 else time.monotonic() + wait / 1000
             while True:
-                left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+                # Rounded up: MQ never returns 2033 before the whole interval has passed.
+                left = (
+                    -1
+                    if deadline is None
+                    else max(0, math.ceil((deadline - time.monotonic()) * 1000))
+                )
                 peek = conn.peek.get(obj.queue, wait_ms=left, match=match, browse="first")
                 if len(peek.body) > length and not accept:
                     message = peek  # stays on the queue

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import pytest
 
 from bridge.mq.errors import MessageTooBig, NoMessageAvailable, QueueFull, UnknownObjectName
-from bridge.mq.models import Match, MQMessage, parse_id
+from bridge.mq.models import (
+    MQACT_NONE,
+    MQAT_UNIX,
+    Match,
+    MQMessage,
+    PutOptions,
+    parse_id,
+)
 
 
 def test_fifo_within_priority(connect, make_queue):
@@ -218,6 +226,35 @@ def test_mqmd_fields_round_trip(connect, make_queue):
         assert getattr(got, field) == getattr(sent, field), field
     assert got.msg_id == put.msg_id
     assert got.put_date_time is not None and got.put_appl_name
+
+
+def test_set_all_context_keeps_identity_and_origin_default_context_replaces_them(
+    connect, make_queue
+):
+    qm = connect()
+    q = make_queue(qm)
+    stamp = datetime(2026, 3, 4, 5, 6, 7, 80000, tzinfo=UTC)
+    sent = MQMessage(
+        body=b"relayed",
+        user_identifier="backend",
+        accounting_token=b"\x16acct-7",
+        appl_identity_data="order-service",
+        put_appl_type=11,
+        appl_origin_data="EU1",
+        put_appl_name="CREDIT.SVC",
+        put_date_time=stamp,
+    )
+    context = {"user_identifier", "accounting_token", "appl_identity_data", "put_appl_type",
+               "appl_origin_data", "put_appl_name", "put_date_time"}  # fmt: skip
+    qm.put(q, sent, PutOptions(set_all_context=True))
+    qm.put(q, sent)
+    qm.commit()
+    kept, replaced = qm.get(q), qm.get(q)
+    qm.commit()
+    assert kept.model_dump(include=context) == sent.model_dump(include=context)
+    assert replaced.user_identifier != "backend" and replaced.put_appl_type == MQAT_UNIX
+    assert (replaced.accounting_token, replaced.appl_identity_data) == (MQACT_NONE, "")
+    assert replaced.put_appl_name != "CREDIT.SVC" and replaced.put_date_time != stamp
 
 
 def test_inquire_reports_backout_settings_and_depth(connect, make_queue):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shutil
@@ -50,6 +51,9 @@ def test_put_browse_get_from_a_shell(tmp_path):
         "attempt": {"type": "int64", "value": 2},
     }
     assert shown["reply_to_q"] == "ORDER.REPLY"
+    # The identity and origin context the queue manager set on the put (default context).
+    assert shown["user_identifier"] == getpass.getuser()[:12] and shown["put_appl_type"] == 6
+    assert shown["accounting_token"] == "hex:" + "00" * 32
     assert (shown["body_encoding"], shown["body"]) == ("text", '{"ok":1}')
     # Browsing did not remove it; get by CorrelId does.
     got = run(["queues", "get", "APP.Q", "--correl-id", "ORDER-42"], tmp_path)
