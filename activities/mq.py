@@ -123,7 +123,8 @@ class MQActivities:
             properties=properties,
             body=merged.body,
         )
-        final = activity.info().attempt >= spec.delivery_attempts
+        # Attempts count across the workflow's rounds (it retries after showing the error).
+        final = inp.attempts_before + activity.info().attempt >= spec.delivery_attempts
         refused: list[tuple[str, MQError]] = []
         dlq = ""
 

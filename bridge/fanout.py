@@ -17,7 +17,7 @@ from mqgather.config import AggregateSpec, LegSpec
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_AGGREGATE, SIGNAL_EXPECT, TASK_QUEUE
 from workflows.gather import GatherWorkflow
-from workflows.models import GatherInput, Registration, gather_id
+from workflows.models import GatherInput, Registration, gather_id, start_options
 
 
 class ScatterError(MQGatherError):
@@ -132,6 +132,7 @@ async def scatter(
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             start_signal=SIGNAL_EXPECT,
             start_signal_args=[registration],
+            **start_options(spec.name, correl),
         )
     except WorkflowAlreadyStartedError as exc:
         transport.backout()

@@ -37,7 +37,14 @@ from mqgather.routing import Destination, owner_of_shared_queue, queue_for
 from mqgather.runtime import telemetry
 from mqgather.runtime.temporal import healthy
 from workflows.gather import GatherWorkflow
-from workflows.models import GatherInput, GatherResult, Reply, ReplyBatch, gather_id
+from workflows.models import (
+    GatherInput,
+    GatherResult,
+    Reply,
+    ReplyBatch,
+    gather_id,
+    start_options,
+)
 
 log = logging.getLogger("mqgather.bridge")
 T = TypeVar("T")
@@ -388,6 +395,7 @@ class InboundBridge:
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                     start_signal=SIGNAL_REPLIES,
                     start_signal_args=[ReplyBatch(replies=chunk)],
+                    **start_options(spec.name, correl),
                     rpc_timeout=self.rpc_timeout,
                 )
             except (WorkflowAlreadyStartedError, *RETRYABLE) as exc:

@@ -27,12 +27,26 @@ CORREL_ID = SearchAttributeKey.for_keyword("CorrelId")
 GATHER_STATE = SearchAttributeKey.for_keyword("GatherState")
 LEGS_PENDING = SearchAttributeKey.for_int("LegsPending")
 LEGS_RECEIVED = SearchAttributeKey.for_int("LegsReceived")
+#: The CorrelId as text when it is printable ASCII (trailing NULs dropped); matched
+#: exactly, case included. ``CorrelId`` is always the 48 lower-case hex digits.
+CORREL_ID_TEXT = SearchAttributeKey.for_keyword("CorrelIdText")
+LEGS_MISSING = SearchAttributeKey.for_keyword_list("LegsMissing")
+GATHER_DEADLINE = SearchAttributeKey.for_datetime("GatherDeadline")
 #: Temporal's own search attributes for worker versioning (the version is
 #: ``<deployment>:<build id>``; the behavior ``Pinned`` or ``AutoUpgrade``).
 SA_DEPLOYMENT_VERSION = "TemporalWorkerDeploymentVersion"
 SA_VERSIONING_BEHAVIOR = "TemporalWorkflowVersioningBehavior"
 #: Registered on the namespace by the worker and the dev server.
-SEARCH_ATTRIBUTES = (AGGREGATE_NAME, CORREL_ID, GATHER_STATE, LEGS_PENDING, LEGS_RECEIVED)
+SEARCH_ATTRIBUTES = (
+    AGGREGATE_NAME,
+    CORREL_ID,
+    CORREL_ID_TEXT,
+    GATHER_STATE,
+    LEGS_PENDING,
+    LEGS_RECEIVED,
+    LEGS_MISSING,
+    GATHER_DEADLINE,
+)
 
 # ----------------------------------------------------- environment variables
 ENV_MQ = "MQGATHER_MQ"

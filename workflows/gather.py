@@ -9,11 +9,14 @@ timer and the activities.
 # No `from __future__ import annotations` here: the SDK resolves handler annotations for
 # every workflow instance, and string annotations would be compiled each time.
 
+import asyncio
 import contextlib
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from mqgather import names
@@ -35,10 +38,12 @@ with workflow.unsafe.imports_passed_through():
         gather_id,
     )
 
+# One round of attempts inside the worker; between rounds the workflow records the error
+# (status, current details) and waits on a durable timer (logic.attempt_failed).
 ACTIVITY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=logic.ATTEMPTS_PER_ROUND,
 )
 # The MQ work takes milliseconds, so it runs as local activities: no activity task round
 # trips through the server. Still at-least-once; the ledger makes each PUT happen once.
@@ -111,19 +116,49 @@ class GatherWorkflow:
                 logic.start_static(self.spec, self.s, workflow.now())
                 logic.refresh(self.s)
         response: PutResponseResult | None = None
+        try:
+            response = await self._gather()
+        except asyncio.CancelledError:
+            # A cancel through Temporal (the UI's button, `temporal workflow cancel`) is an
+            # operator's cancel: the partial response goes out and the gather ends CANCELLED.
+            response = await self._cancelled()
+        # Replies that raced the close are routed as late; none is dropped. With a late
+        # window the gather stays to count late replies in its own history.
+        linger_until = workflow.now() + timedelta(seconds=self.spec.late_window_seconds)
+        while True:
+            self._publish()
+            try:
+                await self._flush()
+            except asyncio.CancelledError:
+                linger_until = workflow.now()  # cancelled while forwarding: flush again
+                continue
+            left = (linger_until - workflow.now()).total_seconds()
+            if left > 0:
+                self._wake = False
+                try:
+                    await workflow.wait_condition(lambda: self._wake, timeout=left)
+                except TimeoutError:
+                    pass
+                except asyncio.CancelledError:
+                    linger_until = workflow.now()  # cancelled while lingering: stop now
+                continue
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            if not self.s.outbox:
+                break
+        return logic.result(self.spec, self.s, self.correl_id, self.id, response, workflow.now())
+
+    async def _gather(self) -> PutResponseResult | None:
+        """Until the gather closes; the response, or None when it closed as UNKNOWN."""
         while True:
             await self._flush()
             if logic.unknown_expired(self.s, workflow.now()):
                 logic.expire_unknown(self.s)
-                break
+                return None
             outcome = logic.decide(self.s, workflow.now())
             if outcome is not None:
                 # Closed from here on: a reply arriving during the PUT is late, not lost.
                 self.s.state = outcome
-                response = await self._respond(outcome)
-                if response.outcome == "FAILED":
-                    self.s.state = "FAILED"
-                break
+                return await self._respond(outcome)
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(
                     GatherInput(aggregate=self.spec, correl_id=self.correl_id, carried=self.s)
@@ -136,46 +171,71 @@ class GatherWorkflow:
                 await workflow.wait_condition(
                     lambda: self._wake, timeout=logic.next_timer(self.s, workflow.now())
                 )
-        # Replies that raced the close are routed as late; none is dropped. With a late
-        # window the gather stays to count late replies in its own history.
-        linger_until = workflow.now() + timedelta(seconds=self.spec.late_window_seconds)
-        while True:
-            self._publish()
-            await self._flush()
-            left = (linger_until - workflow.now()).total_seconds()
-            if left > 0:
-                self._wake = False
-                with contextlib.suppress(TimeoutError):
-                    await workflow.wait_condition(lambda: self._wake, timeout=left)
-                continue
-            await workflow.wait_condition(workflow.all_handlers_finished)
-            if not self.s.outbox:
-                break
-        return logic.result(self.spec, self.s, self.correl_id, self.id, response, workflow.now())
 
-    async def _flush(self) -> None:
-        while self.s.outbox:
-            items, self.s.outbox = self.s.outbox, []
-            await workflow.execute_local_activity(
-                names.ACTIVITY_ROUTE_REPLIES,
-                RouteInput(aggregate=self.spec, gather_id=self.id, items=items),
-                result_type=int,
-                start_to_close_timeout=ACTIVITY_TIMEOUT,
-                retry_policy=ACTIVITY_RETRY,
-            )
+    async def _cancelled(self) -> PutResponseResult | None:
+        """Finish a gather whose workflow was cancelled, wherever it was."""
+        if not logic.is_closed(self.s):
+            logic.cancel(self.spec, self.s, logic.TEMPORAL_CANCEL_REASON, workflow.now())
+            if not self.s.registered:  # nothing adopted: held replies are already routed
+                logic.expire_unknown(self.s)
+                return None
+            self.s.state = "CANCELLED"
+        elif self.s.state == "UNKNOWN":
+            return None
+        # Closed before the cancel (the PUT may have been under way): the ledger makes the
+        # PUT happen once whichever attempt completes it.
+        return await self._respond(self.s.state)  # type: ignore[arg-type]
 
     async def _respond(self, outcome: Outcome) -> PutResponseResult:
-        return await workflow.execute_local_activity(
+        inp = logic.response_input(self.spec, self.s, self.correl_id, self.id, outcome)
+        response = await self._mq_work(
+            "PUT of the response",
             names.ACTIVITY_PUT_RESPONSE,
-            logic.response_input(self.spec, self.s, self.correl_id, self.id, outcome),
-            result_type=PutResponseResult,
-            start_to_close_timeout=ACTIVITY_TIMEOUT,
-            retry_policy=ACTIVITY_RETRY,
+            lambda: inp.model_copy(update={"attempts_before": self.s.failed_attempts}),
+            PutResponseResult,
         )
+        if response.outcome == "FAILED":
+            self.s.state = "FAILED"
+        return response
+
+    async def _flush(self) -> None:
+        # Items leave the outbox only once forwarded: a cancel during the forwarding
+        # leaves them for the next flush. Signals only append meanwhile.
+        while self.s.outbox:
+            items = list(self.s.outbox)
+            routed = RouteInput(aggregate=self.spec, gather_id=self.id, items=items)
+            await self._mq_work(
+                "forwarding of replies", names.ACTIVITY_ROUTE_REPLIES, lambda r=routed: r, int
+            )
+            del self.s.outbox[: len(items)]
+
+    async def _mq_work(self, work: str, activity: str, make_input: Any, result_type: Any) -> Any:
+        """Run MQ work until it succeeds; between rounds of attempts the error is shown
+        in ``status`` and the UI, and the workflow waits on a durable timer."""
+        while True:
+            try:
+                result = await workflow.execute_local_activity(
+                    activity,
+                    make_input(),
+                    result_type=result_type,
+                    start_to_close_timeout=ACTIVITY_TIMEOUT,
+                    retry_policy=ACTIVITY_RETRY,
+                )
+            except (ActivityError, ApplicationError) as exc:
+                # A local activity's failure arrives unwrapped, as the ApplicationError.
+                cause = exc.cause if isinstance(exc, ActivityError) and exc.cause else exc
+                delay = logic.attempt_failed(self.s, work, str(cause), workflow.now())
+                self._publish()
+                await workflow.sleep(delay)
+                continue
+            if logic.attempt_succeeded(self.s):
+                self._publish()
+            return result
 
     def _publish(self) -> None:
         """Search attributes and current details, so the UI shows the gather at a glance."""
         received = len(logic.received_names(self.s))
+        due = None if logic.is_closed(self.s) else self.s.deadline
         workflow.upsert_search_attributes(
             [
                 names.AGGREGATE_NAME.value_set(self.spec.name),
@@ -183,6 +243,10 @@ class GatherWorkflow:
                 names.GATHER_STATE.value_set(self.s.state),
                 names.LEGS_PENDING.value_set(len(self.s.expected) - received),
                 names.LEGS_RECEIVED.value_set(received),
+                names.LEGS_MISSING.value_set(logic.missing(self.s)),
+                names.GATHER_DEADLINE.value_set(due)
+                if due is not None
+                else names.GATHER_DEADLINE.value_unset(),
             ]
         )
-        workflow.set_current_details(logic.details(self.s))
+        workflow.set_current_details(logic.details(self.s, workflow.now()))

@@ -347,6 +347,7 @@ def status(spec: AggregateSpec, state: GatherState, correl_id: bytes, gather: st
         unknown=state.unknown,
         started_at=state.started_at,
         deadline=state.deadline,
+        last_error=error_note(state),
     )
 
 
@@ -380,13 +381,70 @@ def result(
     )
 
 
-def details(state: GatherState) -> str:
-    """The one-line summary the Temporal UI shows as the workflow's current details."""
-    received = received_names(state)
-    deadline = state.deadline.isoformat() if state.deadline else "none"
+#: Attempts of the MQ work (merge and PUT, or forwarding) in one round, inside the
+#: worker, before the workflow records the error where operators look and waits.
+ATTEMPTS_PER_ROUND = 2
+#: Longest wait between rounds.
+MAX_ROUND_DELAY = 30.0
+#: The reason a cancel requested through Temporal (UI, ``temporal workflow cancel``) gives.
+TEMPORAL_CANCEL_REASON = "cancel requested through Temporal"
+
+
+def attempt_failed(state: GatherState, work: str, error: str, now: datetime) -> float:
+    """Record a failed round of MQ work; return the seconds to wait before the next one."""
+    state.failed_rounds += 1
+    state.failed_attempts += ATTEMPTS_PER_ROUND
+    state.last_error = f"{work}: {error}"
+    if state.failing_since is None:
+        state.failing_since = now
+    return min(2.0**state.failed_rounds, MAX_ROUND_DELAY)
+
+
+def attempt_succeeded(state: GatherState) -> bool:
+    """Clear the failure record; True when there was one (the UI needs refreshing)."""
+    had = bool(state.last_error)
+    state.last_error, state.failing_since = "", None
+    state.failed_rounds = state.failed_attempts = 0
+    return had
+
+
+def error_note(state: GatherState) -> str:
+    """The failing MQ work for operators: what, since when, how often, the MQ reason."""
+    if not state.last_error or state.failing_since is None:
+        return ""
     return (
-        f"**{state.state}** — {len(received)}/{len(state.expected)} legs "
-        f"(received: {', '.join(received) or 'none'}; missing: "
-        f"{', '.join(missing(state)) or 'none'}); deadline {deadline}; "
-        f"duplicates {state.duplicates}, late {state.late}, unknown {state.unknown}"
+        f"failing since {state.failing_since:%Y-%m-%d %H:%M:%S} UTC after "
+        f"{state.failed_attempts} attempts, retrying: {state.last_error}"
     )
+
+
+def details(state: GatherState, now: datetime) -> str:
+    """The gather's current details for the Temporal UI (markdown): state, a legs table,
+    the deadline with the time left, counters, and the error the MQ work is failing with."""
+    rows = [f"| {name} | received |" for name in received_names(state)]
+    rows += [f"| {name} | **missing** |" for name in missing(state)]
+    lines = [f"**{state.state}** — {len(received_names(state))} of {len(state.expected)} legs"]
+    if state.held:
+        lines.append(f"{len(state.held)} replies held, waiting for the registration")
+    if rows:
+        lines += ["", "| leg | |", "|---|---|", *rows, ""]
+    due = state.deadline if state.registered else state.unknown_deadline
+    if due is not None and not is_closed(state):
+        left = max((due - now).total_seconds(), 0.0)
+        lines.append(f"deadline {due:%Y-%m-%d %H:%M:%S} UTC ({_span(left)} left)")
+    lines.append(
+        f"duplicates {state.duplicates}, late {state.late}, unknown {state.unknown}, "
+        f"redeliveries {state.redeliveries}"
+    )
+    if state.last_error:
+        lines.append(f"⚠ {error_note(state)}")
+    return "\n".join(lines)
+
+
+def _span(seconds: float) -> str:
+    whole = int(seconds)
+    if whole >= 3600:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    if whole >= 60:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{seconds:.1f} s"

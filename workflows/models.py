@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from bridge.mq.models import MQMessage
+from bridge.mq.models import MQMessage, id_text
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.names import AGGREGATE_NAME, CORREL_ID, CORREL_ID_TEXT
 from mqgather.routing import Destination
 
 GatherStateName = Literal[
@@ -124,6 +126,10 @@ class GatherState(BaseModel):
     release: str | None = None
     cancel: str | None = None
     outbox: list[Routed] = Field(default_factory=list)
+    last_error: str = Field(default="", description="the MQ work failing now, and why")
+    failing_since: datetime | None = None
+    failed_rounds: int = Field(default=0, description="rounds of attempts failed in a row")
+    failed_attempts: int = Field(default=0, description="attempts failed in a row")
     #: ``seen_msg_ids`` as a set, for lookups; rebuilt from the list, never carried.
     _seen: set[str] = PrivateAttr(default_factory=set)
 
@@ -157,6 +163,7 @@ class GatherStatus(BaseModel):
     unknown: int
     started_at: datetime | None
     deadline: datetime | None
+    last_error: str = Field(default="", description="the MQ work failing now, and why")
 
 
 class ReceivedLeg(BaseModel):
@@ -182,6 +189,9 @@ class PutResponseInput(BaseModel):
     reply_to_qmgr: str = ""
     started_at: datetime | None = None
     reason: str = Field(default="", description="the operator's reason (RELEASED, CANCELLED)")
+    attempts_before: int = Field(
+        default=0, ge=0, description="PUT attempts already made and failed in earlier rounds"
+    )
 
 
 class PutResponseResult(BaseModel):
@@ -226,3 +236,20 @@ class GatherResult(BaseModel):
 def gather_id(aggregate: str, correl_id: bytes) -> str:
     """The workflow id of a gather: ``gather:<aggregate>:<CorrelId as 48 hex chars>``."""
     return f"gather:{aggregate}:{correl_id.hex()}"
+
+
+def start_options(aggregate: str, correl_id: bytes) -> dict[str, Any]:
+    """Start arguments of a gather: the one-line summary the Temporal UI shows, and the
+    search attributes that find it from its first moment (by text or hex CorrelId)."""
+    text = id_text(correl_id)
+    pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(AGGREGATE_NAME, aggregate),
+        SearchAttributePair(CORREL_ID, correl_id.hex()),
+    ]
+    if text is not None:
+        pairs.append(SearchAttributePair(CORREL_ID_TEXT, text))
+    shown = f"{text!r} " if text is not None else ""
+    return {
+        "static_summary": f"{aggregate}: CorrelId {shown}hex:{correl_id.hex()}",
+        "search_attributes": TypedSearchAttributes(pairs),
+    }

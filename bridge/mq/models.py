@@ -82,6 +82,15 @@ def format_id(value: bytes) -> str:
     return "hex:" + value.hex()
 
 
+def id_text(value: bytes) -> str | None:
+    """An id as the text an MQ tool shows, when it is printable ASCII once the NUL
+    padding is dropped (``ORDER-42``); None for a binary id."""
+    text = value.rstrip(b"\x00")
+    if text and all(0x20 <= b < 0x7F for b in text):
+        return text.decode("ascii")
+    return None
+
+
 _TAG_TYPES = {tag: kind for kind, tag in _PROPERTY_TAGS.items()}
 
 #: Non-finite float64 values travel as these names (JSON has no literal for them).

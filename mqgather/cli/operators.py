@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+import string
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -12,11 +14,16 @@ from rich.table import Table
 from temporalio.client import Client, WorkflowHandle
 
 from bridge.mq.connect import open_transport
-from bridge.mq.models import parse_id
-from mqgather.cli.options import aggregate_option, fanout_options, run
+from bridge.mq.models import ID_LENGTH, format_id, parse_id
+from mqgather.cli.options import fanout_options, run
 from mqgather.config import load_config
 from mqgather.errors import MQGatherError
-from mqgather.names import UPDATE_CANCEL, UPDATE_EXTEND, UPDATE_RELEASE
+from mqgather.names import (
+    CORREL_ID,
+    GATHER_STATE,
+    LEGS_PENDING,
+    LEGS_RECEIVED,
+)
 from mqgather.runtime.temporal import connect
 from workflows.models import GatherResult, UpdateResult, gather_id
 
@@ -58,33 +65,119 @@ def scatter(
     run(main)
 
 
-def _gather_handle(client: Client, name: str, correl: str) -> WorkflowHandle[Any, GatherResult]:
-    return client.get_workflow_handle(gather_id(name, parse_id(correl)), result_type=GatherResult)
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: How long ``status`` waits for a worker to answer for a gather that is not running.
+QUERY_SECONDS = 10.0
 
 
-@click.command()
+def operator_id(text: str) -> tuple[bytes, str | None]:
+    """The CorrelId an operator typed, in any form an MQ or Temporal tool shows it, and
+    the aggregate when the form names one.
+
+    Forms: ``hex:<hex>``, 48 bare hex digits (either case), ``X'<hex>'`` (MQSC), a
+    workflow id ``gather:<aggregate>:<48 hex>``, or the text itself (``ORDER-42``).
+
+    Raises:
+        ConfigError: the id does not fit in 24 bytes or its hex is invalid.
+    """
+    stripped = text.strip()
+    if stripped.startswith("gather:") and stripped.count(":") >= 2:
+        aggregate, _, digits = stripped[len("gather:") :].rpartition(":")
+        return parse_id("hex:" + digits), aggregate
+    if stripped[:2] in ("X'", "x'") and stripped.endswith("'"):
+        return parse_id("hex:" + stripped[2:-1]), None
+    if len(stripped) == 2 * ID_LENGTH and all(c in string.hexdigits for c in stripped):
+        return parse_id("hex:" + stripped), None
+    return parse_id(stripped), None
+
+
+async def find_gather(
+    client: Client, correl_text: str, name: str | None
+) -> WorkflowHandle[Any, GatherResult]:
+    """The gather an operator means: by aggregate and CorrelId, or, without an aggregate,
+    the one gather of any aggregate with that CorrelId (found through visibility).
+
+    Raises:
+        MQGatherError: none or several match; the message says what to do.
+    """
+    correl, named = operator_id(correl_text)
+    aggregate = name or named
+    if aggregate is None:
+        query = f'{CORREL_ID.name} = "{correl.hex()}"'
+        ids = sorted({w.id async for w in client.list_workflows(query)})
+        if not ids:
+            raise MQGatherError(
+                f"no gather has CorrelId {format_id(correl)} ({correl_text!r}); check the id, "
+                "or name the aggregate with --aggregate if it has just started"
+            )
+        if len(ids) > 1:
+            raise MQGatherError(
+                f"{len(ids)} gathers have CorrelId {format_id(correl)}: {', '.join(ids)}; "
+                "choose one with --aggregate"
+            )
+        return client.get_workflow_handle(ids[0], result_type=GatherResult)
+    return client.get_workflow_handle(gather_id(aggregate, correl), result_type=GatherResult)
+
+
+def find_aggregate_option(fn: F) -> F:
+    """``--aggregate`` for commands that find a gather (default: search every aggregate)."""
+    return click.option(
+        "--aggregate",
+        "name",
+        default=None,
+        help="The gather's aggregate (default: find the CorrelId in any aggregate).",
+    )(fn)
+
+
+CORRELID_HELP = (
+    "CORRELID is the gather's CorrelId as text (ORDER-42), hex:<hex>, 48 hex digits, "
+    "X'<hex>' or the gather's workflow id."
+)
+
+
+@click.command(help=f"Show a gather: state, legs received and missing, deadline, the MQ "
+               f"error it is retrying, if any. {CORRELID_HELP}")  # fmt: skip
 @click.argument("correl_id")
-@aggregate_option
-@click.option("--json", "as_json", is_flag=True)
-def status(correl_id: str, name: str, as_json: bool) -> None:
-    """Show a gather: state, legs received and missing, deadline (CORRELID as hex:… or text)."""
-    from temporalio.client import WorkflowExecutionStatus
+@find_aggregate_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+def status(correl_id: str, name: str | None, as_json: bool) -> None:
+    from temporalio.client import WorkflowExecutionStatus, WorkflowQueryFailedError
     from temporalio.service import RPCError
 
     from workflows.gather import GatherWorkflow
 
     async def main(_: asyncio.Event) -> dict[str, Any]:
         client = await connect()
-        handle = _gather_handle(client, name, correl_id)
+        handle = await find_gather(client, correl_id, name)
         try:
             desc = await handle.describe()
         except RPCError as exc:
             raise MQGatherError(f"no gather {handle.id}: {exc.message}") from exc
-        if desc.status == WorkflowExecutionStatus.RUNNING:
-            current = await handle.query(GatherWorkflow.status)
-            return dict(current.model_dump(mode="json"), running=True)
-        result = await handle.result()
-        return dict(result.model_dump(mode="json", exclude={"consumed_msg_ids"}), running=False)
+        running = desc.status == WorkflowExecutionStatus.RUNNING
+        shown = {"running": running, "workflow_status": desc.status.name if desc.status else ""}
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            result = await handle.result()
+            return dict(result.model_dump(mode="json", exclude={"consumed_msg_ids"}), **shown)
+        try:
+            # A terminated or failed gather has no result; its last state still replays.
+            current = await asyncio.wait_for(handle.query(GatherWorkflow.status), QUERY_SECONDS)
+            return dict(current.model_dump(mode="json"), **shown)
+        except (RPCError, WorkflowQueryFailedError, TimeoutError) as exc:
+            if running:
+                raise MQGatherError(
+                    f"gather {handle.id} is running but did not answer ({exc}); is a worker "
+                    "polling its task queue? Start one with `mqgather worker`"
+                ) from exc
+        attrs = desc.typed_search_attributes
+        return dict(
+            gather_id=handle.id,
+            state=attrs.get(GATHER_STATE) or "",
+            legs_received=attrs.get(LEGS_RECEIVED),
+            legs_pending=attrs.get(LEGS_PENDING),
+            note="no worker answered; the state is the last one the gather published",
+            **shown,
+        )
 
     data = run(main)
     if as_json:
@@ -96,44 +189,78 @@ def status(correl_id: str, name: str, as_json: bool) -> None:
     Console().print(table)
 
 
-def _update_command(update: str, doc: str) -> click.Command:
-    @click.command(name=update, help=doc)
-    @click.argument("correl_id")
-    @aggregate_option
-    @click.option("--seconds", default=60.0, show_default=True, help="(extend) from now.")
-    @click.option("--reason", default="", help="(release, cancel) recorded with the outcome.")
-    def command(correl_id: str, name: str, seconds: float, reason: str) -> None:
-        from temporalio.service import RPCError
+def _operate(
+    correl_id: str, name: str | None, as_json: bool, act: Callable[[WorkflowHandle], Any]
+) -> None:
+    """Find the gather, apply one operator update, print what it did."""
+    from temporalio.service import RPCError
 
-        from workflows.gather import GatherWorkflow
-        from workflows.models import CancelInput, ExtendInput, ReleaseInput
+    async def main(_: asyncio.Event) -> tuple[str, UpdateResult]:
+        client = await connect()
+        handle = await find_gather(client, correl_id, name)
+        try:
+            return handle.id, await act(handle)
+        except RPCError as exc:
+            raise MQGatherError(
+                f"{handle.id} did not take the change: {exc.message} (a closed gather takes "
+                "none; `mqgather status` shows how it ended)"
+            ) from exc
 
-        async def main(_: asyncio.Event) -> UpdateResult:
-            client = await connect()
-            handle = _gather_handle(client, name, correl_id)
-            try:
-                if update == UPDATE_EXTEND:
-                    return await handle.execute_update(
-                        GatherWorkflow.extend, ExtendInput(seconds=seconds)
-                    )
-                if update == UPDATE_RELEASE:
-                    return await handle.execute_update(
-                        GatherWorkflow.release,
-                        ReleaseInput(reason=reason or "released by an operator"),
-                    )
-                return await handle.execute_update(
-                    GatherWorkflow.cancel, CancelInput(reason=reason or "cancelled by an operator")
-                )
-            except RPCError as exc:
-                raise MQGatherError(f"{update} {handle.id}: {exc.message}") from exc
-
-        click.echo(run(main).model_dump_json())
-
-    return command
+    gid, done = run(main)
+    if as_json:
+        click.echo(json.dumps(dict(done.model_dump(mode="json"), gather_id=gid)))
+        return
+    if not done.accepted:
+        raise MQGatherError(f"{gid} refused: {done.message} (state {done.state})")
+    deadline = f"; deadline {done.deadline:%Y-%m-%d %H:%M:%S} UTC" if done.deadline else ""
+    reason = f"; reason: {done.message}" if done.message else ""
+    click.echo(f"{gid}: now {done.state}{deadline}{reason}")
 
 
-release = _update_command(UPDATE_RELEASE, "PUT what a gather has now, as a RELEASED response.")
-extend = _update_command(UPDATE_EXTEND, "Move a gather's deadline to --seconds from now.")
-cancel = _update_command(UPDATE_CANCEL, "End a gather; what arrived goes to the timeout queue.")
+REASON_HELP = "Recorded in the response (mqgather_reason) and the gather's result."
+_JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+@click.command(help=f"PUT what a gather has now, as a RELEASED response. {CORRELID_HELP}")
+@click.argument("correl_id")
+@find_aggregate_option
+@click.option("--reason", default="released by an operator", show_default=True,
+              help=REASON_HELP)  # fmt: skip
+@_JSON_OPTION
+def release(correl_id: str, name: str | None, reason: str, as_json: bool) -> None:
+    from workflows.gather import GatherWorkflow
+    from workflows.models import ReleaseInput
+
+    update = ReleaseInput(reason=reason)
+    _operate(correl_id, name, as_json, lambda h: h.execute_update(GatherWorkflow.release, update))
+
+
+@click.command(help=f"Move a gather's deadline to --seconds from now. {CORRELID_HELP}")
+@click.argument("correl_id")
+@find_aggregate_option
+@click.option("--seconds", default=60.0, show_default=True, help="The new deadline, from now.")
+@_JSON_OPTION
+def extend(correl_id: str, name: str | None, seconds: float, as_json: bool) -> None:
+    from workflows.gather import GatherWorkflow
+    from workflows.models import ExtendInput
+
+    update = ExtendInput(seconds=seconds)
+    _operate(correl_id, name, as_json, lambda h: h.execute_update(GatherWorkflow.extend, update))
+
+
+@click.command(help=f"End a gather; what arrived goes to the timeout queue as CANCELLED. A "
+               f"cancel from the Temporal UI does the same. {CORRELID_HELP}")  # fmt: skip
+@click.argument("correl_id")
+@find_aggregate_option
+@click.option("--reason", default="cancelled by an operator", show_default=True,
+              help=REASON_HELP)  # fmt: skip
+@_JSON_OPTION
+def cancel(correl_id: str, name: str | None, reason: str, as_json: bool) -> None:
+    from workflows.gather import GatherWorkflow
+    from workflows.models import CancelInput
+
+    update = CancelInput(reason=reason)
+    _operate(correl_id, name, as_json, lambda h: h.execute_update(GatherWorkflow.cancel, update))
+
 
 COMMANDS = [scatter, status, release, extend, cancel]

@@ -32,6 +32,8 @@ DEFAULT_NAMESPACE = "default"
 _CLI_TYPES = {
     SearchAttributeIndexedValueType.KEYWORD: "Keyword",
     SearchAttributeIndexedValueType.INT: "Int",
+    SearchAttributeIndexedValueType.KEYWORD_LIST: "KeywordList",
+    SearchAttributeIndexedValueType.DATETIME: "Datetime",
 }
 
 

@@ -8,12 +8,16 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from datetime import timedelta
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.service import RPCError
 
+from bridge.mq.models import Match, MQMessage, QueueAttributes
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.names import GATHER_STATE, PROP_REASON
 from tests.harness import pipeline, status, until
 from workflows.gather import GatherWorkflow
 from workflows.models import CancelInput, ExtendInput, Registration, ReleaseInput
@@ -149,3 +153,114 @@ async def test_extend_before_registration_keeps_the_held_replies_waiting(tempora
     assert moved.accepted and moved.deadline > first.started_at + timedelta(seconds=200)
     assert before.state == "OPEN" and not before.registered
     assert json.loads(response.body)["state"] == "COMPLETE"
+
+
+async def cli(client, *args: str) -> subprocess.CompletedProcess:
+    """An ``mqgather`` command as an operator runs it."""
+    env = dict(os.environ, TEMPORAL_ADDRESS=client.service_client.config.target_host)
+    return await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "mqgather.cli", *args],
+        capture_output=True, env=env, timeout=60,
+    )  # fmt: skip
+
+
+async def cli_status(client, spec: AggregateSpec | None, correl_text: str) -> dict:
+    """``mqgather status --json``; without ``spec`` the gather is found in any aggregate."""
+    where = ["--aggregate", spec.name] if spec is not None else []
+    out = await cli(client, "status", correl_text, *where, "--json")
+    assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr
+    return json.loads(out.stdout)
+
+
+async def test_a_temporal_cancel_puts_the_partial_and_status_answers_on_closed_gathers(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="tcancel", legs=LEGS, timeout_seconds=300)
+    client = temporal_env.client
+    async with pipeline(client, tmp_path, [spec]) as p:
+        sent, ended = await p.scatter(spec), await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        await handle.cancel()  # what the UI's "Request Cancellation" sends
+        partial = await p.wait_message("GATHER.TIMEOUT")
+        result = await p.result(spec, sent.correl_id)
+        described = await handle.describe()
+        terminated = p.handle(spec, ended.correl_id)
+        await until(lambda: status(terminated), lambda s: s.deadline is not None)
+        await terminated.terminate(reason="stuck")
+        shown = await cli_status(client, spec, f"hex:{sent.correl_id.hex()}")
+        gone = await cli_status(client, spec, f"hex:{ended.correl_id.hex()}")
+        assert p.empty("ORDER.RESPONSE")
+    doc = json.loads(partial.body)
+    assert doc["state"] == "CANCELLED" and doc["legs"] == {"credit": {"c": 1}}
+    assert doc["missing"] == ["stock", "tax"] and partial.correl_id == sent.correl_id
+    assert partial.properties[PROP_REASON] == "cancel requested through Temporal"
+    assert result.state == "CANCELLED"
+    assert described.typed_search_attributes.get(GATHER_STATE) == "CANCELLED"
+    assert (shown["state"], shown["workflow_status"]) == ("CANCELLED", "COMPLETED")
+    assert (gone["workflow_status"], gone["state"], gone["running"]) == ("TERMINATED", "OPEN",
+                                                                         False)  # fmt: skip
+
+
+async def test_a_failing_put_shows_its_mq_reason_in_status_and_details_until_it_goes(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="qfull", legs=LEGS[:1], delivery_attempts=100, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        p.qm.define(QueueAttributes(name="ORDER.RESPONSE", maxdepth=1), replace=True)
+        blocker = p.put("ORDER.RESPONSE", MQMessage(body=b"in the way"))
+        sent = await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+        handle = p.handle(spec, sent.correl_id)
+        failing = await until(lambda: status(handle), lambda s: "MQRC_Q_FULL" in s.last_error, 30)
+        meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        p.qm.get("ORDER.RESPONSE", match=Match(msg_id=blocker.msg_id), syncpoint=False)
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, sent.correl_id)
+    assert "PUT of the response" in failing.last_error and "ORDER.RESPONSE" in failing.last_error
+    assert "MQRC_Q_FULL" in meta.current_details and "failing since" in meta.current_details
+    assert result.state == "COMPLETE" and json.loads(response.body)["legs"] == {"credit": {"c": 1}}
+
+
+async def test_a_gather_is_found_by_its_text_correl_id_and_shows_a_summary(temporal_env, tmp_path):
+    spec = AggregateSpec(name="bytext", legs=LEGS, timeout_seconds=300)
+    client = temporal_env.client
+    text = f"ORDER-{uuid.uuid4().hex[:8]}"
+    async with pipeline(client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec, correl_id=text.encode())
+        p.reply(spec, sent.correl_id, "CREDIT", b"{}")
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: status(handle), lambda s: s.state == "PARTIAL")
+
+        async def search(query: str) -> list:
+            return [w.id async for w in client.list_workflows(query)]
+
+        by_text = await until(lambda: search(f'CorrelIdText = "{text}"'), lambda r: r, 30)
+        missing = await until(
+            lambda: search(f'CorrelIdText = "{text}" AND LegsMissing = "STOCK" '
+                           f'AND GatherDeadline > "2020-01-01T00:00:00Z"'),
+            lambda r: r, 30,
+        )  # fmt: skip
+        described = await handle.describe()
+        forms = [text, sent.correl_id.hex().upper(), f"X'{sent.correl_id.hex()}'", handle.id]
+        shown = [await cli_status(client, None, form) for form in forms]
+        released = await cli(client, "release", text, "--reason", "supplier down")
+        help_text = (await cli(client, "release", "--help")).stdout.decode()
+    assert by_text == missing == [handle.id]
+    assert await described.static_summary() == (
+        f"bytext: CorrelId '{text}' hex:{sent.correl_id.hex()}"
+    )
+    assert {s["gather_id"] for s in shown} == {handle.id}
+    assert all(s["legs_missing"] == ["STOCK", "TAX"] for s in shown)
+    assert released.returncode == 0, released.stderr
+    assert released.stdout.decode().strip() == f"{handle.id}: now RELEASED; deadline " + (
+        f"{shown[0]['deadline'][:19].replace('T', ' ')} UTC; reason: supplier down"
+    )
+    assert "--reason" in help_text and "--seconds" not in help_text
+
+
+async def test_status_without_an_aggregate_says_what_to_do_when_nothing_matches(temporal_env):
+    out = await cli(temporal_env.client, "status", f"NOBODY-{uuid.uuid4().hex[:8]}")
+    assert out.returncode != 0 and b"Traceback" not in out.stderr
+    assert b"no gather has CorrelId" in out.stderr and b"--aggregate" in out.stderr

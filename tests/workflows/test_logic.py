@@ -352,7 +352,7 @@ def test_response_input_status_and_result():
     state.state = "TIMEOUT"
     done = logic.result(s, state, b"C" * 24, GATHER, None, T0)
     assert done.state == "TIMEOUT" and len(done.consumed_msg_ids) == 2
-    assert "**TIMEOUT** — 2/3 legs" in logic.details(state)
+    assert "**TIMEOUT** — 2 of 3 legs" in logic.details(state, T0)
 
 
 def test_routed_refuses_a_destination_a_gather_does_not_route_to():
@@ -410,3 +410,30 @@ def test_outcome_and_merged_legs_do_not_depend_on_arrival_order(case):
         ids = [r.message.msg_id for rs in state.received.values() for r in rs]
         ids += [item.reply.message.msg_id for item in state.outbox]
         assert len(ids) == len(set(ids))
+
+
+def test_details_show_a_legs_table_and_the_time_left():
+    s = spec()
+    state = registered(s, Registration(timeout_seconds=90))
+    logic.take_replies(s, state, [reply(1, "CREDIT")], T0, GATHER)
+    shown = logic.details(state, T0 + timedelta(seconds=15))
+    assert "| CREDIT | received |" in shown and "| STOCK | **missing** |" in shown
+    assert "(1 min 15 s left)" in shown and "⚠" not in shown
+    state.state = "TIMEOUT"
+    assert "left)" not in logic.details(state, T0 + timedelta(seconds=95))
+
+
+def test_a_failing_round_is_recorded_backs_off_and_clears_on_success():
+    state = GatherState()
+    error = "MQRC_Q_FULL (2053): queue 'R'"
+    at = [T0 + timedelta(seconds=n) for n in range(6)]
+    waits = [logic.attempt_failed(state, "PUT of the response", error, t) for t in at]
+    assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert state.failed_attempts == 6 * logic.ATTEMPTS_PER_ROUND
+    note = logic.error_note(state)
+    assert note.startswith("failing since 2026-01-01 00:00:00 UTC after 12 attempts")
+    assert note.endswith("PUT of the response: MQRC_Q_FULL (2053): queue 'R'")
+    assert "MQRC_Q_FULL" in logic.status(spec(), state, b"C" * 24, GATHER).last_error
+    assert "⚠ failing since" in logic.details(state, T0)
+    assert logic.attempt_succeeded(state) and not logic.attempt_succeeded(state)
+    assert (logic.error_note(state), state.failed_attempts, state.failing_since) == ("", 0, None)
