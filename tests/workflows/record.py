@@ -4,7 +4,8 @@
 
 Runs one real gather per path the workflow can take — complete, duplicates first / last
 / all, a late reply inside the late window, replies before registration with the
-restart timer, timeout, unknown, extend then release, cancel, static mode, a leg body
+restart timer, timeout, unknown, extend then release, cancel (by update and through
+Temporal), a PUT retried until its queue has room, static mode, a leg body
 the merge refuses, continue-as-new — through the bridge, a worker and the embedded queue
 manager on a dev server of its own, and writes each run's history to
 ``tests/workflows/histories/SET/<path>.json`` (SET defaults to the worker's build id).
@@ -25,7 +26,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bridge.mq.models import parse_id
+from bridge.mq.models import Match, MQMessage, QueueAttributes, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import SEARCH_ATTRIBUTES
 from tests.harness import Pipeline, pipeline, status, until
@@ -115,6 +116,29 @@ async def cancel(p: Pipeline, s: AggregateSpec) -> bytes:
     return g.correl_id
 
 
+async def temporal_cancel(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "STOCK", b"{}")
+    handle = p.handle(s, g.correl_id)
+    await until(lambda: status(handle), lambda st: st.legs_received)
+    await handle.cancel()  # the UI's "Request Cancellation"
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
+async def put_retried(p: Pipeline, s: AggregateSpec) -> bytes:
+    p.qm.define(QueueAttributes(name="ORDER.RESPONSE", maxdepth=1), replace=True)
+    blocker = p.put("ORDER.RESPONSE", MQMessage(body=b"in the way"))
+    g = await p.scatter(s)
+    for leg in ("CREDIT", "STOCK", "TAX"):
+        p.reply(s, g.correl_id, leg, b"{}")
+    handle = p.handle(s, g.correl_id)
+    await until(lambda: status(handle), lambda st: st.last_error, 30)
+    p.qm.get("ORDER.RESPONSE", match=Match(msg_id=blocker.msg_id), syncpoint=False)
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
 async def static_blob(p: Pipeline, s: AggregateSpec) -> bytes:
     correl = parse_id("STATIC-1")
     for leg in ("TAX", "CREDIT", "STOCK"):
@@ -154,6 +178,8 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
     "unknown": (unknown, {"unknown_timeout_seconds": 1}),
     "extend_release": (extend_release, {}),
     "cancel": (cancel, {}),
+    "temporal_cancel": (temporal_cancel, {}),
+    "put_retried": (put_retried, {}),
     "static_blob": (static_blob, {"mode": "static", "merge": "blob", "separator": "|"}),
     "merge_failed": (merge_failed, {}),
     "continue_as_new": (continue_as_new, {"duplicate_queue": ""}),
