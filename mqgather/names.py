@@ -36,6 +36,8 @@ GATHER_DEADLINE = SearchAttributeKey.for_datetime("GatherDeadline")
 #: ``<deployment>:<build id>``; the behavior ``Pinned`` or ``AutoUpgrade``).
 SA_DEPLOYMENT_VERSION = "TemporalWorkerDeploymentVersion"
 SA_VERSIONING_BEHAVIOR = "TemporalWorkflowVersioningBehavior"
+#: Counted by the gather workflow through the Temporal SDK's metrics (Prometheus name).
+METRIC_GATHERS_STARTED = "mqgather_gathers_started"
 #: Registered on the namespace by the worker and the dev server.
 SEARCH_ATTRIBUTES = (
     AGGREGATE_NAME,
@@ -56,6 +58,7 @@ ENV_MQ_PASSWORD = "MQGATHER_MQ_PASSWORD"
 ENV_MQ_PASSWORD_FILE = "MQGATHER_MQ_PASSWORD_FILE"
 ENV_IBMMQ_TEST = "MQGATHER_IBMMQ_TEST"
 ENV_OTEL = "MQGATHER_OTEL"
+ENV_METRICS_PORT = "MQGATHER_METRICS_PORT"
 #: Worker versioning: the worker deployment and this worker's build id.
 ENV_DEPLOYMENT = "MQGATHER_DEPLOYMENT"
 ENV_BUILD_ID = "MQGATHER_BUILD_ID"

@@ -112,6 +112,10 @@ class GatherWorkflow:
         """Wait for every leg under the durable timer, then merge and PUT."""
         if self.s.started_at is None:
             self.s.started_at = workflow.now()
+            # Through the SDK's meter: not counted again when the history is replayed.
+            workflow.metric_meter().create_counter(
+                names.METRIC_GATHERS_STARTED, "gathers started, by aggregate"
+            ).add(1, {"aggregate": self.spec.name})
             if self.spec.mode == "static" and not self.s.registered:
                 logic.start_static(self.spec, self.s, workflow.now())
                 logic.refresh(self.s)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from temporalio.client import Client
+from temporalio.runtime import Runtime
+from temporalio.service import RPCError
 
 from bridge.mq.connect import open_transport
 from bridge.mq.errors import ConnectionBroken, QueueManagerUnavailable
@@ -21,20 +26,66 @@ from mqgather.cli.options import (
 )
 from mqgather.config import load_config
 from mqgather.constants import DEFAULT_DEPLOYMENT
-from mqgather.names import ENV_BUILD_ID, ENV_DEPLOYMENT
+from mqgather.names import ENV_BUILD_ID, ENV_DEPLOYMENT, ENV_METRICS_PORT
 from mqgather.runtime import telemetry
+from mqgather.runtime.prometheus import MetricsEndpoint
 from mqgather.runtime.temporal import (
     TemporalUnavailable,
     connect,
     connect_config,
+    count_open_gathers,
     ensure_search_attributes,
 )
 from mqgather.runtime.waiting import until_reachable
 
 log = logging.getLogger("mqgather")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-async def _reach(mq: str, stop: asyncio.Event, fail_fast: bool) -> Client | None:
+#: How often the worker counts open gathers for the ``mqgather.gathers.open`` gauge.
+OPEN_GATHERS_REFRESH_SECONDS = 10.0
+
+
+def metrics_port_option(fn: F) -> F:
+    """``--metrics-port``: Prometheus text on /metrics."""
+    return click.option(
+        "--metrics-port",
+        type=click.IntRange(1, 65535),
+        envvar=ENV_METRICS_PORT,
+        default=None,
+        help=f"Serve Prometheus metrics on this port at /metrics: mqgather's own and the "
+        f"Temporal SDK's [env {ENV_METRICS_PORT}; default: off].",
+    )(fn)
+
+
+def _metrics(service: str, port: int | None) -> MetricsEndpoint | None:
+    """Telemetry per MQGATHER_OTEL, plus the Prometheus endpoint when a port is given."""
+    endpoint = MetricsEndpoint(port) if port else None
+    telemetry.configure(service, extra_readers=[endpoint.reader] if endpoint else ())
+    if endpoint is not None:
+        try:
+            endpoint.start()
+        except OSError as exc:
+            raise click.UsageError(str(exc)) from exc
+    return endpoint
+
+
+async def _count_open_gathers(client: Client, stop: asyncio.Event) -> None:
+    """Keep the open-gathers gauge current until stopped."""
+    latest: list[int | None] = [None]
+    telemetry.observe_open_gathers(lambda: latest[0])
+    while not stop.is_set():
+        try:
+            latest[0] = await count_open_gathers(client)
+        except RPCError as exc:
+            log.warning("cannot count open gathers for the metrics: %s", exc.message)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), OPEN_GATHERS_REFRESH_SECONDS)
+
+
+async def _reach(
+    mq: str, stop: asyncio.Event, fail_fast: bool, runtime: Runtime | None = None
+) -> Client | None:
     """Temporal and the queue manager, waited for; None when stopped while waiting."""
 
     def probe() -> bool:
@@ -49,7 +100,7 @@ async def _reach(mq: str, stop: asyncio.Event, fail_fast: bool) -> Client | None
         return None
     address = connect_config()["target_host"]
     return await until_reachable(
-        f"Temporal at {address}", connect, stop,
+        f"Temporal at {address}", lambda: connect(runtime=runtime), stop,
         retry_on=(TemporalUnavailable,), fail_fast=fail_fast,
     )  # fmt: skip
 
@@ -77,6 +128,7 @@ async def _reach(mq: str, stop: asyncio.Event, fail_fast: bool) -> Client | None
     "package version and a hash of the gather code].",
 )
 @fail_fast_option
+@metrics_port_option
 def worker(
     mq: str,
     config_path: str | None,
@@ -85,6 +137,7 @@ def worker(
     deployment: str | None,
     build_id: str | None,
     fail_fast: bool,
+    metrics_port: int | None,
 ) -> None:
     """Run gather workflows and the merge/PUT activities until Ctrl-C.
 
@@ -98,13 +151,14 @@ def worker(
 
     load_config(config_path)  # fail at start on a bad file
     setup_logging()
-    telemetry.configure("mqgather-worker")
+    endpoint = _metrics("mqgather-worker", metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
-        client = await _reach(mq, stop, fail_fast)
+        client = await _reach(mq, stop, fail_fast, endpoint.runtime() if endpoint else None)
         if client is None:
             return
         await ensure_search_attributes(client)
+        counting = asyncio.create_task(_count_open_gathers(client, stop)) if endpoint else None
         version = None
         if deployment or build_id:
             version = WorkerDeploymentVersion(
@@ -122,6 +176,8 @@ def worker(
         log.info("worker on task queue %s (%s), MQ %s", task_queue, where, mq)
         async with w:
             await stop.wait()
+        if counting is not None:
+            await counting
 
     run(main)
 
@@ -132,18 +188,24 @@ def worker(
 @task_queue_option
 @click.option("--batch-size", default=100, show_default=True, help="Messages per MQ unit of work.")
 @fail_fast_option
+@metrics_port_option
 def bridge(
-    mq: str, config_path: str | None, task_queue: str, batch_size: int, fail_fast: bool
+    mq: str,
+    config_path: str | None,
+    task_queue: str,
+    batch_size: int,
+    fail_fast: bool,
+    metrics_port: int | None,
 ) -> None:
     """Feed gathers from the reply queues until Ctrl-C (one signal per gather per batch)."""
     from bridge.inbound import InboundBridge
 
     config = load_config(config_path)
     setup_logging()
-    telemetry.configure("mqgather-bridge")
+    endpoint = _metrics("mqgather-bridge", metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
-        client = await _reach(mq, stop, fail_fast)
+        client = await _reach(mq, stop, fail_fast, endpoint.runtime() if endpoint else None)
         if client is None:
             return
         b = InboundBridge(

@@ -10,7 +10,7 @@ OTLP/HTTP exporter, configured by the standard ``OTEL_EXPORTER_OTLP_*`` variable
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -39,24 +39,42 @@ INSTRUMENTATION = "mqgather"
 _state = {"enabled": False}
 
 
-def install(span_processor: SpanProcessor, metric_reader: MetricReader, service: str) -> None:
+def install(
+    span_processor: SpanProcessor,
+    metric_reader: MetricReader,
+    service: str,
+    extra_readers: Sequence[MetricReader] = (),
+) -> None:
     """Make these the process's trace and metric pipelines (once per process)."""
     resource = Resource.create({"service.name": service})
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(span_processor)
     trace.set_tracer_provider(tracer_provider)
-    metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[metric_reader]))
+    readers = [metric_reader, *extra_readers]
+    metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
     _state["enabled"] = True
 
 
-def configure(service: str, exporter: str | None = None) -> bool:
-    """Set up exporting per ``MQGATHER_OTEL``; returns whether telemetry is on.
+def configure(
+    service: str, exporter: str | None = None, extra_readers: Sequence[MetricReader] = ()
+) -> bool:
+    """Set up exporting per ``MQGATHER_OTEL``; returns whether tracing is on.
+
+    Args:
+        extra_readers: metric readers wanted whatever the exporter (the Prometheus
+            endpoint's); with ``none`` they are the only metric pipeline and no traces
+            are kept.
 
     Raises:
         ConfigError: an unknown exporter, or otlp without its package.
     """
     choice = (exporter or os.environ.get(ENV_OTEL) or "none").lower()
     if choice == "none":
+        if extra_readers:
+            resource = Resource.create({"service.name": service})
+            metrics.set_meter_provider(
+                MeterProvider(resource=resource, metric_readers=list(extra_readers))
+            )
         return False
     if choice == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
@@ -79,6 +97,7 @@ def configure(service: str, exporter: str | None = None) -> bool:
         BatchSpanProcessor(spans),
         PeriodicExportingMetricReader(points, export_interval_millis=10_000),
         service,
+        extra_readers,
     )
     return True
 
@@ -180,4 +199,19 @@ def instruments() -> Metrics:
         bridge_rollbacks=meter.create_counter(
             "mqgather.bridge.rollbacks", description="batches backed out"
         ),
+    )
+
+
+def observe_open_gathers(read: Callable[[], int | None]) -> None:
+    """The ``mqgather.gathers.open`` gauge, from ``read()`` at each collection (None: not
+    known yet, nothing reported)."""
+
+    def observe(_: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        value = read()
+        return [] if value is None else [metrics.Observation(value)]
+
+    metrics.get_meter(INSTRUMENTATION).create_observable_gauge(
+        "mqgather.gathers.open",
+        callbacks=[observe],
+        description="gathers running now in the namespace (from visibility)",
     )

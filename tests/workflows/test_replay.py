@@ -24,6 +24,7 @@ FILES = sorted(HISTORIES.glob("*/*.json"))
 
 def test_the_recorded_sets_cover_every_path():
     assert len(SETS) >= 2, "the first set and the current code's set"
+
     def paths(name: str) -> set[str]:
         return {f.stem.split("_run")[0] for f in (HISTORIES / name).glob("*")}
 

