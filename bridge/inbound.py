@@ -385,6 +385,8 @@ class InboundBridge:
         size_of: Callable[[Reply], int],
     ) -> _Sent:
         done = _Sent(sent=[])
+        # Read by the server only when the signal starts the gather; built once per gather.
+        start = start_options(spec.name, correl)
         for chunk in chunk_replies(replies, size_of=size_of):
             try:
                 await self.client.start_workflow(
@@ -395,7 +397,7 @@ class InboundBridge:
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                     start_signal=SIGNAL_REPLIES,
                     start_signal_args=[ReplyBatch(replies=chunk)],
-                    **start_options(spec.name, correl),
+                    **start,
                     rpc_timeout=self.rpc_timeout,
                 )
             except (WorkflowAlreadyStartedError, *RETRYABLE) as exc:

@@ -11,6 +11,7 @@ timer and the activities.
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -195,7 +196,7 @@ class GatherWorkflow:
         response = await self._mq_work(
             "PUT of the response",
             names.ACTIVITY_PUT_RESPONSE,
-            lambda: inp.model_copy(update={"attempts_before": self.s.failed_attempts}),
+            lambda: inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s)}),
             PutResponseResult,
         )
         if response.outcome == "FAILED":
@@ -208,12 +209,13 @@ class GatherWorkflow:
         while self.s.outbox:
             items = list(self.s.outbox)
             routed = RouteInput(aggregate=self.spec, gather_id=self.id, items=items)
-            await self._mq_work(
-                "forwarding of replies", names.ACTIVITY_ROUTE_REPLIES, lambda r=routed: r, int
-            )
+            forwarding = names.ACTIVITY_ROUTE_REPLIES
+            await self._mq_work("forwarding of replies", forwarding, lambda: routed, int)  # noqa: B023 - awaited in this iteration
             del self.s.outbox[: len(items)]
 
-    async def _mq_work(self, work: str, activity: str, make_input: Any, result_type: Any) -> Any:
+    async def _mq_work(
+        self, work: str, activity: str, make_input: Callable[[], Any], result_type: type
+    ) -> Any:
         """Run MQ work until it succeeds; between rounds of attempts the error is shown
         in ``status`` and the UI, and the workflow waits on a durable timer."""
         while True:

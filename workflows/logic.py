@@ -393,18 +393,23 @@ TEMPORAL_CANCEL_REASON = "cancel requested through Temporal"
 def attempt_failed(state: GatherState, work: str, error: str, now: datetime) -> float:
     """Record a failed round of MQ work; return the seconds to wait before the next one."""
     state.failed_rounds += 1
-    state.failed_attempts += ATTEMPTS_PER_ROUND
     state.last_error = f"{work}: {error}"
     if state.failing_since is None:
         state.failing_since = now
     return min(2.0**state.failed_rounds, MAX_ROUND_DELAY)
 
 
+def failed_attempts(state: GatherState) -> int:
+    """Attempts of the current MQ work that failed in a row (every round makes the same
+    number)."""
+    return state.failed_rounds * ATTEMPTS_PER_ROUND
+
+
 def attempt_succeeded(state: GatherState) -> bool:
     """Clear the failure record; True when there was one (the UI needs refreshing)."""
     had = bool(state.last_error)
     state.last_error, state.failing_since = "", None
-    state.failed_rounds = state.failed_attempts = 0
+    state.failed_rounds = 0
     return had
 
 
@@ -414,7 +419,7 @@ def error_note(state: GatherState) -> str:
         return ""
     return (
         f"failing since {state.failing_since:%Y-%m-%d %H:%M:%S} UTC after "
-        f"{state.failed_attempts} attempts, retrying: {state.last_error}"
+        f"{failed_attempts(state)} attempts, retrying: {state.last_error}"
     )
 
 

@@ -129,7 +129,6 @@ class GatherState(BaseModel):
     last_error: str = Field(default="", description="the MQ work failing now, and why")
     failing_since: datetime | None = None
     failed_rounds: int = Field(default=0, description="rounds of attempts failed in a row")
-    failed_attempts: int = Field(default=0, description="attempts failed in a row")
     #: ``seen_msg_ids`` as a set, for lookups; rebuilt from the list, never carried.
     _seen: set[str] = PrivateAttr(default_factory=set)
 

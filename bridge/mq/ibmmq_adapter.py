@@ -196,6 +196,27 @@ def _text(value: Any) -> str:
     return str(value or "").rstrip()
 
 
+def _md_chars(value: bytes) -> str:
+    """An MQMD character field as the message model keeps it: one character per byte
+    (Latin-1), so a forwarded copy carries exactly the bytes the original had, whatever
+    character set the putting application used, and never more than the field holds."""
+    return bytes(value).rstrip(b"\x00 ").decode("latin-1")
+
+
+def _md_bytes(text: str, field: str) -> bytes:
+    """The bytes of an MQMD character field (see :func:`_md_chars`).
+
+    Raises:
+        ConfigError: ``text`` has a character no single byte carries.
+    """
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            field, f"{text!r} has characters an MQMD character field cannot carry ({exc.reason})"
+        ) from exc
+
+
 #: Set before ``ibmmq`` is imported: its own OpenTelemetry hooks stay off, so trace context
 #: travels once, in mqgather's ``traceparent`` property, and an input open costs no extra
 #: MQOPEN + MQINQ.
@@ -331,21 +352,21 @@ class IBMMQTransport(Transport):
         md.GroupId = message.group_id
         md.MsgSeqNumber = message.msg_seq_number
         md.MsgFlags = message.msg_flags
-        md.Format = message.format.ljust(8).encode()
+        md.Format = _md_bytes(message.format.ljust(8), "format")
         md.CodedCharSetId = message.coded_char_set_id
         md.Encoding = message.encoding
         md.Persistence = message.persistence
         md.Priority = message.priority
         md.Expiry = message.expiry
-        md.ReplyToQ = message.reply_to_q.encode()
-        md.ReplyToQMgr = message.reply_to_qmgr.encode()
+        md.ReplyToQ = _md_bytes(message.reply_to_q, "reply_to_q")
+        md.ReplyToQMgr = _md_bytes(message.reply_to_qmgr, "reply_to_qmgr")
         if opts.set_all_context:
-            md.UserIdentifier = message.user_identifier.encode()
+            md.UserIdentifier = _md_bytes(message.user_identifier, "user_identifier")
             md.AccountingToken = message.accounting_token
-            md.ApplIdentityData = message.appl_identity_data.encode()
+            md.ApplIdentityData = _md_bytes(message.appl_identity_data, "appl_identity_data")
             md.PutApplType = message.put_appl_type
-            md.ApplOriginData = message.appl_origin_data.encode()
-            md.PutApplName = message.put_appl_name.encode()
+            md.ApplOriginData = _md_bytes(message.appl_origin_data, "appl_origin_data")
+            md.PutApplName = _md_bytes(message.put_appl_name, "put_appl_name")
             if message.put_date_time is not None:
                 stamp = message.put_date_time.astimezone(UTC)
                 md.PutDate = stamp.strftime("%Y%m%d").encode()
@@ -424,21 +445,21 @@ class IBMMQTransport(Transport):
             group_id=bytes(md.GroupId),
             msg_seq_number=max(1, int(md.MsgSeqNumber)),
             msg_flags=int(md.MsgFlags),
-            format=_text(md.Format),
+            format=_md_chars(md.Format),
             coded_char_set_id=int(md.CodedCharSetId),
             encoding=int(md.Encoding),
             persistence=int(md.Persistence),
             priority=int(md.Priority),
             expiry=int(md.Expiry),
-            reply_to_q=_text(md.ReplyToQ),
-            reply_to_qmgr=_text(md.ReplyToQMgr),
-            put_appl_name=_text(md.PutApplName)[:28],
+            reply_to_q=_md_chars(md.ReplyToQ),
+            reply_to_qmgr=_md_chars(md.ReplyToQMgr),
+            put_appl_name=_md_chars(md.PutApplName),
             put_date_time=_put_time(_text(md.PutDate), _text(md.PutTime)),
-            user_identifier=_text(md.UserIdentifier)[:12],
+            user_identifier=_md_chars(md.UserIdentifier),
             accounting_token=bytes(md.AccountingToken),
-            appl_identity_data=_text(md.ApplIdentityData)[:32],
+            appl_identity_data=_md_chars(md.ApplIdentityData),
             put_appl_type=int(md.PutApplType),
-            appl_origin_data=_text(md.ApplOriginData)[:4],
+            appl_origin_data=_md_chars(md.ApplOriginData),
             backout_count=int(md.BackoutCount),
             properties=properties,
             body=bytes(body),

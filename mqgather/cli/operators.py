@@ -23,9 +23,19 @@ from mqgather.names import (
     GATHER_STATE,
     LEGS_PENDING,
     LEGS_RECEIVED,
+    UPDATE_CANCEL,
+    UPDATE_EXTEND,
+    UPDATE_RELEASE,
 )
 from mqgather.runtime.temporal import connect
-from workflows.models import GatherResult, UpdateResult, gather_id
+from workflows.models import (
+    CancelInput,
+    ExtendInput,
+    GatherResult,
+    ReleaseInput,
+    UpdateResult,
+    gather_id,
+)
 
 
 @click.command()
@@ -189,17 +199,15 @@ def status(correl_id: str, name: str | None, as_json: bool) -> None:
     Console().print(table)
 
 
-def _operate(
-    correl_id: str, name: str | None, as_json: bool, act: Callable[[WorkflowHandle], Any]
-) -> None:
-    """Find the gather, apply one operator update, print what it did."""
+def _operate(correl_id: str, name: str | None, as_json: bool, update: str, arg: Any) -> None:
+    """Find the gather, apply one operator update (by its name), print what it did."""
     from temporalio.service import RPCError
 
     async def main(_: asyncio.Event) -> tuple[str, UpdateResult]:
         client = await connect()
         handle = await find_gather(client, correl_id, name)
         try:
-            return handle.id, await act(handle)
+            return handle.id, await handle.execute_update(update, arg, result_type=UpdateResult)
         except RPCError as exc:
             raise MQGatherError(
                 f"{handle.id} did not take the change: {exc.message} (a closed gather takes "
@@ -217,50 +225,50 @@ def _operate(
     click.echo(f"{gid}: now {done.state}{deadline}{reason}")
 
 
-REASON_HELP = "Recorded in the response (mqgather_reason) and the gather's result."
-_JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def _operator_command(help_text: str, option: Callable[[F], F]) -> Callable[[F], click.Command]:
+    """An operator command: CORRELID, --aggregate, its own ``option`` and --json."""
+
+    def make(fn: F) -> click.Command:
+        for decorate in (
+            click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+            option,
+            find_aggregate_option,
+            click.argument("correl_id"),
+        ):
+            fn = decorate(fn)
+        return click.command(help=f"{help_text} {CORRELID_HELP}")(fn)
+
+    return make
 
 
-@click.command(help=f"PUT what a gather has now, as a RELEASED response. {CORRELID_HELP}")
-@click.argument("correl_id")
-@find_aggregate_option
-@click.option("--reason", default="released by an operator", show_default=True,
-              help=REASON_HELP)  # fmt: skip
-@_JSON_OPTION
+def _reason_option(default: str) -> Callable[[F], F]:
+    return click.option(
+        "--reason",
+        default=default,
+        show_default=True,
+        help="Recorded in the response (mqgather_reason) and the gather's result.",
+    )
+
+
+@_operator_command("PUT what a gather has now, as a RELEASED response.",
+                   _reason_option("released by an operator"))  # fmt: skip
 def release(correl_id: str, name: str | None, reason: str, as_json: bool) -> None:
-    from workflows.gather import GatherWorkflow
-    from workflows.models import ReleaseInput
-
-    update = ReleaseInput(reason=reason)
-    _operate(correl_id, name, as_json, lambda h: h.execute_update(GatherWorkflow.release, update))
+    _operate(correl_id, name, as_json, UPDATE_RELEASE, ReleaseInput(reason=reason))
 
 
-@click.command(help=f"Move a gather's deadline to --seconds from now. {CORRELID_HELP}")
-@click.argument("correl_id")
-@find_aggregate_option
-@click.option("--seconds", default=60.0, show_default=True, help="The new deadline, from now.")
-@_JSON_OPTION
+@_operator_command(
+    "Move a gather's deadline to --seconds from now.",
+    click.option("--seconds", default=60.0, show_default=True, help="The new deadline, from now."),
+)
 def extend(correl_id: str, name: str | None, seconds: float, as_json: bool) -> None:
-    from workflows.gather import GatherWorkflow
-    from workflows.models import ExtendInput
-
-    update = ExtendInput(seconds=seconds)
-    _operate(correl_id, name, as_json, lambda h: h.execute_update(GatherWorkflow.extend, update))
+    _operate(correl_id, name, as_json, UPDATE_EXTEND, ExtendInput(seconds=seconds))
 
 
-@click.command(help=f"End a gather; what arrived goes to the timeout queue as CANCELLED. A "
-               f"cancel from the Temporal UI does the same. {CORRELID_HELP}")  # fmt: skip
-@click.argument("correl_id")
-@find_aggregate_option
-@click.option("--reason", default="cancelled by an operator", show_default=True,
-              help=REASON_HELP)  # fmt: skip
-@_JSON_OPTION
+@_operator_command("End a gather; what arrived goes to the timeout queue as CANCELLED. A "
+                   "cancel from the Temporal UI does the same.",
+                   _reason_option("cancelled by an operator"))  # fmt: skip
 def cancel(correl_id: str, name: str | None, reason: str, as_json: bool) -> None:
-    from workflows.gather import GatherWorkflow
-    from workflows.models import CancelInput
-
-    update = CancelInput(reason=reason)
-    _operate(correl_id, name, as_json, lambda h: h.execute_update(GatherWorkflow.cancel, update))
+    _operate(correl_id, name, as_json, UPDATE_CANCEL, CancelInput(reason=reason))
 
 
 COMMANDS = [scatter, status, release, extend, cancel]

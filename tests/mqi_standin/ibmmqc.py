@@ -188,7 +188,7 @@ def _ibmmq() -> Any:
 
 
 def _text(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("latin-1").rstrip()
+    return bytes(raw).rstrip(b"\0 ").decode("latin-1")
 
 
 def _ptr_string(ptr: int, length: int) -> str:
@@ -537,14 +537,16 @@ def _fill_md(md: Any, m: MQMessage, ccsid: int) -> None:
 
     md.MsgId, md.CorrelId, md.GroupId = m.msg_id, m.correl_id, m.group_id
     md.MsgSeqNumber, md.MsgFlags = m.msg_seq_number, m.msg_flags
-    md.Format = m.format.ljust(8).encode()
+    md.Format = m.format.ljust(8).encode("latin-1", "replace")
     md.CodedCharSetId, md.Encoding = ccsid, m.encoding
     md.Persistence, md.Priority, md.Expiry = m.persistence, m.priority, m.expiry
-    md.ReplyToQ, md.ReplyToQMgr = m.reply_to_q.encode(), m.reply_to_qmgr.encode()
-    md.PutApplName = m.put_appl_name.encode()
-    md.UserIdentifier, md.AccountingToken = m.user_identifier.encode(), m.accounting_token
-    md.ApplIdentityData = m.appl_identity_data.encode()
-    md.ApplOriginData = m.appl_origin_data.encode()
+    md.ReplyToQ = m.reply_to_q.encode("latin-1", "replace")
+    md.ReplyToQMgr = m.reply_to_qmgr.encode("latin-1", "replace")
+    md.PutApplName = m.put_appl_name.encode("latin-1", "replace")
+    md.UserIdentifier = m.user_identifier.encode("latin-1", "replace")
+    md.AccountingToken = m.accounting_token
+    md.ApplIdentityData = m.appl_identity_data.encode("latin-1", "replace")
+    md.ApplOriginData = m.appl_origin_data.encode("latin-1", "replace")
     md.PutApplType = m.put_appl_type
     md.BackoutCount = m.backout_count
     if m.put_date_time is not None:
@@ -573,10 +575,16 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
         return _fail("NOT_OPEN_FOR_BROWSE", b"", md.pack(), gmo.pack(), 0)
     if not browse and not obj.options & (OO_INPUT_AS_Q_DEF | OO_INPUT_SHARED | OO_INPUT_EXCLUSIVE):
         return _fail("NOT_OPEN_FOR_INPUT", b"", md.pack(), gmo.pack(), 0)
+
+    def wanted(value: bytes, option: int) -> bytes | None:
+        # MQMI_NONE / MQCI_NONE / MQGI_NONE (all NULs) match any message, as in MQ.
+        chosen = bytes(value).ljust(24, b"\0")
+        return chosen if gmo.MatchOptions & option and chosen != NONE_ID else None
+
     match = Match(
-        msg_id=bytes(md.MsgId).ljust(24, b"\0") if gmo.MatchOptions & MO_MSG_ID else None,
-        correl_id=bytes(md.CorrelId).ljust(24, b"\0") if gmo.MatchOptions & MO_CORREL_ID else None,
-        group_id=bytes(md.GroupId).ljust(24, b"\0") if gmo.MatchOptions & MO_GROUP_ID else None,
+        msg_id=wanted(md.MsgId, MO_MSG_ID),
+        correl_id=wanted(md.CorrelId, MO_CORREL_ID),
+        group_id=wanted(md.GroupId, MO_GROUP_ID),
     )
     wait = 0
     if opts & GMO_WAIT:

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -95,35 +96,38 @@ async def unknown(p: Pipeline, s: AggregateSpec) -> bytes:
     return correl
 
 
-async def extend_release(p: Pipeline, s: AggregateSpec) -> bytes:
+async def _one_leg_then(
+    p: Pipeline, s: AggregateSpec, leg: str, act: Callable[[WorkflowHandle], Awaitable[object]]
+) -> bytes:
+    """A gather with one leg in, then an operator's ``act`` on it, until it closes."""
     g = await p.scatter(s)
-    p.reply(s, g.correl_id, "CREDIT", b"{}")
+    p.reply(s, g.correl_id, leg, b"{}")
     handle = p.handle(s, g.correl_id)
     await until(lambda: status(handle), lambda st: st.legs_received)
-    await handle.execute_update(GatherWorkflow.extend, ExtendInput(seconds=600))
-    await handle.execute_update(GatherWorkflow.release, ReleaseInput(reason="recorded"))
+    await act(handle)
     await p.result(s, g.correl_id)
     return g.correl_id
+
+
+async def extend_release(p: Pipeline, s: AggregateSpec) -> bytes:
+    async def act(handle: WorkflowHandle) -> None:
+        await handle.execute_update(GatherWorkflow.extend, ExtendInput(seconds=600))
+        await handle.execute_update(GatherWorkflow.release, ReleaseInput(reason="recorded"))
+
+    return await _one_leg_then(p, s, "CREDIT", act)
 
 
 async def cancel(p: Pipeline, s: AggregateSpec) -> bytes:
-    g = await p.scatter(s)
-    p.reply(s, g.correl_id, "STOCK", b"{}")
-    handle = p.handle(s, g.correl_id)
-    await until(lambda: status(handle), lambda st: st.legs_received)
-    await handle.execute_update(GatherWorkflow.cancel, CancelInput(reason="withdrawn"))
-    await p.result(s, g.correl_id)
-    return g.correl_id
+    return await _one_leg_then(
+        p,
+        s,
+        "STOCK",
+        lambda h: h.execute_update(GatherWorkflow.cancel, CancelInput(reason="withdrawn")),
+    )
 
 
 async def temporal_cancel(p: Pipeline, s: AggregateSpec) -> bytes:
-    g = await p.scatter(s)
-    p.reply(s, g.correl_id, "STOCK", b"{}")
-    handle = p.handle(s, g.correl_id)
-    await until(lambda: status(handle), lambda st: st.legs_received)
-    await handle.cancel()  # the UI's "Request Cancellation"
-    await p.result(s, g.correl_id)
-    return g.correl_id
+    return await _one_leg_then(p, s, "STOCK", lambda h: h.cancel())  # the UI's button
 
 
 async def put_retried(p: Pipeline, s: AggregateSpec) -> bytes:

@@ -429,11 +429,15 @@ def test_a_failing_round_is_recorded_backs_off_and_clears_on_success():
     at = [T0 + timedelta(seconds=n) for n in range(6)]
     waits = [logic.attempt_failed(state, "PUT of the response", error, t) for t in at]
     assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
-    assert state.failed_attempts == 6 * logic.ATTEMPTS_PER_ROUND
+    assert logic.failed_attempts(state) == 6 * logic.ATTEMPTS_PER_ROUND
     note = logic.error_note(state)
     assert note.startswith("failing since 2026-01-01 00:00:00 UTC after 12 attempts")
     assert note.endswith("PUT of the response: MQRC_Q_FULL (2053): queue 'R'")
     assert "MQRC_Q_FULL" in logic.status(spec(), state, b"C" * 24, GATHER).last_error
     assert "⚠ failing since" in logic.details(state, T0)
     assert logic.attempt_succeeded(state) and not logic.attempt_succeeded(state)
-    assert (logic.error_note(state), state.failed_attempts, state.failing_since) == ("", 0, None)
+    assert (logic.error_note(state), logic.failed_attempts(state), state.failing_since) == (
+        "",
+        0,
+        None,
+    )

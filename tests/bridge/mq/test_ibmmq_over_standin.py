@@ -15,6 +15,7 @@ from bridge.mq.errors import (
     UnknownObjectName,
     error_for_reason,
 )
+from bridge.mq.forward import forward
 from bridge.mq.ibmmq_adapter import IBMMQTransport, connect_options, parse_ibmmq_url
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, QueueAttributes
@@ -182,3 +183,27 @@ def test_reasons_that_pass_with_time_are_transient(code):
 def test_a_unit_of_work_the_queue_manager_backed_out_is_retried():
     err = error_for_reason(2003)
     assert isinstance(err, UnitOfWorkBackedOut) and err.transient
+
+
+def test_forwarding_keeps_context_fields_byte_for_byte_whatever_their_bytes(adapter):
+    """Context another application set in its own character set (here bytes that are not
+    UTF-8) reaches the forwarded copy unchanged, within the field's length."""
+    t = adapter()
+    mq, C = t.mq, t.mq.CMQC
+    for name in ("RAW.IN", "RAW.OUT"):
+        t.define(QueueAttributes(name=name))
+    sent = {"UserIdentifier": b"us\xe9r\xff", "ApplIdentityData": b"\xffid\x80" + b"x" * 28,
+            "ApplOriginData": b"\xc1\xc2", "PutApplName": b"CICS\xe4PP"}  # fmt: skip
+    md = mq.MD(**sent)
+    pmo = mq.PMO(Options=C.MQPMO_SET_ALL_CONTEXT | C.MQPMO_NO_SYNCPOINT)
+    q = mq.Queue(t.qmgr, "RAW.IN", C.MQOO_OUTPUT | C.MQOO_SET_ALL_CONTEXT)
+    q.put(b"reply", md, pmo)
+    q.close()
+    got = t.get("RAW.IN")
+    forward(t, "RAW.OUT", got, "late", "RAW.IN")
+    t.commit()
+    out = mq.MD()
+    q = mq.Queue(t.qmgr, "RAW.OUT", C.MQOO_INPUT_SHARED)
+    q.get(None, out, mq.GMO(Options=C.MQGMO_NO_SYNCPOINT))
+    q.close()
+    assert {name: bytes(getattr(out, name)).rstrip(b"\x00 ") for name in sent} == sent
