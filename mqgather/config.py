@@ -226,6 +226,39 @@ def default_queues() -> dict[str, QueueDefinition]:
     return queues
 
 
+def referenced_queues(config: MQGatherConfig) -> dict[str, str]:
+    """Every queue the configuration names, with what it is for: the defined queues and
+    their BOQNAMEs, and each aggregate's reply, output, ledger and leg request queues."""
+    found: dict[str, str] = {}
+
+    def note(queue: str, purpose: str) -> None:
+        if queue and queue not in found:
+            found[queue] = purpose
+
+    for name, definition in config.queues.items():
+        note(name, definition.descr or "defined in [queues]")
+    for name, definition in config.queues.items():
+        note(definition.boqname, f"BOQNAME of {name}")
+    for spec in config.aggregates.values():
+        where = f"aggregate {spec.name}"
+        note(spec.reply_queue, f"replies of {where}")
+        for field, purpose in (
+            ("response_queue", "responses"),
+            ("timeout_queue", "partial responses on timeout"),
+            ("late_queue", "late replies"),
+            ("unknown_queue", "unknown replies"),
+            ("failure_queue", "bad input"),
+            ("duplicate_queue", "duplicate replies"),
+            ("ledger_queue", "markers of PUTs done"),
+        ):
+            note(getattr(spec, field), f"{purpose} of {where}")
+        for queue in spec.destination_list:
+            note(queue, f"destination list of {where}")
+        for leg in spec.legs:
+            note(leg.queue(), f"{leg.name} requests of {where}")
+    return found
+
+
 def _flatten_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():

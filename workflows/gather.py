@@ -231,6 +231,11 @@ class GatherWorkflow:
                 # A local activity's failure arrives unwrapped, as the ApplicationError.
                 cause = exc.cause if isinstance(exc, ActivityError) and exc.cause else exc
                 delay = logic.attempt_failed(self.s, work, str(cause), workflow.now())
+                # workflow.logger stays silent on replay: one line per failed round.
+                workflow.logger.warning(
+                    "gather %s: %s; next round in %.0f s",
+                    self.id, logic.error_note(self.s), delay,
+                )  # fmt: skip
                 self._publish()
                 await workflow.sleep(delay)
                 continue

@@ -3,16 +3,56 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from bridge.mq.transport import Transport
-from mqgather.constants import DEFAULT_MQ
+from mqgather.constants import DEFAULT_MQ, STATE_DIR
 from mqgather.errors import ConfigError
 from mqgather.names import ENV_MQ
+
+_FORMS = "use local:PATH or ibmmq://QMGR@host(port)/CHANNEL"
 
 
 def mq_url(explicit: str | None = None) -> str:
     """The transport URL: ``explicit`` if given, else ``$MQGATHER_MQ``, else the default."""
     return explicit or os.environ.get(ENV_MQ) or DEFAULT_MQ
+
+
+def check_mq_url(url: str, source: str = ENV_MQ) -> None:
+    """Check a transport URL without connecting.
+
+    A ``local:`` file may be created, but not its directory: a typo in the directory
+    must not silently give an empty queue manager. Only mqgather's own state directory
+    is created on demand.
+
+    Args:
+        url: the URL to check.
+        source: where it came from (an option or a variable), named in the error.
+
+    Raises:
+        ConfigError: naming ``source`` and what is wrong.
+    """
+    if url.startswith("local:"):
+        path = url[len("local:") :]
+        if not path:
+            raise ConfigError(source, "local: needs a file path, e.g. local:.mqgather/qm.db")
+        parent = Path(path).parent
+        if not parent.is_dir() and parent.resolve() != Path(STATE_DIR).resolve():
+            raise ConfigError(
+                source,
+                f"the directory {parent} of {url!r} does not exist; create it first "
+                "(an embedded queue manager file is created, its directory is not)",
+            )
+        return
+    if url.startswith("ibmmq://"):
+        from bridge.mq.ibmmq_adapter import parse_ibmmq_url
+
+        try:
+            parse_ibmmq_url(url)
+        except ConfigError as exc:
+            raise ConfigError(source if exc.key == ENV_MQ else exc.key, exc.reason) from exc
+        return
+    raise ConfigError(source, f"{url!r} is not a queue manager URL; {_FORMS}")
 
 
 def open_transport(url: str | None = None) -> Transport:
@@ -24,22 +64,15 @@ def open_transport(url: str | None = None) -> Transport:
             ``MQGATHER_MQ``.
 
     Raises:
-        ConfigError: the URL has neither form.
+        ConfigError: the URL has neither form, or names a missing directory.
         MQError: the queue manager could not be opened.
     """
     url = mq_url(url)
+    check_mq_url(url)
     if url.startswith("local:"):
-        path = url[len("local:") :]
-        if not path:
-            raise ConfigError(ENV_MQ, "local: needs a file path, e.g. local:.mqgather/qm.db")
         from bridge.mq.local_qm import LocalQueueManager
 
-        return LocalQueueManager(path)
-    if url.startswith("ibmmq://"):
-        from bridge.mq.ibmmq_adapter import IBMMQTransport, parse_ibmmq_url
+        return LocalQueueManager(url[len("local:") :])
+    from bridge.mq.ibmmq_adapter import IBMMQTransport, parse_ibmmq_url
 
-        return IBMMQTransport(parse_ibmmq_url(url))
-    raise ConfigError(
-        ENV_MQ,
-        f"{url!r} is not a queue manager URL; use local:PATH or ibmmq://QMGR@host(port)/CHANNEL",
-    )
+    return IBMMQTransport(parse_ibmmq_url(url))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +19,14 @@ from rich.table import Table
 from bridge.mq.admin import setup_queues
 from bridge.mq.connect import open_transport
 from mqgather.cli.options import aggregate_option, config_option, fanout_options, mq_option, run
-from mqgather.config import load_config
+from mqgather.config import AggregateSpec, load_config
 from mqgather.constants import STATE_DIR
 from mqgather.errors import MQGatherError
 from mqgather.runtime.temporal import connect, ensure_search_attributes
 from workers.demo.stack import DevStack
+
+#: How long after a gather's timeout the simulated back ends answer a "late" leg.
+LATE_MARGIN_SECONDS = 2.0
 
 
 @click.command()
@@ -32,6 +37,12 @@ from workers.demo.stack import DevStack
 @click.option("--late-rate", default=0.02, show_default=True)
 @click.option("--duplicate-rate", default=0.03, show_default=True)
 @click.option("--seed", default=7, show_default=True)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Wait for every gather's outcome (and the late replies) and compare it with the plan.",
+)
 def drive(
     mq: str,
     config_path: str | None,
@@ -43,22 +54,88 @@ def drive(
     late_rate: float,
     duplicate_rate: float,
     seed: int,
+    wait: bool,
 ) -> None:
-    """Send N requests at a rate with planned drops, late and duplicate replies."""
+    """Send N requests at a rate with planned drops, late and duplicate replies to a
+    running stack (`mqgather dev`), show progress, and end with the outcomes beside the
+    plan. Needs back ends that honour the planned fates, as `mqgather dev` runs."""
     from workers.demo.driver import Rates, expected_counts, plan_requests
     from workers.demo.driver import drive as do_drive
+    from workers.demo.harness import counts_for
 
     spec = load_config(config_path).aggregate(name)
     rates = Rates(drop=drop_rate, late=late_rate, duplicate=duplicate_rate)
     plans = plan_requests(n, spec, rates, seed)
+    expected = expected_counts(plans, 0, 0)
+    ours = {plan.correl_id for plan in plans}
+    console = Console(stderr=True)
 
-    async def main(_: asyncio.Event) -> None:
+    async def main(stop: asyncio.Event) -> dict[str, Any]:
         client = await connect()
-        with open_transport(mq) as qm:
-            await do_drive(client, qm, spec, plans, rate=rate, task_queue=task_queue)
-        click.echo(json.dumps(expected_counts(plans, 0, 0)))
+        with open_transport(mq) as qm, _progress(console) as progress:
+            sent_bar = progress.add_task("requests sent", total=n)
+            await do_drive(
+                client, qm, spec, plans, rate=rate, task_queue=task_queue,
+                on_sent=lambda i: progress.update(sent_bar, completed=i),
+            )  # fmt: skip
+            if not wait:
+                return {}
+            return await _follow(
+                progress, lambda: counts_for(qm, spec, ours), expected, stop,
+                limit=_late_after(spec) + 60, poll=1.0,
+            )  # fmt: skip
 
-    run(main)
+    figures = run(main)
+    if not figures:
+        click.echo(f"sent {n} requests; planned outcomes: {json.dumps(expected)}")
+        return
+    _summary({"requests": n, **figures}, expected, title="mqgather drive")
+    _check(figures, expected)
+
+
+def _late_after(spec: AggregateSpec) -> float:
+    """When the simulated back ends answer a "late" leg: after the gather timed out."""
+    return spec.timeout_seconds + LATE_MARGIN_SECONDS
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=console,
+    )  # fmt: skip
+
+
+async def _follow(
+    progress: Progress,
+    count: Callable[[], dict[str, int]],
+    expected: dict[str, int],
+    stop: asyncio.Event,
+    *,
+    limit: float,
+    poll: float,
+    stack: DevStack | None = None,
+) -> dict[str, int]:
+    """Show gathers finishing until every planned outcome is in (or ``limit`` seconds
+    pass, or Ctrl-C); returns the counts reached."""
+    done_bar = progress.add_task("gathers finished", total=expected["requests"])
+    give_up = time.monotonic() + limit
+    while True:
+        now = count()
+        progress.update(done_bar, completed=now["completed"] + now["timed_out"])
+        if all(now[k] >= expected[k] for k in now):
+            return now
+        if stop.is_set() or time.monotonic() > give_up:
+            progress.console.print("[red]not every planned outcome arrived in time[/red]")
+            return now
+        for line in stack.supervise() if stack else ():
+            progress.console.print(line, soft_wrap=True, markup=False, highlight=False)
+        await asyncio.sleep(poll)  # polling queue depths for the progress bar
+
+
+def _check(figures: dict[str, Any], expected: dict[str, int]) -> None:
+    mismatched = [k for k in expected if k != "requests" and figures[k] != expected[k]]
+    if mismatched:
+        raise MQGatherError(f"the counts differ from the plan for: {', '.join(mismatched)}")
 
 
 @click.command()
@@ -75,7 +152,12 @@ def dev(mq: str, config_path: str | None, temporal_port: int, ui_port: int) -> N
     with open_transport(mq) as qm:
         setup_queues(qm, config)
     console = Console(stderr=True)
-    stack = DevStack(mq=mq, config=config_path, temporal_port=temporal_port, ui_port=ui_port)
+    # "Late" legs of `mqgather drive` are answered after the longest timeout, as in the demo.
+    late_after = max((_late_after(spec) for spec in config.aggregates.values()), default=5.0)
+    stack = DevStack(
+        mq=mq, config=config_path, temporal_port=temporal_port, ui_port=ui_port,
+        backends_args=["--late-after", str(late_after)],
+    )  # fmt: skip
 
     async def main(stop: asyncio.Event) -> None:
         client = await ensure_server(stack, lambda line: console.print(line, soft_wrap=True))
@@ -83,13 +165,7 @@ def dev(mq: str, config_path: str | None, temporal_port: int, ui_port: int) -> N
         stack.start_children()
         click.echo(f"mqgather dev stack up. Temporal UI: {stack.ui_url}", err=True)
         click.echo(f"MQ: {mq}; logs in {stack.state_dir}/; Ctrl-C stops everything", err=True)
-        while not stop.is_set():
-            for line in stack.supervise():
-                click.echo(line, err=True)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=1.0)
-            except TimeoutError:
-                continue
+        await _until_stopped(stack, stop, console)
 
     try:
         run(main)
@@ -107,6 +183,11 @@ def dev(mq: str, config_path: str | None, temporal_port: int, ui_port: int) -> N
 @click.option("--port", "temporal_port", default=7233, show_default=True, help="Temporal port.")
 @click.option("--ui-port", default=8233, show_default=True, help="Temporal web UI port.")
 @click.option("--state-dir", default=STATE_DIR, show_default=True, help="Files of the demo.")
+@click.option(
+    "--keep-ui",
+    is_flag=True,
+    help="After the summary, keep the stack and the Temporal web UI up until Ctrl-C.",
+)
 def demo(
     config_path: str | None,
     n: int,
@@ -116,6 +197,7 @@ def demo(
     temporal_port: int,
     ui_port: int,
     state_dir: str,
+    keep_ui: bool,
 ) -> None:
     """The demo: start the dev stack, drive N requests with some dropped, late and duplicate
     replies (plus a few unknown and poison ones), and print what happened to every one."""
@@ -132,7 +214,7 @@ def demo(
     mq = f"local:{qm_file}"
     with open_transport(mq) as qm:
         setup_queues(qm, config)
-    late_after = spec.timeout_seconds + 2.0
+    late_after = _late_after(spec)
     stack = DevStack(
         mq=mq, config=config_path, state_dir=state, temporal_port=temporal_port, ui_port=ui_port,
         backends_args=["--aggregate", name, "--late-after", str(late_after)],
@@ -149,32 +231,20 @@ def demo(
         stack.start_children()
         qm = open_transport(mq)
         try:
-            with Progress(
-                TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=console,
-            ) as progress:  # fmt: skip
+            with _progress(console) as progress:
                 ready = progress.add_task("starting the stack", total=None)
                 put_strays(qm, spec, unknown, poison)
                 await until_ready(client, qm, spec, stop)
                 progress.remove_task(ready)
                 sent_bar = progress.add_task("requests sent", total=n)
-                done_bar = progress.add_task("gathers finished", total=n)
                 sent = await do_drive(
                     client, qm, spec, plans, rate=rate,
                     on_sent=lambda i: progress.update(sent_bar, completed=i),
                 )  # fmt: skip
-                limit = time.monotonic() + late_after + spec.unknown_timeout_seconds + 60
-                while True:
-                    now = counts(qm, spec)
-                    progress.update(done_bar, completed=now["completed"] + now["timed_out"])
-                    if all(now[k] >= expected[k] for k in now):
-                        break
-                    if stop.is_set() or time.monotonic() > limit:
-                        console.print("[red]the demo did not finish in time[/red]")
-                        break
-                    for line in stack.supervise():
-                        console.print(line)
-                    await asyncio.sleep(0.25)  # polling queue depths for the progress bar
+                now = await _follow(
+                    progress, lambda: counts(qm, spec), expected, stop,
+                    limit=late_after + spec.unknown_timeout_seconds + 60, poll=0.25, stack=stack,
+                )  # fmt: skip
             took = latencies(qm, spec, sent)
         finally:
             qm.close()
@@ -186,30 +256,52 @@ def demo(
 
     try:
         figures = run(main)
+        _summary(figures, expected, title="mqgather demo")
+        _closing_line(stack.ui_url, keep_ui)
+        if as_json:
+            click.echo(json.dumps(figures))
+        if keep_ui:
+            run(lambda stop: _until_stopped(stack, stop, console))
     finally:
         stack.stop()
-    _summary(figures, expected, stack.ui_url)
-    if as_json:
-        click.echo(json.dumps(figures))
-    mismatched = [k for k in expected if k != "requests" and figures[k] != expected[k]]
-    if mismatched:
-        raise MQGatherError(f"the demo's counts differ from the plan for: {', '.join(mismatched)}")
+    _check(figures, expected)
 
 
-def _summary(figures: dict[str, Any], expected: dict[str, int], ui_url: str) -> None:
-    table = Table(title="mqgather demo")
+async def _until_stopped(stack: DevStack, stop: asyncio.Event, console: Console) -> None:
+    """Supervise the stack until Ctrl-C."""
+    while not stop.is_set():
+        for line in stack.supervise():
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+
+def _summary(figures: dict[str, Any], expected: dict[str, int], title: str) -> None:
+    """Each outcome's count beside the plan (✗ where they differ), and the latencies."""
+    table = Table(title=title)
     table.add_column("")
     table.add_column("count", justify="right")
     table.add_column("planned", justify="right")
     for key in ("requests", "completed", "timed_out", "late", "unknown", "duplicates", "failures"):
         mark = "" if figures[key] == expected[key] else " ✗"
         table.add_row(key.replace("_", " "), str(figures[key]), f"{expected[key]}{mark}")
-    lat = figures["latency_ms"]
-    table.add_row("latency p50/p95/p99", f"{lat['p50']}/{lat['p95']}/{lat['p99']} ms", "")
+    lat = figures.get("latency_ms")
+    if lat:
+        table.add_row("latency p50/p95/p99", f"{lat['p50']}/{lat['p95']}/{lat['p99']} ms", "")
+    Console(file=sys.stdout).print(table)
+
+
+def _closing_line(ui_url: str, keep_ui: bool) -> None:
     console = Console(file=sys.stdout)
-    console.print(table)
-    console.print(f"Every gather's history: {ui_url}", soft_wrap=True)
-    console.print("(the UI is up while `mqgather dev` runs)")
+    if keep_ui:
+        console.print(f"Every gather's history: {ui_url} (Ctrl-C stops the stack)", soft_wrap=True)
+    else:
+        console.print(
+            "The stack has stopped. To browse these gathers in the Temporal web UI, run "
+            f"`mqgather dev` (it keeps the demo's history) or `mqgather demo --keep-ui`, "
+            f"then open {ui_url}",
+            soft_wrap=True,
+        )
 
 
 COMMANDS = [dev, demo, drive]

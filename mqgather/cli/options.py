@@ -10,9 +10,10 @@ from typing import Any, TypeVar
 
 import click
 
-from bridge.mq.connect import open_transport
+from bridge.mq.connect import check_mq_url, open_transport
 from bridge.mq.transport import Transport
 from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_MQ
+from mqgather.errors import ConfigError
 from mqgather.names import ENV_CONFIG, ENV_DEPLOYMENT, ENV_MQ, TASK_QUEUE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -20,6 +21,17 @@ T = TypeVar("T")
 
 #: The aggregate commands use when none is named: the demo's.
 DEFAULT_AGGREGATE = "orders"
+
+
+def _checked_mq(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Reject a bad queue manager URL at once, naming where it came from."""
+    came_from = ctx.get_parameter_source(param.name or "mq")
+    source = ENV_MQ if came_from is click.core.ParameterSource.ENVIRONMENT else "--mq"
+    try:
+        check_mq_url(value, source)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    return value
 
 
 def mq_option(fn: F) -> F:
@@ -31,6 +43,7 @@ def mq_option(fn: F) -> F:
         default=DEFAULT_MQ,
         show_default=True,
         metavar="URL",
+        callback=_checked_mq,
         help="Queue manager: local:PATH (embedded) or ibmmq://QMGR@host(port)/CHANNEL "
         f"[env {ENV_MQ}].",
     )(fn)

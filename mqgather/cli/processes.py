@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 
 import click
 from temporalio.client import Client
-from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
 from bridge.mq.connect import open_transport
@@ -35,6 +34,7 @@ from mqgather.runtime.temporal import (
     connect_config,
     count_open_gathers,
     ensure_search_attributes,
+    process_runtime,
 )
 from mqgather.runtime.waiting import until_reachable
 
@@ -84,9 +84,12 @@ async def _count_open_gathers(client: Client, stop: asyncio.Event) -> None:
 
 
 async def _reach(
-    mq: str, stop: asyncio.Event, fail_fast: bool, runtime: Runtime | None = None
+    mq: str, stop: asyncio.Event, fail_fast: bool, endpoint: MetricsEndpoint | None
 ) -> Client | None:
-    """Temporal and the queue manager, waited for; None when stopped while waiting."""
+    """Temporal and the queue manager, waited for; None when stopped while waiting. The
+    client's runtime sends the SDK's logs to Python logging, and its metrics to
+    ``endpoint`` if given."""
+    runtime = process_runtime(endpoint.sdk_address if endpoint else None)
 
     def probe() -> bool:
         open_transport(mq).close()
@@ -154,7 +157,7 @@ def worker(
     endpoint = _metrics("mqgather-worker", metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
-        client = await _reach(mq, stop, fail_fast, endpoint.runtime() if endpoint else None)
+        client = await _reach(mq, stop, fail_fast, endpoint)
         if client is None:
             return
         await ensure_search_attributes(client)
@@ -205,7 +208,7 @@ def bridge(
     endpoint = _metrics("mqgather-bridge", metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
-        client = await _reach(mq, stop, fail_fast, endpoint.runtime() if endpoint else None)
+        client = await _reach(mq, stop, fail_fast, endpoint)
         if client is None:
             return
         b = InboundBridge(

@@ -109,8 +109,8 @@ def _free_loopback_port() -> int:
 
 
 class MetricsEndpoint:
-    """One process's ``/metrics``: install :attr:`reader` in the meter provider and pass
-    :meth:`runtime` to the Temporal client, then :meth:`start`."""
+    """One process's ``/metrics``: install :attr:`reader` in the meter provider, let the
+    Temporal runtime serve the SDK's metrics at :attr:`sdk_address`, then :meth:`start`."""
 
     def __init__(self, port: int, host: str = "0.0.0.0") -> None:
         self.port = port
@@ -118,14 +118,6 @@ class MetricsEndpoint:
         self.reader = InMemoryMetricReader()
         self.sdk_address = f"127.0.0.1:{_free_loopback_port()}"
         self._server: ThreadingHTTPServer | None = None
-
-    def runtime(self) -> Any:
-        """A Temporal runtime whose SDK metrics this endpoint includes."""
-        from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-
-        return Runtime(
-            telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=self.sdk_address))
-        )
 
     def text(self) -> str:
         """Everything one scrape returns."""

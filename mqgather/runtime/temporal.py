@@ -7,6 +7,7 @@ client goes to the embedded dev server on localhost:7233.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -23,7 +24,14 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
-from temporalio.runtime import Runtime
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    PrometheusConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 from temporalio.service import RPCError
 
 from mqgather.errors import ConfigError, MQGatherError
@@ -40,6 +48,23 @@ _CLI_TYPES = {
     SearchAttributeIndexedValueType.KEYWORD_LIST: "KeywordList",
     SearchAttributeIndexedValueType.DATETIME: "Datetime",
 }
+
+
+def process_runtime(prometheus_address: str | None = None) -> Runtime:
+    """The Temporal runtime of a long-running process.
+
+    The SDK core's own warnings go through Python logging (logger ``temporalio.core``),
+    so they land in the process's log in its format, without terminal escape codes.
+
+    Args:
+        prometheus_address: where the SDK serves its own metrics (host:port), or None.
+    """
+    logging_config = LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+        forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
+    )
+    metrics = PrometheusConfig(bind_address=prometheus_address) if prometheus_address else None
+    return Runtime(telemetry=TelemetryConfig(logging=logging_config, metrics=metrics))
 
 
 class TemporalUnavailable(MQGatherError):

@@ -92,6 +92,16 @@ def counts(qm: Transport, spec: AggregateSpec) -> dict[str, int]:
     return out
 
 
+def counts_for(qm: Transport, spec: AggregateSpec, correl_ids: set[bytes]) -> dict[str, int]:
+    """How many messages of these CorrelIds each destination of the aggregate holds now
+    (a long-running stack's queues also hold earlier runs' messages)."""
+    out = {}
+    for key, kind in COUNTED.items():
+        queue = queue_for(spec, kind)
+        out[key] = sum(1 for m in qm.browse(queue) if m.correl_id in correl_ids) if queue else 0
+    return out
+
+
 def latencies(qm: Transport, spec: AggregateSpec, sent: dict[bytes, datetime]) -> list[float]:
     """Milliseconds from each request's scatter to its response's PutDateTime."""
     out = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,12 @@ def tethered() -> list[str]:
     return [sys.executable, "-m", "workers.demo.tether", str(os.getpid())]
 
 
+#: A log line the dev console repeats: a warning or worse, or a traceback.
+_NOTABLE = re.compile(r" (WARNING|ERROR|CRITICAL) |^Traceback ")
+#: Longest line repeated on the console; the log file keeps it whole.
+_CONSOLE_LINE = 400
+
+
 @dataclass
 class Child:
     """One supervised process."""
@@ -37,6 +44,22 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     log: Path | None = None
+    read_to: int = 0
+
+    def notable_lines(self) -> list[str]:
+        """The warnings, errors and tracebacks its log gained since the last call."""
+        if self.log is None:
+            return []
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self.read_to)
+                data = f.read()
+        except OSError:
+            return []
+        complete = data.rfind(b"\n") + 1  # a line still being written waits for next time
+        self.read_to += complete
+        lines = data[:complete].decode("utf-8", errors="replace").splitlines()
+        return [f"[{self.name}] {line[:_CONSOLE_LINE]}" for line in lines if _NOTABLE.search(line)]
 
 
 @dataclass
@@ -106,7 +129,9 @@ class DevStack:
             ("bridge", [*me, "bridge", "--mq", self.mq]),
             ("backends", [*me, "backends", "--mq", self.mq, *self.backends_args]),
         ):
-            child = Child(name, args, log=self.state_dir / f"{name}.log")
+            log = self.state_dir / f"{name}.log"
+            # Earlier runs' lines stay in the file but are not repeated on the console.
+            child = Child(name, args, log=log, read_to=log.stat().st_size if log.exists() else 0)
             self._spawn(child)
             self.children.append(child)
 
@@ -120,9 +145,11 @@ class DevStack:
         )  # fmt: skip
 
     def supervise(self) -> list[str]:
-        """Restart any child that died; returns what was restarted."""
+        """Restart any child that died; returns what was restarted, and the warnings and
+        errors the children logged since the last call."""
         restarted = []
         for child in self.children:
+            restarted += child.notable_lines()
             if child.process is not None and child.process.poll() is not None:
                 child.restarts += 1
                 restarted.append(f"{child.name} exited with {child.process.returncode}; restarted")

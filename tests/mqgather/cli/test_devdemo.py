@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import QueueAttributes
 from tests.harness import free_port, processes_mentioning
 
 
@@ -24,9 +27,39 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"{what} did not happen within {timeout}s")
 
 
-@pytest.mark.timeout(240)
+#: The demo aggregate with a short timeout, so planned drops and late legs end quickly.
+SHORT_TIMEOUT_CONFIG = """
+[aggregates.orders]
+legs = [{name = "CREDIT", sequence = 10}, {name = "STOCK", sequence = 20},
+        {name = "TAX", sequence = 30}]
+timeout_seconds = 3
+"""
+
+
+class _Lines:
+    """A process's output, read in the background so a test can wait for a line."""
+
+    def __init__(self, stream) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for raw in iter(stream.readline, b""):
+            self.lines.append(raw.decode(errors="replace"))
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        return _wait_for(
+            lambda: next((line for line in self.lines if text in line), None),
+            timeout,
+            f"{text!r} in the dev console ({''.join(self.lines)[-2000:]})",
+        )
+
+
+@pytest.mark.timeout(300)
 def test_dev_runs_supervises_and_stops_everything(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))}
+    (tmp_path / "mqgather.toml").write_text(SHORT_TIMEOUT_CONFIG)
     port = free_port()
     qm = tmp_path / ".mqgather" / "qm.db"
     cmd = [sys.executable, "-m", "mqgather.cli"]
@@ -34,21 +67,38 @@ def test_dev_runs_supervises_and_stops_everything(tmp_path):
         [*cmd, "dev", "--port", str(port), "--ui-port", str(free_port())],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    lines: list[str] = []
     try:
-        assert dev.stdout is not None
-        while not any("dev stack up" in line for line in lines):
-            line = dev.stdout.readline().decode()
-            assert line, "mqgather dev exited: " + "".join(lines)
-            lines.append(line)
-        assert any("Temporal UI: http://localhost:" in line for line in lines)
+        console = _Lines(dev.stdout)
+        console.wait_for("dev stack up", 120)
+        console.wait_for("Temporal UI: http://localhost:", 1)
         client_env = dict(env, TEMPORAL_ADDRESS=f"localhost:{port}")
+        # drive: progress while it runs, then every outcome beside the plan.
+        driven = subprocess.run(
+            [*cmd, "drive", "--requests", "20", "--rate", "40", "--drop-rate", "0.1",
+             "--late-rate", "0.1", "--duplicate-rate", "0.1"],
+            cwd=tmp_path, env=client_env, capture_output=True, timeout=120,
+        )  # fmt: skip
+        report = driven.stdout.decode()
+        assert driven.returncode == 0, driven.stderr.decode() + report
+        assert "requests sent" in driven.stderr.decode()
+        for outcome, count in (("completed", 16), ("timed out", 4), ("late", 2),
+                               ("duplicates", 2)):  # fmt: skip
+            assert re.search(rf"{outcome}\s*│\s*{count}\s*│\s*{count}\s*│", report), report
+        assert "✗" not in report
+        # A failing PUT: its MQ reason shows on the dev console.
+        with LocalQueueManager(qm) as q:
+            full = q.inquire("ORDER.RESPONSE").curdepth
+            q.define(QueueAttributes(name="ORDER.RESPONSE", maxdepth=full), replace=True)
         out = subprocess.run(
             [*cmd, "scatter", "--aggregate", "orders"], cwd=tmp_path, env=client_env,
             capture_output=True, timeout=60,
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         correl = out.stdout.decode().split()[0]
+        warned = console.wait_for("MQRC_Q_FULL", 60)
+        assert warned.startswith("[worker]") and "PUT of the response" in warned
+        with LocalQueueManager(qm) as q:
+            q.define(QueueAttributes(name="ORDER.RESPONSE", maxdepth=100_000), replace=True)
 
         def response():
             with LocalQueueManager(qm) as q:
@@ -64,6 +114,8 @@ def test_dev_runs_supervises_and_stops_everything(tmp_path):
         dev.wait(60)
     assert dev.returncode == 0
     assert processes_mentioning(str(tmp_path)) == []
+    for log in (tmp_path / ".mqgather").glob("*.log"):
+        assert b"\x1b[" not in log.read_bytes(), f"terminal escape codes in {log}"
 
 
 def _pids(text: str, role: str) -> list[int]:

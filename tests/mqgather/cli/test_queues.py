@@ -135,13 +135,28 @@ def test_unwritable_database_is_a_one_line_error(tmp_path):
 @pytest.mark.parametrize(
     ("url", "fragment"),
     [
-        ("bogus:thing", "MQGATHER_MQ"),
+        ("bogus:thing", "--mq"),
         ("ibmmq://QM1@host-without-port/CH", "host(port)"),
         ("local:", "local:"),
     ],
 )
 def test_bad_connection_string_is_a_one_line_error(tmp_path, url, fragment):
     _assert_one_line_error(run(["queues", "list", "--mq", url], tmp_path), fragment)
+
+
+def test_a_bad_url_error_names_where_it_came_from(tmp_path):
+    _assert_one_line_error(run(["queues", "list"], tmp_path, mq="bogus:thing"), "MQGATHER_MQ")
+    result = run(["queues", "list", "--mq", "ibmmq://QM1@h(1)/CH?pasword=x"], tmp_path)
+    _assert_one_line_error(result, "--mq", "pasword")
+
+
+def test_a_local_file_in_a_missing_directory_is_an_error(tmp_path):
+    url = f"local:{tmp_path}/no/such/dir/qm.db"
+    _assert_one_line_error(run(["queues", "list", "--mq", url], tmp_path), "--mq", "does not exist")
+    assert not (tmp_path / "no").exists()
+    # mqgather's own state directory is still created on demand.
+    assert run(["queues", "list", "--mq", "local:.mqgather/qm.db"], tmp_path).returncode == 0
+    assert (tmp_path / ".mqgather" / "qm.db").exists()
 
 
 def test_bad_property_and_id_are_one_line_errors(tmp_path):
