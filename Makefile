@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 PACKAGES := mqgather bridge workflows activities workers analytics
 
-.PHONY: demo test lint typecheck unit bench bytecode install clean histories
+.PHONY: demo test lint typecheck unit bench bytecode install clean histories browser
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,16 @@ unit: bytecode
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
+
+# Chromium for the browser tests, from the distribution's packages (needs root); without
+# it those tests skip and say why.
+browser:
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; } || \
+		echo "could not install chromium: the browser tests will skip"; \
+	else echo "no chromium and no root to install it: the browser tests will skip"; fi
 
 bench: bytecode
 	$(BIN)/python -m bench.mq_throughput

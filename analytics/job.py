@@ -19,14 +19,18 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from analytics.advisor import timeout_advice
 from analytics.histories import collect
-from analytics.report import charts, html_report
+from analytics.report import ReportData, charts, html_report, percent, when
 from analytics.transforms import (
     CORRUPT,
     RAW_SCHEMA,
+    aggregate_summary,
     dedupe_histories,
     gather_facts,
     leg_trends,
+    outcome_counts,
+    pick_window,
     trends,
 )
 
@@ -93,10 +97,14 @@ def analyze(
     inputs: list[Path],
     out: Path,
     *,
-    window: str = "1 hour",
+    window: str | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Analysis:
-    """Run the whole job; returns the summary printed at the end."""
+    """Run the whole job; returns the summary printed at the end.
+
+    Args:
+        window: the trend window (e.g. "15 minutes"); None picks one from the data's span.
+    """
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     staging = out / "_staging"
@@ -112,14 +120,11 @@ def analyze(
     facts.write.mode("overwrite").parquet(str(facts_dir))
     facts_done = time.perf_counter()
     progress("trends")
-    trend_df: pd.DataFrame = trends(facts, window).toPandas()
-    leg_df: pd.DataFrame = leg_trends(facts, window).toPandas()
-    trend_df.to_csv(out / "trends.csv", index=False)
-    leg_df.to_csv(out / "leg_trends.csv", index=False)
     totals = facts.agg(
         F.count("*").alias("gathers"),
-        F.sum((F.col("outcome") == "COMPLETE").cast("long")).alias("completed"),
-        F.sum((F.col("outcome") == "TIMEOUT").cast("long")).alias("timed_out"),
+        F.min("start_time").alias("first_start"),
+        F.min("end_time").alias("first_end"),
+        F.max("end_time").alias("last_end"),
         F.expr(
             "percentile(CASE WHEN outcome = 'COMPLETE' THEN completion_ms END, "
             "array(0.5, 0.95, 0.99))"
@@ -130,19 +135,39 @@ def analyze(
         F.sum("events").alias("events"),
     ).first()
     assert totals is not None
+    picked = window is None
+    if window is None:
+        span = (
+            (totals["last_end"] - totals["first_end"]).total_seconds() if totals["last_end"] else 0
+        )
+        window = pick_window(span)
+    trend_df: pd.DataFrame = trends(facts, window).toPandas()
+    leg_df: pd.DataFrame = leg_trends(facts, window).toPandas()
+    advice_df: pd.DataFrame = timeout_advice(facts).toPandas()
+    per_aggregate: pd.DataFrame = aggregate_summary(facts).toPandas()
+    outcome_df: pd.DataFrame = outcome_counts(facts).toPandas()
+    trend_df.to_csv(out / "trends.csv", index=False)
+    leg_df.to_csv(out / "leg_trends.csv", index=False)
+    advice_df.to_csv(out / "advice.csv", index=False)
+    outcomes = {str(k): int(v) for k, v in outcome_df.groupby("outcome")["count"].sum().items()}
     missed = (
         facts.select(F.explode("legs_missing").alias("leg")).groupBy("leg").count()
         .orderBy(F.desc("count"), "leg").first()
     )  # fmt: skip
     trends_done = time.perf_counter()
-    seconds = trends_done - started
     gathers = int(totals["gathers"] or 0)
+    timed_out = outcomes.get("TIMEOUT", 0)
     p = totals["p"] or [None, None, None]
     summary: dict[str, Any] = {
         "gathers": gathers,
-        "completed": int(totals["completed"] or 0),
-        "timed_out": int(totals["timed_out"] or 0),
-        "timeout_rate": (int(totals["timed_out"] or 0) / gathers) if gathers else 0.0,
+        "completed": outcomes.get("COMPLETE", 0),
+        "timed_out": timed_out,
+        "timeout_rate": (timed_out / gathers) if gathers else 0.0,
+        "outcomes": outcomes,
+        "first_start": totals["first_start"],
+        "last_end": totals["last_end"],
+        "window": window,
+        "window_picked": picked,
         "p50_ms": p[0],
         "p95_ms": p[1],
         "p99_ms": p[2],
@@ -150,17 +175,24 @@ def analyze(
         "duplicates": int(totals["duplicates"] or 0),
         "unknown": int(totals["unknown"] or 0),
         "most_missed_leg": missed["leg"] if missed else "",
+        "most_missed_by_aggregate": {
+            str(r["aggregate"]): str(r["most_missed_leg"] or "")
+            for r in per_aggregate.to_dict("records")
+        },
         "events": int(totals["events"] or 0),
-        "seconds": round(seconds, 2),
+        "seconds": round(trends_done - started, 2),
         "skipped_files": len(skipped),
         "duplicate_histories_dropped": found.duplicates_dropped,
     }
     progress("charts and report")
     images = charts(trend_df, leg_df, out / "charts")
-    report = html_report(summary, trend_df, leg_df, images, out / "report.html")
+    data = ReportData(summary, per_aggregate, outcome_df, trend_df, leg_df, advice_df)
+    report = html_report(data, images, out / "report.html")
     shutil.rmtree(staging, ignore_errors=True)
     facts.unpersist()
-    files = [facts_dir, out / "trends.csv", out / "leg_trends.csv", *images, report]
+    pictures = [p for paths in images.values() for p in paths]
+    files = [facts_dir, *(out / n for n in ("trends.csv", "leg_trends.csv", "advice.csv")),
+             *pictures, report]  # fmt: skip
     timings = {
         "facts": facts_done - started,
         "trends": trends_done - facts_done,
@@ -172,20 +204,29 @@ def analyze(
 def format_summary(result: Analysis) -> str:
     """The short summary printed at the end of a run."""
     s = result.summary
+    gathers = s["gathers"]
+    shares = ", ".join(
+        f"{n} {outcome.lower()} ({percent(n, gathers)})" for outcome, n in s["outcomes"].items()
+    )
     lines = [
-        f"{s['gathers']} gathers: {s['completed']} completed, {s['timed_out']} timed out "
+        f"{gathers} gathers from {when(s['first_start'])} to {when(s['last_end'])} "
+        f"(trend window {s['window']})",
+        f"{gathers} gathers: {s['completed']} completed, {s['timed_out']} timed out "
         f"({100 * s['timeout_rate']:.1f} %)",
+        f"outcomes: {shares}",
         "completion latency p50/p95/p99: "
         + "/".join("-" if s[k] is None else f"{s[k]:.0f}" for k in ("p50_ms", "p95_ms", "p99_ms"))
         + " ms",
-        f"late {s['late']}, duplicates {s['duplicates']}, unknown {s['unknown']}; "
-        f"most-missed leg: {s['most_missed_leg'] or 'none'}",
+        f"late {s['late']}, duplicates {s['duplicates']}, unknown {s['unknown']}",
+        "most-missed leg: "
+        + (", ".join(f"{agg}: {leg}" for agg, leg in s["most_missed_by_aggregate"].items() if leg)
+           or "none"),
         f"{s['events']} history events in {s['seconds']} s",
-    ]
+    ]  # fmt: skip
     for name, reason in result.skipped.items():
         lines.append(f"skipped {name}: {reason}")
     lines.append(f"written to {result.out}: facts/ (Parquet), trends.csv, leg_trends.csv, "
-                 "charts/*.png, report.html")  # fmt: skip
+                 "advice.csv, charts/*.png, report.html")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -194,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Mine gather histories for trends.")
     parser.add_argument("inputs", nargs="+", type=Path, help="history files or directories")
     parser.add_argument("--out", type=Path, default=Path("analytics-out"))
-    parser.add_argument("--window", default="1 hour")
+    parser.add_argument("--window", default=None, help="default: picked from the data's span")
     parser.add_argument("--master", default=None, help="default: spark-submit's, or local[*]")
     ns = parser.parse_args(argv)
     spark = spark_session(ns.master)

@@ -1,9 +1,16 @@
-"""Charts (PNG) and one self-contained HTML report, drawn from the same tables as the CSVs."""
+"""Charts (PNG) and one self-contained HTML report, drawn from the same tables as the CSVs.
+
+The report has a section per aggregate: its outcomes, latencies, most-missed leg, its
+trend charts and the timeout advisor. The CSV tables follow at the end, as written.
+"""
 
 from __future__ import annotations
 
 import base64
 import html
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +21,21 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import pandas as pd
+
+from analytics.advisor import TARGETS, WHOLE_GATHER, target_column
+from analytics.transforms import OUTCOMES
+
+
+@dataclass
+class ReportData:
+    """What the report shows, as the job computed it."""
+
+    summary: dict[str, Any]
+    aggregates: pd.DataFrame
+    outcomes: pd.DataFrame
+    trends: pd.DataFrame
+    legs: pd.DataFrame
+    advice: pd.DataFrame
 
 
 def _time_axis(ax: Any, times: pd.Series) -> None:
@@ -34,49 +56,50 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def charts(trends: pd.DataFrame, legs: pd.DataFrame, out: Path) -> list[Path]:
-    """timeout_rate.png, latency.png and leg_latency.png under ``out``."""
+def _file_stem(aggregate: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", aggregate) or "_"
+
+
+def charts(trends: pd.DataFrame, legs: pd.DataFrame, out: Path) -> dict[str, list[Path]]:
+    """Per aggregate, ``<aggregate>-trends.png`` (timeout rate in %, p50/p95 latency, and
+    p99 on its own axis so an outlier does not flatten the others) and
+    ``<aggregate>-legs.png`` (p95 arrival latency per leg), under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    made = []
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    made: dict[str, list[Path]] = {}
     for name, rows in trends.groupby("aggregate"):
-        ax.plot(rows["window_start"], 100 * rows["timeout_rate"], marker="o", label=str(name))
-    _time_axis(ax, trends["window_start"])
-    ax.set_title("Timeout rate per window")
-    ax.set_ylabel("% of gathers timed out")
-    ax.legend(loc="best")
-    made.append(_save(fig, out / "timeout_rate.png"))
-
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    for name, rows in trends.groupby("aggregate"):
-        for column, style in (("p50_ms", "-"), ("p95_ms", "--"), ("p99_ms", ":")):
-            ax.plot(rows["window_start"], rows[column], style, marker="o",
-                    label=f"{name} {column[:3]}")  # fmt: skip
-    _time_axis(ax, trends["window_start"])
-    ax.set_title("Completion latency of completed gathers")
-    ax.set_ylabel("ms")
-    ax.legend(loc="best", fontsize="small")
-    made.append(_save(fig, out / "latency.png"))
-
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    for (name, leg), rows in legs.groupby(["aggregate", "leg"]):
-        ax.plot(rows["window_start"], rows["p95_ms"], marker="o", label=f"{name} {leg}")
-    _time_axis(ax, legs["window_start"])
-    ax.set_title("Per-leg p95 arrival latency (ms after the gather started)")
-    ax.set_ylabel("ms")
-    ax.legend(loc="best", fontsize="small")
-    made.append(_save(fig, out / "leg_latency.png"))
+        aggregate = str(name)
+        fig, (rate_ax, lat_ax, p99_ax) = plt.subplots(3, 1, figsize=(8, 7.5), sharex=True)
+        marker = "o" if len(rows) < 60 else None
+        rate_ax.plot(rows["window_start"], 100 * rows["timeout_rate"], marker=marker)
+        rate_ax.set_title(f"{aggregate}: timeout rate per window")
+        rate_ax.set_ylabel("% timed out")
+        rate_ax.set_ylim(bottom=0)
+        for column, style in (("p50_ms", "-"), ("p95_ms", "--")):
+            lat_ax.plot(rows["window_start"], rows[column], style, marker=marker,
+                        label=column[:3])  # fmt: skip
+        lat_ax.set_title("completion latency of completed gathers")
+        lat_ax.set_ylabel("ms")
+        lat_ax.set_ylim(bottom=0)
+        lat_ax.legend(loc="best", fontsize="small")
+        p99_ax.plot(rows["window_start"], rows["p99_ms"], ":", marker=marker, color="tab:red")
+        p99_ax.set_title("p99 completion latency (own axis)")
+        p99_ax.set_ylabel("ms")
+        p99_ax.set_ylim(bottom=0)
+        _time_axis(p99_ax, rows["window_start"])
+        stem = _file_stem(aggregate)
+        made[aggregate] = [_save(fig, out / f"{stem}-trends.png")]
+        leg_rows = legs[legs["aggregate"] == name]
+        if not leg_rows.empty:
+            fig, ax = plt.subplots(figsize=(8, 3.2))
+            for leg, per_leg in leg_rows.groupby("leg"):
+                ax.plot(per_leg["window_start"], per_leg["p95_ms"], marker=marker, label=str(leg))
+            _time_axis(ax, leg_rows["window_start"])
+            ax.set_title(f"{aggregate}: p95 arrival latency per leg (ms after the start)")
+            ax.set_ylabel("ms")
+            ax.set_ylim(bottom=0)
+            ax.legend(loc="best", fontsize="small")
+            made[aggregate].append(_save(fig, out / f"{stem}-legs.png"))
     return made
-
-
-def _table(frame: pd.DataFrame, table_id: str) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    rows = []
-    for record in frame.itertuples(index=False):
-        cells = "".join(f"<td>{html.escape(_cell(v))}</td>" for v in record)
-        rows.append(f"<tr>{cells}</tr>")
-    body = "".join(rows)
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _cell(value: Any) -> str:
@@ -87,40 +110,199 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def html_report(
-    summary: dict[str, Any],
-    trends: pd.DataFrame,
-    legs: pd.DataFrame,
-    images: list[Path],
-    path: Path,
-) -> Path:
-    """One HTML file with the summary, the charts (embedded) and both tables."""
-    pictures = "".join(
-        f'<figure><img alt="{p.stem}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.read_bytes()).decode()}"/></figure>'
-        for p in images
+def _rows(table_id: str, header: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
+    """A table of text cells."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
     )
-    facts = "".join(
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(_cell(v))}</td></tr>"
-        for k, v in summary.items()
-        if not isinstance(v, dict | list)
+    table = f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+    return f'<table id="{html.escape(table_id)}">{table}</table>'
+
+
+def _table(frame: pd.DataFrame, table_id: str) -> str:
+    """A table of raw values, as in the CSV files."""
+    cells = ([_cell(v) for v in record] for record in frame.itertuples(index=False))
+    return _rows(table_id, (str(c) for c in frame.columns), cells)
+
+
+def percent(part: float, whole: float) -> str:
+    """``part`` of ``whole`` in percent, with a precision that shows small rates."""
+    if not whole:
+        return "-"
+    value = 100.0 * part / whole
+    return f"{value:.2f} %" if value < 10 else f"{value:.1f} %"
+
+
+def millis(value: Any) -> str:
+    """A latency in ms, or a dash when there is none."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    return f"{float(value):,.0f} ms"
+
+
+def when(value: Any) -> str:
+    """A timestamp to the second, in UTC."""
+    if value is None or pd.isna(value):
+        return "-"
+    return f"{pd.Timestamp(value):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _ordered_outcomes(present: Iterable[str]) -> list[str]:
+    extra = sorted(set(present) - set(OUTCOMES))
+    return [*OUTCOMES, *extra]
+
+
+def _outcome_table(aggregate: str, counts: dict[str, int], gathers: int) -> str:
+    rows = [
+        (outcome, str(counts.get(outcome, 0)), percent(counts.get(outcome, 0), gathers))
+        for outcome in _ordered_outcomes(counts)
+    ]
+    return _rows(f"outcomes-{aggregate}", ("outcome", "gathers", "share"), rows)
+
+
+def _advice_table(aggregate: str, advice: pd.DataFrame) -> str:
+    header = [
+        "leg",
+        "gathers",
+        "configured timeout",
+        "timeout rate at it",
+        *(f"timeout for ≤ {100 * r:g} %" for r in TARGETS),
+    ]
+    rows = []
+    for rec in advice.to_dict("records"):
+        configured = rec["configured_ms"]
+        advised = [
+            millis(rec[target_column(r)])
+            if not pd.isna(rec[target_column(r)])
+            else f"> {millis(configured)} (not observed)"
+            for r in TARGETS
+        ]
+        rows.append(
+            [
+                "whole gather" if rec["leg"] == WHOLE_GATHER else str(rec["leg"]),
+                str(rec["gathers"]),
+                millis(configured),
+                percent(rec["rate_at_configured"], 1.0),
+                *advised,
+            ]
+        )
+    return _rows(f"advice-{aggregate}", header, rows)
+
+
+def _image(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return (
+        f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"/></figure>'
     )
+
+
+def _section(aggregate: str, data: ReportData, images: list[Path]) -> str:
+    facts = data.aggregates[data.aggregates["aggregate"] == aggregate].iloc[0]
+    gathers = int(facts["gathers"])
+    outcomes = data.outcomes[data.outcomes["aggregate"] == aggregate]
+    counts = {str(r["outcome"]): int(r["count"]) for r in outcomes.to_dict("records")}
+    missed = str(facts["most_missed_leg"] or "")
+    missed_text = (
+        f"{missed}: missing in {int(facts['most_missed_count'])} gathers "
+        f"({percent(int(facts['most_missed_count']), gathers)})"
+        if missed
+        else "none (no leg was missing)"
+    )
+    key_facts = _rows(
+        f"facts-{aggregate}",
+        ("", ""),
+        [
+            ("gathers", str(gathers)),
+            ("from", when(facts["first_start"])),
+            ("to", when(facts["last_end"])),
+            ("completion latency p50 / p95 / p99",
+             " / ".join(millis(facts[k]) for k in ("p50_ms", "p95_ms", "p99_ms"))),
+            ("late / duplicate / unknown replies",
+             f"{int(facts['late'])} / {int(facts['duplicates'])} / {int(facts['unknown'])}"),
+            ("most-missed leg", missed_text),
+        ],
+    )  # fmt: skip
+    advice = data.advice[data.advice["aggregate"] == aggregate]
+    advisor = (
+        "<h3>Timeout advisor</h3>"
+        "<p>The timeout that would have kept the timeout rate under each target, on the "
+        "arrival latencies observed (from the gather's start to the leg's first arrival), "
+        "beside the configured one. Arrivals after the configured timeout are not observed, "
+        "so a target that needs more is shown as above it. Released and cancelled gathers "
+        "are not counted.</p>" + _advice_table(aggregate, advice)
+        if not advice.empty
+        else "<p>No completed or timed-out gathers to advise on.</p>"
+    )
+    return (
+        f'<section id="aggregate-{html.escape(aggregate)}"><h2>Aggregate '
+        f"{html.escape(aggregate)}</h2>"
+        f"{key_facts}<h3>Outcomes</h3>{_outcome_table(aggregate, counts, gathers)}"
+        f"{''.join(_image(p) for p in images)}{advisor}</section>"
+    )
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; max-width: 60rem; }
+table { border-collapse: collapse; margin: 0.75rem 0; font-size: 0.9rem; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; }
+th { background: #f3f3f3; }
+td:first-child { text-align: left; }
+section { border-top: 2px solid #888; margin-top: 2rem; }
+img { max-width: 100%; }
+.note { color: #555; font-size: 0.9rem; }
+"""
+
+
+def html_report(data: ReportData, images: dict[str, list[Path]], path: Path) -> Path:
+    """One HTML file that works offline: the data's range, a section per aggregate, the
+    CSV tables, and what the run read."""
+    s = data.summary
+    total = int(s["gathers"])
+    overview = _rows(
+        "summary",
+        ("", ""),
+        [
+            ("data from", when(s.get("first_start"))),
+            ("data to", when(s.get("last_end"))),
+            ("trend window", f"{s['window']}" + (" (picked from the data's span)"
+                                                 if s.get("window_picked") else "")),
+            ("gathers", str(total)),
+            *((outcome.lower(), f"{n} ({percent(n, total)})")
+              for outcome, n in s["outcomes"].items()),
+        ],
+    )  # fmt: skip
+    sections = "".join(
+        _section(str(name), data, images.get(str(name), []))
+        for name in data.aggregates["aggregate"]
+    )
+    run = _rows(
+        "run",
+        ("", ""),
+        [
+            ("history events read", str(s["events"])),
+            ("files skipped (corrupt or truncated)", str(s["skipped_files"])),
+            ("duplicate histories dropped", str(s["duplicate_histories_dropped"])),
+            ("job time", f"{s['seconds']} s"),
+        ],
+    )
+    title = f"mqgather: gathers from {when(s.get('first_start'))} to {when(s.get('last_end'))}"
     page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>mqgather analytics</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
-table {{ border-collapse: collapse; margin: 1rem 0; font-size: 0.9rem; }}
-th, td {{ border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; }}
-th {{ background: #f3f3f3; }}
-img {{ max-width: 100%; }}
-</style></head><body>
-<h1>mqgather: gather timeouts and latency</h1>
-<table id="summary">{facts}</table>
-{pictures}
-<h2>Trends per window</h2>
-{_table(trends, "trends")}
-<h2>Per-leg arrival latency</h2>
-{_table(legs, "leg_trends")}
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{_STYLE}</style></head><body>
+<h1>mqgather: gather outcomes, timeouts and latency</h1>
+{overview}
+{sections}
+<section id="tables"><h2>The CSV tables</h2>
+<p class="note">trends.csv, leg_trends.csv and advice.csv as written (rates as fractions).</p>
+<h3>Trends per window</h3>
+{_table(data.trends, "trends")}
+<h3>Per-leg arrival latency</h3>
+{_table(data.legs, "leg_trends")}
+<h3>Timeout advice</h3>
+{_table(data.advice, "advice")}
+</section>
+<section id="about"><h2>This run</h2>{run}</section>
 </body></html>
 """
     path.write_text(page)

@@ -54,7 +54,9 @@ RAW_SCHEMA = StructType(
 )
 
 # What the job reads of the workflow's payloads: projections of its own models.
-_INPUT = struct_of(GatherInput, {"aggregate": {"name": None}, "correl_id": None})
+_INPUT = struct_of(
+    GatherInput, {"aggregate": {"name": None, "timeout_seconds": None}, "correl_id": None}
+)
 _BATCH = struct_of(
     ReplyBatch, {"replies": {"leg": None, "leg_index": None, "message": {"msg_id": None}}}
 )
@@ -165,6 +167,7 @@ def gather_facts(histories: DataFrame) -> DataFrame:
             for c in ("duplicates", "redeliveries", "late", "unknown")
         ),
         "events",
+        (F.col("input.aggregate.timeout_seconds") * 1000.0).alias("timeout_ms"),
         # Every reply in arrival order, with the time of the signal that brought it.
         F.flatten(
             F.transform(
@@ -241,6 +244,7 @@ def gather_facts(histories: DataFrame) -> DataFrame:
         "late",
         "unknown",
         "events",
+        "timeout_ms",
     )
 
 
@@ -255,8 +259,8 @@ def _percentiles(column: str, qs: tuple[float, ...]) -> Column:
 
 def trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
     """Per time window (of gather end) and aggregate: gathers, completed, timed out,
-    timeout rate, exact p50/p95/p99 completion latency of completed gathers, late,
-    duplicate and unknown replies, and the most-missed leg."""
+    released, cancelled, failed, timeout rate, exact p50/p95/p99 completion latency of
+    completed gathers, late, duplicate and unknown replies, and the most-missed leg."""
     completed_ms = F.when(F.col("outcome") == "COMPLETE", F.col("completion_ms"))
     stats = (
         facts.withColumn("window_start", _window_start(window))
@@ -266,6 +270,9 @@ def trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
             F.count("*").alias("gathers"),
             F.sum((F.col("outcome") == "COMPLETE").cast("long")).alias("completed"),
             F.sum((F.col("outcome") == "TIMEOUT").cast("long")).alias("timed_out"),
+            F.sum((F.col("outcome") == "RELEASED").cast("long")).alias("released"),
+            F.sum((F.col("outcome") == "CANCELLED").cast("long")).alias("cancelled"),
+            F.sum((F.col("outcome") == "FAILED").cast("long")).alias("failed"),
             _percentiles("completed_ms", (0.5, 0.95, 0.99)).alias("p"),
             F.sum("late").alias("late"),
             F.sum("duplicates").alias("duplicates"),
@@ -277,6 +284,9 @@ def trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
             "gathers",
             "completed",
             "timed_out",
+            "released",
+            "cancelled",
+            "failed",
             (F.col("timed_out") / F.col("gathers")).alias("timeout_rate"),
             F.col("p")[0].alias("p50_ms"),
             F.col("p")[1].alias("p95_ms"),
@@ -333,4 +343,79 @@ def leg_trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
             F.col("p")[1].alias("p95_ms"),
         )
         .orderBy("window_start", "aggregate", "leg")
+    )
+
+
+#: Outcomes in the order the report lists them; others (TERMINATED...) follow.
+OUTCOMES = ("COMPLETE", "TIMEOUT", "RELEASED", "CANCELLED", "FAILED", "UNKNOWN")
+#: Trend windows the job picks from, shortest first.
+WINDOWS = (
+    ("1 minute", 60),
+    ("5 minutes", 300),
+    ("15 minutes", 900),
+    ("1 hour", 3600),
+    ("6 hours", 6 * 3600),
+    ("1 day", 86400),
+    ("1 week", 7 * 86400),
+)
+#: The most windows a trend should have when the job picks the window.
+MAX_WINDOWS = 48
+
+
+def pick_window(span_seconds: float) -> str:
+    """The shortest window that cuts ``span_seconds`` of data into at most
+    :data:`MAX_WINDOWS` windows (the longest one for a longer span)."""
+    for name, seconds in WINDOWS:
+        if span_seconds / seconds <= MAX_WINDOWS:
+            return name
+    return WINDOWS[-1][0]
+
+
+def outcome_counts(facts: DataFrame) -> DataFrame:
+    """Gathers per aggregate and outcome."""
+    return facts.groupBy("aggregate", "outcome").count().orderBy("aggregate", "outcome")
+
+
+def aggregate_summary(facts: DataFrame) -> DataFrame:
+    """Per aggregate: gathers, the data's time range, exact p50/p95/p99 completion latency
+    of completed gathers, late, duplicate and unknown replies, and the most-missed leg
+    with how often it was missing."""
+    completed_ms = F.when(F.col("outcome") == "COMPLETE", F.col("completion_ms"))
+    stats = (
+        facts.withColumn("completed_ms", completed_ms)
+        .groupBy("aggregate")
+        .agg(
+            F.count("*").alias("gathers"),
+            F.min("start_time").alias("first_start"),
+            F.max("end_time").alias("last_end"),
+            _percentiles("completed_ms", (0.5, 0.95, 0.99)).alias("p"),
+            F.sum("late").alias("late"),
+            F.sum("duplicates").alias("duplicates"),
+            F.sum("unknown").alias("unknown"),
+        )
+        .select(
+            "aggregate", "gathers", "first_start", "last_end",
+            F.col("p")[0].alias("p50_ms"), F.col("p")[1].alias("p95_ms"),
+            F.col("p")[2].alias("p99_ms"), "late", "duplicates", "unknown",
+        )
+    )  # fmt: skip
+    missed = (
+        facts.select("aggregate", F.explode("legs_missing").alias("leg"))
+        .groupBy("aggregate", "leg")
+        .count()
+        .withColumn(
+            "rank",
+            F.row_number().over(Window.partitionBy("aggregate").orderBy(F.desc("count"), "leg")),
+        )
+        .filter(F.col("rank") == 1)
+        .select(
+            "aggregate",
+            F.col("leg").alias("most_missed_leg"),
+            F.col("count").alias("most_missed_count"),
+        )
+    )
+    return (
+        stats.join(missed, ["aggregate"], "left")
+        .fillna({"most_missed_count": 0, "most_missed_leg": ""})
+        .orderBy("aggregate")
     )

@@ -66,10 +66,13 @@ def export(
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", default="analytics-out", show_default=True, type=click.Path(path_type=Path))
 @click.option(
-    "--window", default="1 hour", show_default=True, help="Trend window, e.g. '15 minutes'."
+    "--window",
+    default=None,
+    help="Trend window, e.g. '15 minutes' [default: picked from the data's span, at most "
+    "48 windows].",
 )
 @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
-def analyze(paths: tuple[Path, ...], out: Path, window: str, master: str) -> None:
+def analyze(paths: tuple[Path, ...], out: Path, window: str | None, master: str) -> None:
     """Mine gather histories (export files, `temporal workflow show -o json` files or Cloud
     export files) for timeout and latency trends: Parquet facts, CSV trends, PNG charts and
     an HTML report."""

@@ -182,13 +182,15 @@ def test_report_and_charts_show_the_csv_numbers(spark, recorded, tmp_path):
 
     out = tmp_path / "out"
     result = analyze(spark, [recorded.export_dir], out, window="1 hour")
-    for name in ("timeout_rate", "latency", "leg_latency"):
+    for name in ("shop-trends", "shop-legs"):
         png = (out / "charts" / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 2000
     page = (out / "report.html").read_text()
     assert "data:image/png;base64," in page and len(page) > 10_000
     tables = _html_tables(page)
-    for table_id, csv_name in (("trends", "trends.csv"), ("leg_trends", "leg_trends.csv")):
+    for table_id, csv_name in (
+        ("trends", "trends.csv"), ("leg_trends", "leg_trends.csv"), ("advice", "advice.csv")
+    ):  # fmt: skip
         with (out / csv_name).open() as f:
             rows = list(csv.reader(f))
         shown = tables[table_id]
@@ -198,6 +200,75 @@ def test_report_and_charts_show_the_csv_numbers(spark, recorded, tmp_path):
             for g, w in zip(got, want, strict=True):
                 assert g == w or (w and abs(float(g) - float(w)) < 0.001), (table_id, g, w)
     assert result.summary["gathers"] == sum(int(r[2]) for r in tables["trends"][1:])
+
+
+def test_the_report_shows_each_aggregates_facts_in_words(spark, recorded, tmp_path):
+    """Outcomes with their shares (RELEASED, CANCELLED and FAILED listed too), the data's
+    range, the most-missed leg of the aggregate, and the advisor beside the configured
+    timeout, all equal to the recorded truth."""
+    from analytics.job import analyze
+
+    out = tmp_path / "out"
+    result = analyze(spark, [recorded.export_dir], out)
+    tables = _html_tables((out / "report.html").read_text())
+    outcomes = {row[0]: row[1:] for row in tables["outcomes-shop"][1:]}
+    assert outcomes["COMPLETE"] == ["3", "50.0 %"] and outcomes["TIMEOUT"] == ["2", "33.3 %"]
+    assert outcomes["UNKNOWN"] == ["1", "16.7 %"]
+    for never in ("RELEASED", "CANCELLED", "FAILED"):
+        assert outcomes[never] == ["0", "0.00 %"]
+    facts = dict(row for row in tables["facts-shop"][1:])
+    assert facts["gathers"] == "6"
+    assert facts["most-missed leg"] == "TAX: missing in 2 gathers (33.3 %)"
+    s = result.summary
+    assert facts["from"] == f"{s['first_start']:%Y-%m-%d %H:%M:%S} UTC"
+    assert s["first_start"] <= s["last_end"]
+    # Everything ended within seconds: the job picks one-minute windows.
+    assert s["window"] == "1 minute" and s["window_picked"]
+    summary = dict(row for row in tables["summary"][1:])
+    assert summary["timeout"] == "2 (33.3 %)"
+    advice = {row[0]: row for row in tables["advice-shop"][1:]}
+    # C and D lacked TAX at the timeout: 2 of 5 counted gathers (U is not counted).
+    tax = advice["TAX"]
+    assert tax[1:4] == ["5", "60,000 ms", "40.0 %"]
+    assert tax[4].startswith("> 60,000 ms") and tax[5].startswith("> 60,000 ms")
+    assert advice["whole gather"][3] == "40.0 %"
+    assert s["most_missed_by_aggregate"] == {"shop": "TAX"}
+
+
+def test_the_report_renders_offline_in_a_browser(spark, recorded, tmp_path):
+    """The report opened in headless Chromium with the network cut: no errors, every
+    chart drawn, one section per aggregate; the screenshot is kept beside it."""
+    from analytics.job import analyze
+    from tests.browser import PageLog, browser
+
+    out = tmp_path / "out"
+    analyze(spark, [recorded.export_dir], out)
+    with browser() as chrome:
+        page = chrome.new_page(viewport={"width": 1100, "height": 900})
+        log = PageLog()
+        log.watch(page)
+        outside: list[str] = []
+
+        def only_local(route):
+            if route.request.url.startswith(("file:", "data:")):
+                return route.continue_()
+            outside.append(route.request.url)
+            return route.abort()
+
+        page.route("**/*", only_local)
+        page.goto((out / "report.html").as_uri())
+        page.wait_for_load_state("load")
+        drawn = page.eval_on_selector_all(
+            "img", "imgs => imgs.map(i => i.complete && i.naturalWidth > 0)"
+        )
+        sections = page.locator("section[id^=aggregate-]").count()
+        title = page.title()
+        shot = out / "report.png"
+        page.screenshot(path=str(shot), full_page=True)
+    assert log.errors == [] and outside == []
+    assert drawn and all(drawn)
+    assert sections == 1 and "gathers from" in title
+    assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 20_000
 
 
 class _Tables(html.parser.HTMLParser):

@@ -1,0 +1,113 @@
+"""The timeout advisor: for each aggregate and leg, the timeout that would have kept the
+timeout rate under a target on the observed arrival latencies.
+
+A leg's latency is the time from the gather's start to its first arrival; a leg that
+never arrived in time counts as later than any timeout. The timeout that keeps the rate
+at or under ``r`` over ``n`` gathers is the ``k``-th smallest latency with
+``k = n - floor(n * r)``: at most ``floor(n * r)`` gathers are later than it. Arrivals
+after the configured timeout are not observed (the gather has closed), so when ``k`` is
+beyond the arrivals the answer is only "above the configured timeout".
+
+Only gathers that ended by completion or timeout count; released and cancelled ones
+were ended by an operator.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+#: The timeout rates the advisor aims at.
+TARGETS = (0.001, 0.01)
+#: The pseudo-leg whose latency is the gather's last arrival (the gather's own timeout).
+WHOLE_GATHER = "(all legs)"
+#: Float noise in ``n * r`` must not drop a gather from the allowance.
+_EPSILON = 1e-9
+
+
+def target_column(rate: float) -> str:
+    """The name of the advice column for a target rate, e.g. ``timeout_ms_1pct``."""
+    return f"timeout_ms_{100 * rate:g}pct".replace(".", "_")
+
+
+def latencies(facts: DataFrame) -> DataFrame:
+    """One row per counted gather and leg (and the whole gather): aggregate, leg, the
+    configured timeout and the latency (null: not in time)."""
+    counted = facts.filter(F.col("outcome").isin("COMPLETE", "TIMEOUT"))
+    per_leg = counted.select(
+        "aggregate",
+        "start_time",
+        "timeout_ms",
+        F.explode("legs_expected").alias("leg"),
+        "leg_latency_ms",
+    ).select(
+        "aggregate",
+        "start_time",
+        "timeout_ms",
+        "leg",
+        F.element_at("leg_latency_ms", F.col("leg")).alias("latency_ms"),
+    )
+    whole = counted.select(
+        "aggregate",
+        "start_time",
+        "timeout_ms",
+        F.lit(WHOLE_GATHER).alias("leg"),
+        F.when(
+            (F.col("n_missing") == 0) & (F.size("leg_latency_ms") > 0),
+            F.array_max(F.map_values("leg_latency_ms")),
+        ).alias("latency_ms"),
+    )
+    return per_leg.unionByName(whole)
+
+
+def timeout_advice(facts: DataFrame, targets: tuple[float, ...] = TARGETS) -> DataFrame:
+    """Per aggregate and leg: gathers counted, arrivals in time, the configured timeout
+    (the latest gather's), the timeout rate expected at it, and for each target the
+    timeout that meets it (null: above the configured timeout, not observable)."""
+    rows = latencies(facts)
+    stats = rows.groupBy("aggregate", "leg").agg(
+        F.count("*").alias("gathers"),
+        F.count("latency_ms").alias("arrived"),
+        F.max_by("timeout_ms", "start_time").alias("configured_ms"),
+    )
+    late_at_configured = (
+        rows.join(stats.select("aggregate", "leg", "configured_ms"), ["aggregate", "leg"])
+        .groupBy("aggregate", "leg")
+        .agg(
+            F.sum(
+                (
+                    F.col("latency_ms").isNull() | (F.col("latency_ms") > F.col("configured_ms"))
+                ).cast("long")
+            ).alias("late_at_configured")
+        )
+    )
+    ranks = {
+        target_column(r): F.greatest(
+            F.lit(1), F.col("gathers") - F.floor(F.col("gathers") * r + _EPSILON)
+        )
+        for r in targets
+    }
+    order = Window.partitionBy("aggregate", "leg").orderBy("latency_ms")
+    ranked = (
+        rows.filter(F.col("latency_ms").isNotNull())
+        .withColumn("rank", F.row_number().over(order))
+        .join(stats.select("aggregate", "leg", "gathers"), ["aggregate", "leg"])
+    )
+    picked = ranked.groupBy("aggregate", "leg").agg(
+        *(F.max(F.when(F.col("rank") == k, F.col("latency_ms"))).alias(name)
+          for name, k in ranks.items())
+    )  # fmt: skip
+    return (
+        stats.join(late_at_configured, ["aggregate", "leg"])
+        .join(picked, ["aggregate", "leg"], "left")
+        .select(
+            "aggregate",
+            "leg",
+            "gathers",
+            "arrived",
+            "configured_ms",
+            (F.col("late_at_configured") / F.col("gathers")).alias("rate_at_configured"),
+            *ranks,
+        )
+        .orderBy("aggregate", F.col("leg") == WHOLE_GATHER, "leg")
+    )
