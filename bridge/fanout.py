@@ -132,7 +132,7 @@ async def scatter(
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             start_signal=SIGNAL_EXPECT,
             start_signal_args=[registration],
-            **start_options(spec.name, correl),
+            **start_options(spec, correl),
         )
     except WorkflowAlreadyStartedError as exc:
         transport.backout()

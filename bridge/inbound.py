@@ -386,7 +386,7 @@ class InboundBridge:
     ) -> _Sent:
         done = _Sent(sent=[])
         # Read by the server only when the signal starts the gather; built once per gather.
-        start = start_options(spec.name, correl)
+        start = start_options(spec, correl)
         for chunk in chunk_replies(replies, size_of=size_of):
             try:
                 await self.client.start_workflow(

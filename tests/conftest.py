@@ -100,11 +100,17 @@ async def temporal_env():
     binary = shutil.which("temporal")
     if binary is None:
         pytest.fail("the temporal CLI is not on PATH; run the tests through `make test`")
+    from tests.harness import free_port
+
+    ui_port = free_port()
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=binary,
         search_attributes=SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
         dev_server_log_level="error",
+        ui=True,
+        ui_port=ui_port,
     )
+    env.ui_url = f"http://localhost:{ui_port}"  # type: ignore[attr-defined]  # for the UI tests
     yield env
     await env.shutdown()

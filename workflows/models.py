@@ -237,18 +237,36 @@ def gather_id(aggregate: str, correl_id: bytes) -> str:
     return f"gather:{aggregate}:{correl_id.hex()}"
 
 
-def start_options(aggregate: str, correl_id: bytes) -> dict[str, Any]:
-    """Start arguments of a gather: the one-line summary the Temporal UI shows, and the
+def start_options(spec: AggregateSpec, correl_id: bytes) -> dict[str, Any]:
+    """Start arguments of a gather: the summary and details the Temporal UI shows, and the
     search attributes that find it from its first moment (by text or hex CorrelId)."""
     text = id_text(correl_id)
     pairs: list[SearchAttributePair[Any]] = [
-        SearchAttributePair(AGGREGATE_NAME, aggregate),
+        SearchAttributePair(AGGREGATE_NAME, spec.name),
         SearchAttributePair(CORREL_ID, correl_id.hex()),
     ]
     if text is not None:
         pairs.append(SearchAttributePair(CORREL_ID_TEXT, text))
     shown = f"{text!r} " if text is not None else ""
     return {
-        "static_summary": f"{aggregate}: CorrelId {shown}hex:{correl_id.hex()}",
+        "static_summary": f"{spec.name}: CorrelId {shown}hex:{correl_id.hex()}",
+        "static_details": static_details(spec),
         "search_attributes": TypedSearchAttributes(pairs),
     }
+
+
+def static_details(spec: AggregateSpec) -> str:
+    """How the gather's aggregate is set up, for the UI's Details field (markdown)."""
+    legs = ", ".join(leg.name for leg in spec.legs) or "from each registration"
+    timer = "from the first registration" if spec.timer == "first" else "restarted by each"
+    return "\n".join(
+        [
+            f"**aggregate {spec.name}** ({spec.mode}); legs: {legs}",
+            "",
+            f"- replies on `{spec.reply_queue}`, leg by {spec.leg_identification}",
+            f"- timeout {spec.timeout_seconds:g} s, {timer} registration",
+            f"- response to `{spec.response_queue}` ({spec.merge}), "
+            f"partial on timeout to `{spec.timeout_queue}`",
+            f"- late replies to `{spec.late_queue}`, duplicates kept: {spec.duplicates}",
+        ]
+    )
