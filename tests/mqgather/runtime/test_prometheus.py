@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import urllib.error
@@ -23,6 +24,7 @@ from mqgather.cli.options import DEFAULT_AGGREGATE
 from mqgather.config import load_config
 from mqgather.runtime.prometheus import render
 from tests.harness import free_port, prepare_queues, until
+from tests.test_deploy import dashboard_metrics
 
 
 def families(text: str) -> dict[str, dict[tuple, float]]:
@@ -122,10 +124,16 @@ async def test_worker_and_bridge_serve_metrics_that_move_as_gathers_complete(
                     reply = MQMessage(correl_id=g.correl_id, properties=legs, body=b"{}")
                     qm.put(spec.reply_queue, reply, PutOptions(syncpoint=False))
                 sent.append(g)
+            # No CorrelId: the bridge moves it to the failure queue (a "moved" count).
+            poison = MQMessage(properties={spec.leg_property: "CREDIT"}, body=b"poison")
+            qm.put(spec.reply_queue, poison, PutOptions(syncpoint=False))
         after = await until(lambda: text("worker"), lambda t: complete(t) >= 2, 60)
         bridged = await until(
             lambda: text("bridge"),
-            lambda t: sample(t, "mqgather_bridge_replies", "mqgather_bridge_replies_total") >= 6,
+            lambda t: (
+                sample(t, "mqgather_bridge_replies", "mqgather_bridge_replies_total") >= 7
+                and "mqgather_bridge_moved_total" in t
+            ),
             60,
         )
         opened = await until(lambda: text("worker"), lambda t: "mqgather_gathers_open" in t, 30)
@@ -142,3 +150,11 @@ async def test_worker_and_bridge_serve_metrics_that_move_as_gathers_complete(
     # A count from visibility (other tests' gathers share the server, so not a fixed one).
     assert gauge.type == "gauge" and [s.value == int(s.value) >= 0 for s in gauge.samples] == [True]
     assert all(proc.returncode == 0 for proc in procs.values())
+    # Every metric the Grafana dashboard queries is one the processes serve (the two that
+    # only appear after trouble not staged here: a backout, a reply routed by a gather).
+    served = set()
+    for t in (after, bridged, opened):
+        for family in text_string_to_metric_families(t):
+            served |= {family.name} | {sample.name for sample in family.samples}
+    rare = {"mqgather_bridge_rollbacks_total", "mqgather_replies_routed_total"}
+    assert dashboard_metrics() - rare <= {re.sub(r"_bucket$", "", n) for n in served} | served
