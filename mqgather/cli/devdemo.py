@@ -208,6 +208,7 @@ def demo(
     config = load_config(config_path)
     spec = config.aggregate(name)
     state = Path(state_dir)
+    state.mkdir(parents=True, exist_ok=True)  # the demo's own directory, unlike a --mq path
     qm_file = state / "demo-qm.db"
     for stale in (qm_file, Path(f"{qm_file}-wal"), Path(f"{qm_file}-shm")):
         stale.unlink(missing_ok=True)
