@@ -254,6 +254,7 @@ def backends(
     behaviour = BackendBehaviour(
         latency_ms=latency_ms, jitter_ms=jitter_ms, drop_rate=drop_rate, late_rate=late_rate,
         duplicate_rate=duplicate_rate, late_after_seconds=late_after,
+        timeout_queues={spec.name: spec.timeout_queue for spec in specs},
         reply_format="xml" if specs and specs[0].merge == "xml" else "json",
     )  # fmt: skip
     setup_logging()

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from bridge.mq.errors import MQError, NoMessageAvailable
-from bridge.mq.models import MQMessage, PutOptions
+from bridge.mq.models import Match, MQMessage, PutOptions
 from bridge.mq.transport import Transport
 from mqgather.names import PROP_AGGREGATE
 
@@ -36,6 +36,11 @@ class BackendBehaviour(BaseModel):
     late_rate: float = Field(default=0.0, ge=0, le=1)
     duplicate_rate: float = Field(default=0.0, ge=0, le=1)
     late_after_seconds: float = Field(default=5.0, ge=0, description="delay of a late reply")
+    timeout_queues: dict[str, str] = Field(
+        default_factory=dict,
+        description="aggregate -> its timeout queue: a late reply also waits until its "
+        "gather's partial response is there, so it is late however slow the worker is",
+    )
     reply_format: Literal["json", "xml", "text"] = "json"
     leg_property: str = "leg"
 
@@ -99,6 +104,7 @@ def serve(
     """Serve one leg request queue until ``stop`` is set."""
     transport = connect()
     due: list[tuple[float, int, str, MQMessage]] = []
+    late_since: dict[int, float] = {}
     seq = 0
     try:
         while not stop.is_set():
@@ -129,6 +135,8 @@ def serve(
                         properties={
                             behaviour.leg_property: leg,
                             PROP_AGGREGATE: request.properties.get(PROP_AGGREGATE, ""),
+                            # Marks a late reply while it waits here; removed before the PUT.
+                            **({FATE_PROPERTY: "late"} if fate == "late" else {}),
                         },
                         body=reply_body(request, leg, behaviour.reply_format, copy),
                     )
@@ -136,10 +144,24 @@ def serve(
                     heapq.heappush(due, (now + delay, seq, request.reply_to_q, reply))
             now = time.monotonic()
             sent = 0
+            held = []
             while due and due[0][0] <= now:
-                _, _, target, reply = heapq.heappop(due)
+                entry = heapq.heappop(due)
+                _, _, target, reply = entry
+                first_due = late_since.setdefault(entry[1], now)
+                if (
+                    reply.properties.get(FATE_PROPERTY) == "late"
+                    and now - first_due < LATE_MAX_HOLD_SECONDS
+                    and not _closed(transport, reply, behaviour)
+                ):
+                    held.append((now + LATE_RECHECK_SECONDS, *entry[1:]))
+                    continue
+                late_since.pop(entry[1], None)
+                reply.properties.pop(FATE_PROPERTY, None)
                 transport.put(target, reply, PutOptions(syncpoint=True))
                 sent += 1
+            for entry in held:
+                heapq.heappush(due, entry)
             if sent:
                 transport.commit()
                 stats.add(replies=sent)
@@ -148,6 +170,26 @@ def serve(
         raise
     finally:
         transport.close()
+
+
+#: How often a late reply checks whether its gather has timed out yet.
+LATE_RECHECK_SECONDS = 0.2
+#: The longest a late reply waits for its gather's partial (one routed elsewhere, e.g.
+#: to the requester's ReplyToQueue, never shows on the timeout queue).
+LATE_MAX_HOLD_SECONDS = 60.0
+
+
+def _closed(transport: Transport, reply: MQMessage, behaviour: BackendBehaviour) -> bool:
+    """Whether the reply's gather has put its partial response (always, when its
+    aggregate's timeout queue is not known)."""
+    queue = behaviour.timeout_queues.get(str(reply.properties.get(PROP_AGGREGATE, "")))
+    if not queue:
+        return True
+    try:
+        transport.get(queue, match=Match(correl_id=reply.correl_id), browse="first")
+    except NoMessageAvailable:
+        return False
+    return True
 
 
 def _unit(request: MQMessage) -> float:

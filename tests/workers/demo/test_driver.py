@@ -39,3 +39,47 @@ def test_fate_property_wins_and_rates_are_deterministic():
     assert draws == [fate_of(MQMessage(msg_id=bytes([i]), properties={"leg": "A"}), some)
                      for i in range(200)]  # fmt: skip
     assert 60 < draws.count("dup") < 140
+
+
+def test_a_late_reply_waits_for_its_gather_to_time_out(tmp_path):
+    """However slow the worker, a planned late leg is answered only once the gather's
+    partial response is on the timeout queue."""
+    import time
+
+    from bridge.mq.errors import NoMessageAvailable
+    from bridge.mq.local_qm import LocalQueueManager
+    from bridge.mq.models import PutOptions, QueueAttributes
+    from mqgather.names import PROP_AGGREGATE
+    from workers.demo.backends import start_backends
+
+    path = tmp_path / "qm.db"
+    with LocalQueueManager(path) as qm:
+        for name in ("REQ.Q", "REPLY.Q", "TIMEOUT.Q"):
+            qm.define(QueueAttributes(name=name))
+        request = MQMessage(
+            msg_id=b"G" * 24, reply_to_q="REPLY.Q",
+            properties={"leg": "TAX", PROP_AGGREGATE: "agg", FATE_PROPERTY: "late"},
+        )  # fmt: skip
+        qm.put("REQ.Q", request, PutOptions(syncpoint=False))
+    behaviour = BackendBehaviour(late_after_seconds=0.0, timeout_queues={"agg": "TIMEOUT.Q"})
+    stop, stats, threads = start_backends(lambda: LocalQueueManager(path), ["REQ.Q"], behaviour)
+    try:
+        with LocalQueueManager(path) as qm:
+            deadline = time.monotonic() + 10
+            while stats.late == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)  # another thread's progress; nothing to await on
+            assert stats.late == 1
+            # Held while the gather is open (several rechecks' worth).
+            try:
+                qm.get("REPLY.Q", wait_ms=1000, syncpoint=False)
+                raise AssertionError("a late reply went out before its gather timed out")
+            except NoMessageAvailable:
+                pass
+            partial = MQMessage(correl_id=b"G" * 24, body=b"partial")
+            qm.put("TIMEOUT.Q", partial, PutOptions(syncpoint=False))
+            reply = qm.get("REPLY.Q", wait_ms=10_000, syncpoint=False)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(5)
+    assert reply.correl_id == b"G" * 24 and FATE_PROPERTY not in reply.properties
