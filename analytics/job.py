@@ -29,8 +29,10 @@ from analytics.transforms import (
     dedupe_histories,
     gather_facts,
     leg_trends,
+    most_missed,
     outcome_counts,
     pick_window,
+    summarise,
     trends,
 )
 
@@ -120,19 +122,15 @@ def analyze(
     facts.write.mode("overwrite").parquet(str(facts_dir))
     facts_done = time.perf_counter()
     progress("trends")
-    totals = facts.agg(
-        F.count("*").alias("gathers"),
-        F.min("start_time").alias("first_start"),
-        F.min("end_time").alias("first_end"),
-        F.max("end_time").alias("last_end"),
-        F.expr(
-            "percentile(CASE WHEN outcome = 'COMPLETE' THEN completion_ms END, "
-            "array(0.5, 0.95, 0.99))"
-        ).alias("p"),
-        F.sum("late").alias("late"),
-        F.sum("duplicates").alias("duplicates"),
-        F.sum("unknown").alias("unknown"),
-        F.sum("events").alias("events"),
+    totals = summarise(
+        facts,
+        [],
+        {
+            "first_start": F.min("start_time"),
+            "first_end": F.min("end_time"),
+            "last_end": F.max("end_time"),
+            "events": F.sum("events"),
+        },
     ).first()
     assert totals is not None
     picked = window is None
@@ -150,14 +148,10 @@ def analyze(
     leg_df.to_csv(out / "leg_trends.csv", index=False)
     advice_df.to_csv(out / "advice.csv", index=False)
     outcomes = {str(k): int(v) for k, v in outcome_df.groupby("outcome")["count"].sum().items()}
-    missed = (
-        facts.select(F.explode("legs_missing").alias("leg")).groupBy("leg").count()
-        .orderBy(F.desc("count"), "leg").first()
-    )  # fmt: skip
+    missed = most_missed(facts, []).first()
     trends_done = time.perf_counter()
     gathers = int(totals["gathers"] or 0)
     timed_out = outcomes.get("TIMEOUT", 0)
-    p = totals["p"] or [None, None, None]
     summary: dict[str, Any] = {
         "gathers": gathers,
         "completed": outcomes.get("COMPLETE", 0),
@@ -168,13 +162,13 @@ def analyze(
         "last_end": totals["last_end"],
         "window": window,
         "window_picked": picked,
-        "p50_ms": p[0],
-        "p95_ms": p[1],
-        "p99_ms": p[2],
+        "p50_ms": totals["p50_ms"],
+        "p95_ms": totals["p95_ms"],
+        "p99_ms": totals["p99_ms"],
         "late": int(totals["late"] or 0),
         "duplicates": int(totals["duplicates"] or 0),
         "unknown": int(totals["unknown"] or 0),
-        "most_missed_leg": missed["leg"] if missed else "",
+        "most_missed_leg": missed["most_missed_leg"] if missed else "",
         "most_missed_by_aggregate": {
             str(r["aggregate"]): str(r["most_missed_leg"] or "")
             for r in per_aggregate.to_dict("records")

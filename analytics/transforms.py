@@ -257,36 +257,38 @@ def _percentiles(column: str, qs: tuple[float, ...]) -> Column:
     return F.expr(f"percentile({column}, array({values}))")
 
 
-def trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
-    """Per time window (of gather end) and aggregate: gathers, completed, timed out,
-    released, cancelled, failed, timeout rate, exact p50/p95/p99 completion latency of
-    completed gathers, late, duplicate and unknown replies, and the most-missed leg."""
+def summarise(
+    frame: DataFrame, keys: list[str], extra: dict[str, Column] | None = None
+) -> DataFrame:
+    """Per group of ``keys`` (one row for none): gathers, each outcome's count, the
+    timeout rate, exact p50/p95/p99 completion latency of completed gathers, late,
+    duplicate and unknown replies (and the ``extra`` aggregations, after the keys)."""
     completed_ms = F.when(F.col("outcome") == "COMPLETE", F.col("completion_ms"))
-    stats = (
-        facts.withColumn("window_start", _window_start(window))
-        .withColumn("completed_ms", completed_ms)
-        .groupBy("window_start", "aggregate")
+    outcome_columns = {
+        "completed": "COMPLETE", "timed_out": "TIMEOUT", "released": "RELEASED",
+        "cancelled": "CANCELLED", "failed": "FAILED",
+    }  # fmt: skip
+    extra = extra or {}
+    return (
+        frame.withColumn("completed_ms", completed_ms)
+        .groupBy(*keys)
         .agg(
             F.count("*").alias("gathers"),
-            F.sum((F.col("outcome") == "COMPLETE").cast("long")).alias("completed"),
-            F.sum((F.col("outcome") == "TIMEOUT").cast("long")).alias("timed_out"),
-            F.sum((F.col("outcome") == "RELEASED").cast("long")).alias("released"),
-            F.sum((F.col("outcome") == "CANCELLED").cast("long")).alias("cancelled"),
-            F.sum((F.col("outcome") == "FAILED").cast("long")).alias("failed"),
+            *(column.alias(name) for name, column in extra.items()),
+            *(
+                F.sum((F.col("outcome") == o).cast("long")).alias(c)
+                for c, o in outcome_columns.items()
+            ),
             _percentiles("completed_ms", (0.5, 0.95, 0.99)).alias("p"),
             F.sum("late").alias("late"),
             F.sum("duplicates").alias("duplicates"),
             F.sum("unknown").alias("unknown"),
         )
         .select(
-            "window_start",
-            "aggregate",
+            *keys,
+            *extra,
             "gathers",
-            "completed",
-            "timed_out",
-            "released",
-            "cancelled",
-            "failed",
+            *outcome_columns,
             (F.col("timed_out") / F.col("gathers")).alias("timeout_rate"),
             F.col("p")[0].alias("p50_ms"),
             F.col("p")[1].alias("p95_ms"),
@@ -296,28 +298,37 @@ def trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
             "unknown",
         )
     )
-    missed = (
-        facts.select(_window_start(window), "aggregate", F.explode("legs_missing").alias("leg"))
-        .groupBy("window_start", "aggregate", "leg")
+
+
+def most_missed(frame: DataFrame, keys: list[str]) -> DataFrame:
+    """Per group of ``keys`` (one row for none): the leg missing from the most gathers
+    (ties: the first name) and in how many."""
+    order = Window.partitionBy(*keys).orderBy(F.desc("count"), "leg")
+    return (
+        frame.select(*keys, F.explode("legs_missing").alias("leg"))
+        .groupBy(*keys, "leg")
         .count()
-        .withColumn(
-            "rank",
-            F.row_number().over(
-                Window.partitionBy("window_start", "aggregate").orderBy(F.desc("count"), "leg")
-            ),
-        )
+        .withColumn("rank", F.row_number().over(order))
         .filter(F.col("rank") == 1)
         .select(
-            "window_start",
-            "aggregate",
+            *keys,
             F.col("leg").alias("most_missed_leg"),
             F.col("count").alias("most_missed_count"),
         )
     )
+
+
+def trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
+    """Per time window (of gather end) and aggregate: gathers, completed, timed out,
+    released, cancelled, failed, timeout rate, exact p50/p95/p99 completion latency of
+    completed gathers, late, duplicate and unknown replies, and the most-missed leg."""
+    keys = ["window_start", "aggregate"]
+    windowed = facts.withColumn("window_start", _window_start(window))
     return (
-        stats.join(missed, ["window_start", "aggregate"], "left")
+        summarise(windowed, keys)
+        .join(most_missed(windowed, keys), keys, "left")
         .fillna({"most_missed_count": 0})
-        .orderBy("window_start", "aggregate")
+        .orderBy(*keys)
     )
 
 
@@ -377,45 +388,13 @@ def outcome_counts(facts: DataFrame) -> DataFrame:
 
 
 def aggregate_summary(facts: DataFrame) -> DataFrame:
-    """Per aggregate: gathers, the data's time range, exact p50/p95/p99 completion latency
-    of completed gathers, late, duplicate and unknown replies, and the most-missed leg
-    with how often it was missing."""
-    completed_ms = F.when(F.col("outcome") == "COMPLETE", F.col("completion_ms"))
-    stats = (
-        facts.withColumn("completed_ms", completed_ms)
-        .groupBy("aggregate")
-        .agg(
-            F.count("*").alias("gathers"),
-            F.min("start_time").alias("first_start"),
-            F.max("end_time").alias("last_end"),
-            _percentiles("completed_ms", (0.5, 0.95, 0.99)).alias("p"),
-            F.sum("late").alias("late"),
-            F.sum("duplicates").alias("duplicates"),
-            F.sum("unknown").alias("unknown"),
-        )
-        .select(
-            "aggregate", "gathers", "first_start", "last_end",
-            F.col("p")[0].alias("p50_ms"), F.col("p")[1].alias("p95_ms"),
-            F.col("p")[2].alias("p99_ms"), "late", "duplicates", "unknown",
-        )
-    )  # fmt: skip
-    missed = (
-        facts.select("aggregate", F.explode("legs_missing").alias("leg"))
-        .groupBy("aggregate", "leg")
-        .count()
-        .withColumn(
-            "rank",
-            F.row_number().over(Window.partitionBy("aggregate").orderBy(F.desc("count"), "leg")),
-        )
-        .filter(F.col("rank") == 1)
-        .select(
-            "aggregate",
-            F.col("leg").alias("most_missed_leg"),
-            F.col("count").alias("most_missed_count"),
-        )
-    )
+    """Per aggregate: the data's time range, then what :func:`trends` gives per window,
+    over all of it: gathers, outcomes, latency, late, duplicate and unknown replies, and
+    the most-missed leg with how often it was missing."""
+    span = {"first_start": F.min("start_time"), "last_end": F.max("end_time")}
     return (
-        stats.join(missed, ["aggregate"], "left")
+        summarise(facts, ["aggregate"], span)
+        .join(most_missed(facts, ["aggregate"]), ["aggregate"], "left")
         .fillna({"most_missed_count": 0, "most_missed_leg": ""})
         .orderBy("aggregate")
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -255,8 +256,10 @@ def start_options(spec: AggregateSpec, correl_id: bytes) -> dict[str, Any]:
     }
 
 
+@lru_cache(maxsize=256)
 def static_details(spec: AggregateSpec) -> str:
-    """How the gather's aggregate is set up, for the UI's Details field (markdown)."""
+    """How the gather's aggregate is set up, for the UI's Details field (markdown); the
+    same for every gather of the aggregate, so made once per aggregate, not per gather."""
     legs = ", ".join(leg.name for leg in spec.legs) or "from each registration"
     timer = "from the first registration" if spec.timer == "first" else "restarted by each"
     return "\n".join(

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bridge.mq.transport import Transport
 from mqgather.constants import DEFAULT_MQ, STATE_DIR
 from mqgather.errors import ConfigError
 from mqgather.names import ENV_MQ
+
+if TYPE_CHECKING:
+    from bridge.mq.ibmmq_adapter import IBMMQSettings
 
 _FORMS = "use local:PATH or ibmmq://QMGR@host(port)/CHANNEL"
 
@@ -18,16 +22,12 @@ def mq_url(explicit: str | None = None) -> str:
     return explicit or os.environ.get(ENV_MQ) or DEFAULT_MQ
 
 
-def check_mq_url(url: str, source: str = ENV_MQ) -> None:
-    """Check a transport URL without connecting.
+def _target(url: str, source: str) -> str | IBMMQSettings:
+    """What a URL names: the embedded queue manager's file, or IBM MQ settings.
 
     A ``local:`` file may be created, but not its directory: a typo in the directory
     must not silently give an empty queue manager. Only mqgather's own state directory
     is created on demand.
-
-    Args:
-        url: the URL to check.
-        source: where it came from (an option or a variable), named in the error.
 
     Raises:
         ConfigError: naming ``source`` and what is wrong.
@@ -43,16 +43,28 @@ def check_mq_url(url: str, source: str = ENV_MQ) -> None:
                 f"the directory {parent} of {url!r} does not exist; create it first "
                 "(an embedded queue manager file is created, its directory is not)",
             )
-        return
+        return path
     if url.startswith("ibmmq://"):
         from bridge.mq.ibmmq_adapter import parse_ibmmq_url
 
         try:
-            parse_ibmmq_url(url)
+            return parse_ibmmq_url(url)
         except ConfigError as exc:
             raise ConfigError(source if exc.key == ENV_MQ else exc.key, exc.reason) from exc
-        return
     raise ConfigError(source, f"{url!r} is not a queue manager URL; {_FORMS}")
+
+
+def check_mq_url(url: str, source: str = ENV_MQ) -> None:
+    """Check a transport URL without connecting.
+
+    Args:
+        url: the URL to check.
+        source: where it came from (an option or a variable), named in the error.
+
+    Raises:
+        ConfigError: naming ``source`` and what is wrong.
+    """
+    _target(url, source)
 
 
 def open_transport(url: str | None = None) -> Transport:
@@ -67,12 +79,11 @@ def open_transport(url: str | None = None) -> Transport:
         ConfigError: the URL has neither form, or names a missing directory.
         MQError: the queue manager could not be opened.
     """
-    url = mq_url(url)
-    check_mq_url(url)
-    if url.startswith("local:"):
+    target = _target(mq_url(url), ENV_MQ)
+    if isinstance(target, str):
         from bridge.mq.local_qm import LocalQueueManager
 
-        return LocalQueueManager(url[len("local:") :])
-    from bridge.mq.ibmmq_adapter import IBMMQTransport, parse_ibmmq_url
+        return LocalQueueManager(target)
+    from bridge.mq.ibmmq_adapter import IBMMQTransport
 
-    return IBMMQTransport(parse_ibmmq_url(url))
+    return IBMMQTransport(target)

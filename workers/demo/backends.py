@@ -103,8 +103,8 @@ def serve(
 ) -> None:
     """Serve one leg request queue until ``stop`` is set."""
     transport = connect()
-    due: list[tuple[float, int, str, MQMessage]] = []
-    late_since: dict[int, float] = {}
+    # (when, seq, target queue, reply, until when a late reply waits for its gather's close)
+    due: list[tuple[float, int, str, MQMessage, float | None]] = []
     seq = 0
     try:
         while not stop.is_set():
@@ -135,29 +135,20 @@ def serve(
                         properties={
                             behaviour.leg_property: leg,
                             PROP_AGGREGATE: request.properties.get(PROP_AGGREGATE, ""),
-                            # Marks a late reply while it waits here; removed before the PUT.
-                            **({FATE_PROPERTY: "late"} if fate == "late" else {}),
                         },
                         body=reply_body(request, leg, behaviour.reply_format, copy),
                     )
                     seq += 1
-                    heapq.heappush(due, (now + delay, seq, request.reply_to_q, reply))
+                    hold = now + delay + LATE_MAX_HOLD_SECONDS if fate == "late" else None
+                    heapq.heappush(due, (now + delay, seq, request.reply_to_q, reply, hold))
             now = time.monotonic()
             sent = 0
             held = []
             while due and due[0][0] <= now:
-                entry = heapq.heappop(due)
-                _, _, target, reply = entry
-                first_due = late_since.setdefault(entry[1], now)
-                if (
-                    reply.properties.get(FATE_PROPERTY) == "late"
-                    and now - first_due < LATE_MAX_HOLD_SECONDS
-                    and not _closed(transport, reply, behaviour)
-                ):
-                    held.append((now + LATE_RECHECK_SECONDS, *entry[1:]))
+                _, number, target, reply, hold = heapq.heappop(due)
+                if hold is not None and now < hold and not _closed(transport, reply, behaviour):
+                    held.append((now + LATE_RECHECK_SECONDS, number, target, reply, hold))
                     continue
-                late_since.pop(entry[1], None)
-                reply.properties.pop(FATE_PROPERTY, None)
                 transport.put(target, reply, PutOptions(syncpoint=True))
                 sent += 1
             for entry in held:

@@ -145,21 +145,21 @@ class DevStack:
         )  # fmt: skip
 
     def supervise(self) -> list[str]:
-        """Restart any child that died; returns what was restarted, and the warnings and
-        errors the children logged since the last call."""
-        restarted = []
+        """Restart any child that died; returns the warnings and errors the children
+        logged since the last call, and what was restarted."""
+        lines = []
         for child in self.children:
-            restarted += child.notable_lines()
+            lines += child.notable_lines()
             if child.process is not None and child.process.poll() is not None:
                 child.restarts += 1
-                restarted.append(f"{child.name} exited with {child.process.returncode}; restarted")
+                lines.append(f"{child.name} exited with {child.process.returncode}; restarted")
                 self._spawn(child)
         if self.server is not None and self.server.poll() is not None:
             raise StackError(
                 f"the Temporal dev server exited ({self.server.returncode}); "
                 f"see {self.state_dir / 'temporal.log'}"
             )
-        return restarted
+        return lines
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM every process, then SIGKILL what is left after ``grace`` seconds."""
