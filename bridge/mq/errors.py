@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mqgather.errors import MQGatherError
+
+if TYPE_CHECKING:
+    from bridge.mq.models import MQMessage
 
 # MQ reason codes used by mqgather (values as in cmqc.h).
 REASONS: dict[str, int] = {
@@ -44,6 +49,10 @@ REASONS: dict[str, int] = {
     "MQRC_PROPERTY_VALUE_TOO_BIG": 2469,
     "MQRC_CHANNEL_CONFIG_ERROR": 2539,
     "MQRC_UNKNOWN_CHANNEL_NAME": 2540,
+    "MQRC_OPTIONS_ERROR": 2046,
+    "MQRC_INCOMPLETE_GROUP": 2241,
+    "MQRC_INCONSISTENT_UOW": 2245,
+    "MQRC_MATCH_OPTIONS_ERROR": 2247,
     "MQRC_OBJECT_ALREADY_EXISTS": 4001,
 }
 REASON_NAMES: dict[int, str] = {code: name for name, code in REASONS.items()}
@@ -124,6 +133,26 @@ class ObjectAlreadyExists(MQError):
     reason = "MQRC_OBJECT_ALREADY_EXISTS"
 
 
+class TruncatedMessage(MQError):
+    """MQRC_TRUNCATED_MSG_FAILED: the message is longer than the caller's buffer; it stays
+    on the queue. ``message`` is the one that did not fit."""
+
+    reason = "MQRC_TRUNCATED_MSG_FAILED"
+
+    def __init__(self, detail: str, message: MQMessage) -> None:
+        super().__init__(detail)
+        self.message = message
+
+
+class GroupOrderError(MQError):
+    """A logical-group rule was broken: a message outside a group while one is being put
+    in logical order (MQRC_INCOMPLETE_GROUP), a group's messages in and out of syncpoint
+    (MQRC_INCONSISTENT_UOW), or a match that is not the group's next message
+    (MQRC_MATCH_OPTIONS_ERROR)."""
+
+    reason = "MQRC_INCOMPLETE_GROUP"
+
+
 _CLASSES: dict[str, type[MQError]] = {
     cls.reason: cls
     for cls in (
@@ -152,6 +181,9 @@ for _name in (
     "MQRC_CONNECTION_QUIESCING",
 ):
     _CLASSES[_name] = ConnectionBroken
+for _name in ("MQRC_INCONSISTENT_UOW", "MQRC_MATCH_OPTIONS_ERROR"):
+    _CLASSES[_name] = GroupOrderError
+_CLASSES["MQRC_INCOMPLETE_GROUP"] = GroupOrderError
 _CLASSES["MQRC_MSG_TOO_BIG_FOR_Q_MGR"] = MessageTooBig
 _CLASSES["MQRC_SECURITY_ERROR"] = NotAuthorized
 

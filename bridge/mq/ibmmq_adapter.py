@@ -24,6 +24,7 @@ from bridge.mq.models import (
     NONE_ID,
     Match,
     MQMessage,
+    MsgFlags,
     PropertyValue,
     PutOptions,
     QueueAttributes,
@@ -180,6 +181,17 @@ def property_from_mq(value: Any) -> PropertyValue:
     if isinstance(value, bytes | bytearray):
         return bytes(value)
     return str(value)
+
+
+def status_flags(C: Any, group_status: Any) -> int:
+    """The MsgFlags that the MQGMO GroupStatus of a get reports (MQGS_MSG_IN_GROUP,
+    MQGS_LAST_MSG_IN_GROUP), so a group is known even where the MQMD flags are not."""
+    status = ord(group_status) if isinstance(group_status, bytes | str) else int(group_status)
+    if status == C.MQGS_LAST_MSG_IN_GROUP:
+        return int(MsgFlags.MSG_IN_GROUP | MsgFlags.LAST_MSG_IN_GROUP)
+    if status == C.MQGS_MSG_IN_GROUP:
+        return int(MsgFlags.MSG_IN_GROUP)
+    return 0
 
 
 def translate_exception(exc: BaseException, detail: str = "") -> MQError:
@@ -344,6 +356,10 @@ class IBMMQTransport(Transport):
         if opts.set_all_context:
             open_opts |= C.MQOO_SET_ALL_CONTEXT
             pmo_opts |= C.MQPMO_SET_ALL_CONTEXT
+        if opts.logical_order:
+            # The queue manager keeps the group's place per object handle: one output
+            # handle per queue (the cache below) carries a group across calls.
+            pmo_opts |= C.MQPMO_LOGICAL_ORDER
         md = self.mq.MD()
         md.Version = C.MQMD_VERSION_2  # GroupId, MsgSeqNumber and MsgFlags live in v2
         md.MsgType = C.MQMT_REQUEST if message.reply_to_q else C.MQMT_DATAGRAM
@@ -387,7 +403,16 @@ class IBMMQTransport(Transport):
             if handle is not None:
                 with contextlib.suppress(self.mq.MQMIError):
                     handle.dlt()
-        return message.model_copy(update={"msg_id": bytes(md.MsgId)})
+        update: dict[str, Any] = {"msg_id": bytes(md.MsgId)}
+        if message.in_group:
+            # MQ fills in the GroupId it chose (logical order, or MQGI_NONE given) and the
+            # sequence number, and always stores "in group" with "last in group".
+            update.update(
+                group_id=bytes(md.GroupId),
+                msg_seq_number=max(1, int(md.MsgSeqNumber)),
+                msg_flags=message.msg_flags | MsgFlags.MSG_IN_GROUP,
+            )
+        return message.model_copy(update=update)
 
     def get(
         self,
@@ -397,6 +422,8 @@ class IBMMQTransport(Transport):
         syncpoint: bool = True,
         match: Match | None = None,
         browse: Browse | None = None,
+        logical_order: bool = False,
+        all_available: bool = False,
     ) -> MQMessage:
         C = self.C
         open_opts = C.MQOO_FAIL_IF_QUIESCING | (C.MQOO_BROWSE if browse else C.MQOO_INPUT_SHARED)
@@ -411,6 +438,10 @@ class IBMMQTransport(Transport):
             gmo_opts |= C.MQGMO_SYNCPOINT if syncpoint else C.MQGMO_NO_SYNCPOINT
         if wait_ms != 0:
             gmo_opts |= C.MQGMO_WAIT
+        if logical_order:
+            gmo_opts |= C.MQGMO_LOGICAL_ORDER
+        if all_available:
+            gmo_opts |= C.MQGMO_ALL_MSGS_AVAILABLE
         try:
             if self._get_handle is None:
                 self._get_handle = self.mq.MessageHandle(self.qmgr)
@@ -444,7 +475,7 @@ class IBMMQTransport(Transport):
             correl_id=bytes(md.CorrelId),
             group_id=bytes(md.GroupId),
             msg_seq_number=max(1, int(md.MsgSeqNumber)),
-            msg_flags=int(md.MsgFlags),
+            msg_flags=int(md.MsgFlags) | status_flags(C, gmo.GroupStatus),
             format=_md_chars(md.Format),
             coded_char_set_id=int(md.CodedCharSetId),
             encoding=int(md.Encoding),

@@ -25,12 +25,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bridge.mq.errors import (
     ConnectionBroken,
+    GroupOrderError,
     MessageTooBig,
     MQError,
     NoMessageAvailable,
@@ -38,15 +40,18 @@ from bridge.mq.errors import (
     ObjectAlreadyExists,
     QueueFull,
     QueueManagerUnavailable,
+    TruncatedMessage,
     UnknownObjectName,
 )
 from bridge.mq.models import (
+    GROUP_FLAGS,
     ID_LENGTH,
     MQACT_NONE,
     MQAT_UNIX,
     NONE_ID,
     Match,
     MQMessage,
+    MsgFlags,
     PutOptions,
     QueueAttributes,
     decode_properties,
@@ -129,11 +134,53 @@ _INSERT = (
     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 
+#: MQGMO_ALL_MSGS_AVAILABLE, for the message ``m``: in no group, or in one whose messages
+#: 1..N are all on the queue with N the last in the group.
+_GROUP_COMPLETE = f"""(
+    (m.msg_flags & {int(GROUP_FLAGS)}) = 0
+    OR EXISTS (
+        SELECT 1 FROM messages l
+        WHERE l.queue = m.queue AND l.group_id = m.group_id AND l.state = {_AVAILABLE}
+          AND (l.msg_flags & {int(MsgFlags.LAST_MSG_IN_GROUP)}) != 0
+          AND (l.expiry_at IS NULL OR l.expiry_at > :now)
+          AND (
+            SELECT COUNT(DISTINCT s.msg_seq_number) FROM messages s
+            WHERE s.queue = m.queue AND s.group_id = m.group_id AND s.state = {_AVAILABLE}
+              AND (s.msg_flags & {int(GROUP_FLAGS)}) != 0
+              AND s.msg_seq_number <= l.msg_seq_number
+              AND (s.expiry_at IS NULL OR s.expiry_at > :now)
+          ) = l.msg_seq_number
+    )
+)"""
+#: Messages a logical-order get may start with: the first of a group, or one in no group.
+_GROUP_FIRST = f"(m.msg_seq_number = 1 OR (m.msg_flags & {int(GROUP_FLAGS)}) = 0)"
+
+
+@dataclass(frozen=True)
+class _GroupPosition:
+    """Where a connection is in a group it puts or gets in logical order."""
+
+    group_id: bytes
+    next_seq: int
+    syncpoint: bool
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """What a get selects, besides the queue and its position."""
+
+    match: Match | None = None
+    logical_order: bool = False
+    all_available: bool = False
+    max_length: int | None = None
+
+
 _COLUMNS = (
-    "id, priority, msg_id, correl_id, group_id, msg_seq_number, msg_flags, format, "
-    "persistence, expiry_at, reply_to_q, reply_to_qmgr, put_appl_name, put_date_time, "
-    "backout_count, properties, body, ccsid, encoding, user_identifier, accounting_token, "
-    "appl_identity_data, put_appl_type, appl_origin_data"
+    "m.id, m.priority, m.msg_id, m.correl_id, m.group_id, m.msg_seq_number, m.msg_flags, "
+    "m.format, m.persistence, m.expiry_at, m.reply_to_q, m.reply_to_qmgr, m.put_appl_name, "
+    "m.put_date_time, m.backout_count, m.properties, m.body, m.ccsid, m.encoding, "
+    "m.user_identifier, m.accounting_token, m.appl_identity_data, m.put_appl_type, "
+    "m.appl_origin_data"
 )
 #: Columns added since the first file format, with their definitions: an older file gets
 #: them when first opened (its messages take the defaults, which is what they were).
@@ -191,6 +238,13 @@ class LocalQueueManager(Transport):
         self._got_pending = False
         self._puts: list[tuple[str, tuple[Any, ...]]] = []
         self._browse_pos: dict[str, tuple[int, int]] = {}
+        # Logical-order positions per queue: gets, browses and puts each keep their own,
+        # as each MQ object handle does.
+        self._get_groups: dict[str, _GroupPosition] = {}
+        self._browse_groups: dict[str, _GroupPosition] = {}
+        self._put_groups: dict[str, _GroupPosition] = {}
+        # The get and put positions when the unit of work began: a backout restores them.
+        self._uow_groups: tuple[dict[str, _GroupPosition], dict[str, _GroupPosition]] | None = None
         self._last_sweep = 0.0
         self._closed = False
         try:
@@ -374,6 +428,8 @@ class LocalQueueManager(Transport):
         if msg_id == NONE_ID:
             msg_id = (b"AMQ " + self.qmgr_name.encode()[:12].ljust(12) + os.urandom(8))[:ID_LENGTH]
         updates: dict[str, Any] = {"msg_id": msg_id, "backout_count": 0}
+        group_fields, position = self._put_group(queue, message, opts)
+        updates.update(group_fields)
         if not opts.set_all_context or message.put_date_time is None:
             updates["put_date_time"] = datetime.now(UTC)
         if not opts.set_all_context:
@@ -397,6 +453,7 @@ class LocalQueueManager(Transport):
                 except sqlite3.Error as exc:
                     raise _translate(exc, self.path) from exc
                 self._puts.append((queue, row))
+                self._advance_put_group(queue, message, position)
             return stored
 
         def op(db: sqlite3.Connection) -> None:
@@ -404,7 +461,69 @@ class LocalQueueManager(Transport):
             db.execute(_INSERT, row)
 
         self._call(op)
+        self._advance_put_group(queue, message, position)
         return stored
+
+    def _new_group_id(self) -> bytes:
+        return (b"AMQ " + self.qmgr_name.encode()[:12].ljust(12) + os.urandom(8))[:ID_LENGTH]
+
+    def _put_group(
+        self, queue: str, message: MQMessage, opts: PutOptions
+    ) -> tuple[dict[str, Any], _GroupPosition | None]:
+        """The GroupId, MsgSeqNumber and MsgFlags a put stores, and the position after it.
+
+        Raises:
+            GroupOrderError: MQRC_INCOMPLETE_GROUP for a message in no group while a group
+                is being put in logical order; MQRC_INCONSISTENT_UOW when a group's puts
+                mix syncpoint and no syncpoint.
+        """
+        flags = message.msg_flags
+        if not flags & GROUP_FLAGS:
+            if opts.logical_order and queue in self._put_groups:
+                raise GroupOrderError(
+                    f"a group is being put to queue {queue!r} in logical order; "
+                    "put its last message (last in group) first",
+                    reason="MQRC_INCOMPLETE_GROUP",
+                )
+            return {}, None
+        flags |= MsgFlags.MSG_IN_GROUP
+        if not opts.logical_order:
+            # Physical order: the caller's GroupId and sequence, a new id for MQGI_NONE.
+            group_id = message.group_id if message.group_id != NONE_ID else self._new_group_id()
+            return {"group_id": group_id, "msg_flags": int(flags)}, None
+        current = self._put_groups.get(queue)
+        if current is not None and current.syncpoint != opts.syncpoint:
+            raise GroupOrderError(
+                f"the group being put to queue {queue!r} began "
+                f"{'inside' if current.syncpoint else 'outside'} syncpoint; "
+                "put all its messages the same way",
+                reason="MQRC_INCONSISTENT_UOW",
+            )
+        if current is None:
+            current = _GroupPosition(self._new_group_id(), 1, opts.syncpoint)
+        fields = {
+            "group_id": current.group_id,
+            "msg_seq_number": current.next_seq,
+            "msg_flags": int(flags),
+        }
+        return fields, _GroupPosition(current.group_id, current.next_seq + 1, opts.syncpoint)
+
+    def _advance_put_group(
+        self, queue: str, message: MQMessage, position: _GroupPosition | None
+    ) -> None:
+        if position is None:
+            return
+        if position.syncpoint:
+            self._save_groups()
+        if message.msg_flags & MsgFlags.LAST_MSG_IN_GROUP:
+            self._put_groups.pop(queue, None)
+        else:
+            self._put_groups[queue] = position
+
+    def _save_groups(self) -> None:
+        """Remember the group positions as they were when the unit of work began."""
+        if self._uow_groups is None:
+            self._uow_groups = (dict(self._get_groups), dict(self._put_groups))
 
     def _check_put(self, db: sqlite3.Connection, queue: str, size: int, pending: int) -> None:
         _, maxdepth, maxmsgl, *_rest, curdepth = self._queue_row(db, queue)
@@ -452,11 +571,20 @@ class LocalQueueManager(Transport):
         syncpoint: bool = True,
         match: Match | None = None,
         browse: Browse | None = None,
+        logical_order: bool = False,
+        all_available: bool = False,
+        max_length: int | None = None,
     ) -> MQMessage:
+        """As :meth:`Transport.get`; ``max_length`` is the caller's buffer: a longer
+        message stays where it is (and the group position too) and the get fails with
+        MQRC_TRUNCATED_MSG_FAILED, as an MQGET into a short buffer does."""
         mode = {"browse": browse}
+        if browse == "first":
+            self._browse_groups.pop(queue, None)
+        choice = _Choice(match, logical_order, all_available, max_length)
 
         def attempt(db: sqlite3.Connection) -> list[MQMessage]:
-            got = self._take(db, queue, syncpoint, match, mode["browse"], 1)
+            got = self._take(db, queue, syncpoint, choice, mode["browse"], 1)
             if not got and mode["browse"] == "first":
                 # Nothing yet: later arrivals are the "first" from where the cursor is.
                 mode["browse"] = "next"
@@ -472,7 +600,7 @@ class LocalQueueManager(Transport):
             return self._poll(
                 queue,
                 wait_ms,
-                lambda db: self._take(db, queue, True, match, None, max_messages),
+                lambda db: self._take(db, queue, True, _Choice(match), None, max_messages),
             )
         except NoMessageAvailable:
             return []
@@ -523,34 +651,66 @@ class LocalQueueManager(Transport):
         db: sqlite3.Connection,
         queue: str,
         syncpoint: bool,
-        match: Match | None,
+        choice: _Choice,
         browse: Browse | None,
         limit: int,
     ) -> list[MQMessage]:
         self._queue_row(db, queue)
         now = time.time()
-        where = ["queue = ?", "state = ?", "(expiry_at IS NULL OR expiry_at > ?)"]
-        params: list[Any] = [queue, _AVAILABLE, now]
-        if match is not None:
-            for field in ("msg_id", "correl_id", "group_id"):
-                value = getattr(match, field)
-                if value is not None:
-                    where.append(f"{field} = ?")
-                    params.append(value)
-        if browse == "next" and queue in self._browse_pos:
-            prio, last = self._browse_pos[queue]
-            where.append("(priority < ? OR (priority = ? AND id > ?))")
-            params += [prio, prio, last]
+        where = [
+            "m.queue = :queue",
+            f"m.state = {_AVAILABLE}",
+            "(m.expiry_at IS NULL OR m.expiry_at > :now)",
+        ]
+        params: dict[str, Any] = {"queue": queue, "now": now, "limit": limit}
+        positions = self._browse_groups if browse else self._get_groups
+        position = positions.get(queue) if choice.logical_order else None
+        if position is not None:
+            if not browse and position.syncpoint != syncpoint:
+                raise GroupOrderError(
+                    f"the group being got from queue {queue!r} began "
+                    f"{'inside' if position.syncpoint else 'outside'} syncpoint; "
+                    "get all its messages the same way",
+                    reason="MQRC_INCONSISTENT_UOW",
+                )
+            # Inside a group only its next message is eligible, whatever the match says.
+            where += ["m.group_id = :group", "m.msg_seq_number = :seq"]
+            params.update(group=position.group_id, seq=position.next_seq)
+        else:
+            if choice.match is not None:
+                for field in ("msg_id", "correl_id", "group_id"):
+                    value = getattr(choice.match, field)
+                    if value is not None:
+                        where.append(f"m.{field} = :{field}")
+                        params[field] = value
+            if choice.logical_order:
+                where.append(_GROUP_FIRST)
+            if choice.all_available:
+                where.append(_GROUP_COMPLETE)
+            if browse == "next" and queue in self._browse_pos:
+                where.append("(m.priority < :prio OR (m.priority = :prio AND m.id > :last))")
+                params["prio"], params["last"] = self._browse_pos[queue]
         rows = db.execute(
-            f"SELECT {_COLUMNS} FROM messages WHERE {' AND '.join(where)} "
-            "ORDER BY priority DESC, id LIMIT ?",
-            [*params, limit],
+            f"SELECT {_COLUMNS} FROM messages m WHERE {' AND '.join(where)} "
+            "ORDER BY m.priority DESC, m.id LIMIT :limit",
+            params,
         ).fetchall()
         if not rows:
             return []
+        messages = [self._to_message(row, now) for row in rows]
+        if position is not None and choice.match is not None:
+            self._check_group_match(queue, choice.match, messages[0])
+        if choice.max_length is not None and len(messages[0].body) > choice.max_length:
+            raise TruncatedMessage(
+                f"the message on queue {queue!r} is {len(messages[0].body)} bytes, "
+                f"longer than the {choice.max_length}-byte buffer",
+                messages[0],
+            )
         ids = [(row[0],) for row in rows]
         if browse is not None:
-            self._browse_pos[queue] = (rows[-1][1], rows[-1][0])
+            if position is None:
+                # A group's place among the others is its first message's place.
+                self._browse_pos[queue] = (rows[-1][1], rows[-1][0])
         elif syncpoint:
             db.executemany(
                 f"UPDATE messages SET state = {_GOT_PENDING}, owner = '{self.conn_id}' "
@@ -560,7 +720,34 @@ class LocalQueueManager(Transport):
             self._got_pending = True
         else:
             db.executemany("DELETE FROM messages WHERE id = ?", ids)
-        return [self._to_message(row, now) for row in rows]
+        if choice.logical_order:
+            self._advance_get_group(positions, queue, messages[0], syncpoint and not browse)
+        return messages
+
+    @staticmethod
+    def _check_group_match(queue: str, match: Match, message: MQMessage) -> None:
+        for field in ("msg_id", "correl_id", "group_id"):
+            value = getattr(match, field)
+            if value is not None and value != getattr(message, field):
+                raise GroupOrderError(
+                    f"inside a group on queue {queue!r} only its next message can be got; "
+                    f"its {field} is not the one matched",
+                    reason="MQRC_MATCH_OPTIONS_ERROR",
+                )
+
+    def _advance_get_group(
+        self,
+        positions: dict[str, _GroupPosition],
+        queue: str,
+        message: MQMessage,
+        in_uow: bool,
+    ) -> None:
+        if in_uow:
+            self._save_groups()
+        if message.in_group and not message.msg_flags & MsgFlags.LAST_MSG_IN_GROUP:
+            positions[queue] = _GroupPosition(message.group_id, message.msg_seq_number + 1, in_uow)
+        else:
+            positions.pop(queue, None)
 
     @staticmethod
     def _to_message(row: tuple[Any, ...], now: float) -> MQMessage:
@@ -618,6 +805,7 @@ class LocalQueueManager(Transport):
 
     def commit(self) -> None:
         with self._lock:
+            self._uow_groups = None
             if not (self._got_pending or self._puts):
                 return
 
@@ -634,6 +822,10 @@ class LocalQueueManager(Transport):
     def backout(self) -> None:
         with self._lock:
             self._puts.clear()
+            if self._uow_groups is not None:
+                # A group got or put in this unit of work starts over, as after MQBACK.
+                self._get_groups, self._put_groups = self._uow_groups
+                self._uow_groups = None
             if not self._got_pending:
                 return
             self._call(lambda db: self._end_uow(db, self.conn_id, commit=False))

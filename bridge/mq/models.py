@@ -55,6 +55,22 @@ class MsgFlags(IntFlag):
     LAST_MSG_IN_GROUP = 0x10
 
 
+#: The flags that make a message part of a group (the last one implies "in group").
+GROUP_FLAGS = MsgFlags.MSG_IN_GROUP | MsgFlags.LAST_MSG_IN_GROUP
+
+GroupStatus = Literal["not-in-group", "in-group", "last-in-group"]
+
+
+def group_status(msg_flags: int) -> GroupStatus:
+    """MQGMO GroupStatus of a got message: MQGS_NOT_IN_GROUP, MQGS_MSG_IN_GROUP or
+    MQGS_LAST_MSG_IN_GROUP, as its MsgFlags give it."""
+    if msg_flags & MsgFlags.LAST_MSG_IN_GROUP:
+        return "last-in-group"
+    if msg_flags & MsgFlags.MSG_IN_GROUP:
+        return "in-group"
+    return "not-in-group"
+
+
 def parse_id(text: str) -> bytes:
     """Turn a user-written 24-byte id into bytes.
 
@@ -260,6 +276,17 @@ class MQMessage(BaseModel):
         """The body decoded as UTF-8."""
         return self.body.decode("utf-8", errors=errors)
 
+    @property
+    def group_status(self) -> GroupStatus:
+        """Whether the message is in a logical group, and the group's last one."""
+        return group_status(self.msg_flags)
+
+    @property
+    def in_group(self) -> bool:
+        """Whether the message belongs to a logical group (non-group messages are a
+        group of one only implicitly: GroupId MQGI_NONE, sequence 1)."""
+        return bool(self.msg_flags & GROUP_FLAGS)
+
 
 class QueueAttributes(BaseModel):
     """The queue attributes mqgather reads or defines (MQSC names in the docstrings)."""
@@ -294,8 +321,11 @@ class Match(BaseModel):
 
 
 class PutOptions(BaseModel):
-    """MQPMO choices: syncpoint, and whether the caller's context (PutApplName,
-    PutDateTime) is kept, as MQPMO_SET_ALL_CONTEXT does when forwarding a message."""
+    """MQPMO choices: syncpoint; whether the caller's context (PutApplName,
+    PutDateTime) is kept, as MQPMO_SET_ALL_CONTEXT does when forwarding a message; and
+    MQPMO_LOGICAL_ORDER, where the queue manager gives a group's messages their GroupId
+    and successive MsgSeqNumbers and the caller marks the last one."""
 
     syncpoint: bool = True
     set_all_context: bool = False
+    logical_order: bool = False

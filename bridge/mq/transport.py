@@ -42,6 +42,8 @@ class Transport(abc.ABC):
         syncpoint: bool = True,
         match: Match | None = None,
         browse: Browse | None = None,
+        logical_order: bool = False,
+        all_available: bool = False,
     ) -> MQMessage:
         """Get (or browse) the first matching message in priority then arrival order.
 
@@ -51,9 +53,18 @@ class Transport(abc.ABC):
             syncpoint: join the unit of work (ignored when browsing).
             match: only messages with these MsgId / CorrelId / GroupId.
             browse: ``"first"`` or ``"next"`` to look without removing.
+            logical_order: MQGMO_LOGICAL_ORDER. Outside a group only a first message
+                (MsgSeqNumber 1, or a message in no group) is eligible; once one is got,
+                this connection gets that group's next message in sequence, whatever its
+                priority or arrival, until the last in the group. Browsing keeps its own
+                group position.
+            all_available: MQGMO_ALL_MSGS_AVAILABLE: a group's messages stay invisible
+                until every one from 1 to the last-in-group is on the queue.
 
         Raises:
             NoMessageAvailable: no matching message within the wait.
+            GroupOrderError: a match that is not the group's next message, or a group got
+                partly in and partly out of syncpoint.
         """
 
     def get_batch(
@@ -101,12 +112,26 @@ class Transport(abc.ABC):
     def close(self) -> None:
         """Disconnect; uncommitted work is backed out."""
 
-    def browse(self, queue: str, match: Match | None = None) -> Iterator[MQMessage]:
-        """Every matching message, in get order, without removing any."""
+    def browse(
+        self,
+        queue: str,
+        match: Match | None = None,
+        *,
+        logical_order: bool = False,
+        all_available: bool = False,
+    ) -> Iterator[MQMessage]:
+        """Every matching message, in get order, without removing any (in logical order:
+        each group whole and in sequence, at the place of its first message)."""
         mode: Browse = "first"
         while True:
             try:
-                yield self.get(queue, match=match, browse=mode)
+                yield self.get(
+                    queue,
+                    match=match,
+                    browse=mode,
+                    logical_order=logical_order,
+                    all_available=all_available,
+                )
             except NoMessageAvailable:
                 return
             mode = "next"

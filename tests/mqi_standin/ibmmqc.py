@@ -13,6 +13,13 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
   another handle holds it exclusively, context authority (2035) for set/pass all context.
 - put: MsgId generation, CCSID / Encoding / Format / MsgType / context fields kept, the
   unit of work, Q_FULL and MAXMSGL from the queue manager.
+- groups: MQMD version 2 carries GroupId / MsgSeqNumber / MsgFlags (version 1 none);
+  MQPMO_LOGICAL_ORDER (GroupId and sequence chosen by the queue manager and returned,
+  2241 for a message outside the group mid-group, 2245 for mixed syncpoint, refused on
+  MQPUT1); MQGMO_LOGICAL_ORDER and MQGMO_ALL_MSGS_AVAILABLE with GroupStatus reported
+  (2247 for a match that is not the group's next message). Group positions are kept per
+  connection and queue, where IBM MQ keeps them per object handle: the same while one
+  handle per queue and purpose is used, as the adapter does.
 - get: wait, match options, browse cursors per handle, syncpoint, truncation (2080 with
   the message left on the queue, or 2079 when accepted), conversion (MQGMO_CONVERT with a
   CCSID other than the message's: text formats converted, others returned as they are
@@ -44,9 +51,10 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from bridge.mq.errors import MQError, NoMessageAvailable
+from bridge.mq.errors import MQError, NoMessageAvailable, TruncatedMessage
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import NONE_ID, Match, MQMessage, PutOptions, QueueAttributes
+from bridge.mq.transport import Browse
 
 __version__ = version("ibmmq")
 __cmdlevel__ = 940
@@ -85,6 +93,9 @@ RC = {
     "PROPERTY_NOT_AVAILABLE": 2471,
     "PROPERTY_TYPE_ERROR": 2473,
     "UNKNOWN_CHANNEL_NAME": 2540,
+    "INCOMPLETE_GROUP": 2241,
+    "INCONSISTENT_UOW": 2245,
+    "MATCH_OPTIONS_ERROR": 2247,
 }
 OO_INPUT_AS_Q_DEF, OO_INPUT_SHARED, OO_INPUT_EXCLUSIVE = 0x1, 0x2, 0x4
 OO_BROWSE, OO_OUTPUT, OO_INQUIRE = 0x8, 0x10, 0x20
@@ -92,10 +103,13 @@ OO_SAVE_ALL_CONTEXT, OO_PASS_ALL_CONTEXT, OO_SET_ALL_CONTEXT = 0x80, 0x200, 0x80
 GMO_WAIT, GMO_SYNCPOINT, GMO_NO_SYNCPOINT = 0x1, 0x2, 0x4
 GMO_BROWSE_FIRST, GMO_BROWSE_NEXT, GMO_ACCEPT_TRUNCATED = 0x10, 0x20, 0x40
 GMO_CONVERT, GMO_NO_PROPERTIES, GMO_PROPERTIES_IN_HANDLE = 0x4000, 0x4000000, 0x8000000
+GMO_LOGICAL_ORDER, GMO_ALL_MSGS_AVAILABLE = 0x8000, 0x20000
+GS_NOT_IN_GROUP, GS_MSG_IN_GROUP, GS_LAST_MSG_IN_GROUP = ord(" "), ord("G"), ord("L")
 MO_MSG_ID, MO_CORREL_ID, MO_GROUP_ID = 0x1, 0x2, 0x4
 PMO_SYNCPOINT, PMO_NO_SYNCPOINT, PMO_DEFAULT_CONTEXT = 0x2, 0x4, 0x20
 PMO_NEW_MSG_ID, PMO_NEW_CORREL_ID, PMO_PASS_ALL_CONTEXT = 0x40, 0x80, 0x200
-PMO_SET_ALL_CONTEXT, PMO_NO_CONTEXT = 0x800, 0x4000
+PMO_SET_ALL_CONTEXT, PMO_NO_CONTEXT, PMO_LOGICAL_ORDER = 0x800, 0x4000, 0x8000
+MD_VERSION_2 = 2
 CNO_CLIENT_BINDING = 0x100
 CHT_CLNTCONN, XPT_TCP = 6, 2
 WI_UNLIMITED = -1
@@ -428,12 +442,14 @@ def _message_from(
     elif not opts & PMO_NO_CONTEXT:  # default context: who put it, now
         context = {"user_identifier": conn.user[:12], "put_appl_type": AT_UNIX}
         context["put_appl_name"] = "python"
+    # The group fields exist from MQMD version 2 on; a version 1 MQMD has none.
+    grouped = md.Version >= MD_VERSION_2
     return MQMessage(
         msg_id=msg_id,
         correl_id=correl,
-        group_id=bytes(md.GroupId).ljust(24, b"\0"),
-        msg_seq_number=max(1, md.MsgSeqNumber),
-        msg_flags=md.MsgFlags,
+        group_id=bytes(md.GroupId).ljust(24, b"\0") if grouped else NONE_ID,
+        msg_seq_number=max(1, md.MsgSeqNumber) if grouped else 1,
+        msg_flags=md.MsgFlags if grouped else 0,
         format=_text(md.Format),
         coded_char_set_id=ccsid,
         encoding=md.Encoding,
@@ -476,11 +492,22 @@ def _put(
         pcf.execute(conn.qm, put)
     else:
         try:
-            put = conn.qm.put(queue, built, PutOptions(syncpoint=syncpoint, set_all_context=True))
+            put = conn.qm.put(
+                queue,
+                built,
+                PutOptions(
+                    syncpoint=syncpoint,
+                    set_all_context=True,
+                    logical_order=bool(pmo.Options & PMO_LOGICAL_ORDER),
+                ),
+            )
         except MQError as exc:
             return _mq_fail(exc, md.pack(), pmo.pack())
     md.MsgId = put.msg_id
     md.CorrelId = put.correl_id
+    if put.in_group and md.Version >= MD_VERSION_2:
+        # Output fields: the GroupId the queue manager chose and the sequence it gave.
+        md.GroupId, md.MsgSeqNumber = put.group_id, put.msg_seq_number
     if not md.PutApplName.strip(b"\0 "):
         md.PutApplName = (put.put_appl_name or "python").encode()
     return md.pack(), pmo.pack(), CC_OK, 0
@@ -506,6 +533,8 @@ def MQPUT1(hconn: int, od_bytes: bytes, md: bytes, pmo: bytes, body: bytes) -> t
     od, p = mq.OD(), mq.PMO()
     od.unpack(od_bytes)
     p.unpack(pmo)
+    if p.Options & PMO_LOGICAL_ORDER:
+        return _fail("OPTIONS_ERROR", md, pmo)  # a group needs a handle to keep its place
     options = OO_OUTPUT | (OO_SET_ALL_CONTEXT if p.Options & PMO_SET_ALL_CONTEXT else 0)
     opened = MQOPEN(hconn, od_bytes, options)
     if opened[-2] != CC_OK:
@@ -591,17 +620,44 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
         wait = -1 if gmo.WaitInterval == WI_UNLIMITED else gmo.WaitInterval
     syncpoint = not opts & GMO_NO_SYNCPOINT  # a client's default is syncpoint
     accept = bool(opts & GMO_ACCEPT_TRUNCATED)
+    logical = bool(opts & GMO_LOGICAL_ORDER)
+    all_available = bool(opts & GMO_ALL_MSGS_AVAILABLE)
     try:
         if browse:
             if browse == "next" and obj.pending_browse is not None:
                 message = obj.pending_browse
             else:
-                mode = "next" if browse == "next" and obj.browsed else "first"
-                message = conn.qm.get(obj.queue, wait_ms=wait, match=match, browse=mode)
+                mode: Browse = "next" if browse == "next" and obj.browsed else "first"
+                message = conn.qm.get(
+                    obj.queue,
+                    wait_ms=wait,
+                    match=match,
+                    browse=mode,
+                    logical_order=logical,
+                    all_available=all_available,
+                )
             obj.pending_browse = None
             obj.browsed = True
             if len(message.body) > length and not accept:
                 obj.pending_browse = message  # the cursor stays on it
+        elif logical or all_available:
+            # The connection's own group position chooses the message; a long one stays
+            # where it is, and the position with it (MQRC_TRUNCATED_MSG_FAILED).
+            try:
+                message = conn.qm.get(
+                    obj.queue,
+                    wait_ms=wait,
+                    syncpoint=syncpoint,
+                    match=match,
+                    logical_order=logical,
+                    all_available=all_available,
+                    max_length=None if accept else length,
+                )
+            except TruncatedMessage as exc:
+                _fill_md(md, exc.message, exc.message.coded_char_set_id)
+                return _fail(
+                    "TRUNCATED_MSG_FAILED", b"", md.pack(), gmo.pack(), len(exc.message.body)
+                )
         else:
             deadline = None if wait == -1 else time.monotonic() + wait / 1000
             while True:
@@ -631,6 +687,13 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
         else message.coded_char_set_id
     )
     _fill_md(md, message, ccsid)
+    gmo.GroupStatus = {
+        "last-in-group": GS_LAST_MSG_IN_GROUP,
+        "in-group": GS_MSG_IN_GROUP,
+        "not-in-group": GS_NOT_IN_GROUP,
+    }[message.group_status]
+    if md.Version < MD_VERSION_2:
+        md.GroupId, md.MsgSeqNumber, md.MsgFlags = NONE_ID, 1, 0
     if obj.options & OO_SAVE_ALL_CONTEXT and not browse:
         obj.saved_context = message
     if opts & GMO_PROPERTIES_IN_HANDLE and gmo.MsgHandle:
