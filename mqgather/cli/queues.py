@@ -100,6 +100,7 @@ def message_to_json(message: MQMessage) -> dict[str, Any]:
         "group_id": format_id(message.group_id),
         "msg_seq_number": message.msg_seq_number,
         "msg_flags": message.msg_flags,
+        "group_status": message.group_status,
         "format": message.format,
         "coded_char_set_id": message.coded_char_set_id,
         "encoding": message.encoding,
@@ -202,14 +203,33 @@ def list_(pattern: str, as_json: bool, mq: str) -> None:
 
 @queues.command()
 @click.argument("queue")
-@click.option("--body", "body_text", default=None, help="Body text (else --body-file or stdin).")
+@click.option(
+    "--body",
+    "body_texts",
+    multiple=True,
+    help="Body text (else --body-file or stdin). Repeat it with --logical-order to put a "
+    "group, one message per --body.",
+)
 @click.option("--body-file", type=click.File("rb"), default=None, help="Body from a file.")
 @click.option("--msg-id", default=None, help="MsgId (default: generated).")
 @click.option("--correl-id", default=None, help="CorrelId.")
-@click.option("--group-id", default=None, help="GroupId.")
-@click.option("--seq", "msg_seq_number", type=int, default=1, help="MsgSeqNumber.")
-@click.option("--last-in-group", is_flag=True, help="Set MQMF_LAST_MSG_IN_GROUP.")
+@click.option(
+    "--group-id",
+    default=None,
+    help="GroupId (physical order; with --in-group and no --group-id the queue manager "
+    "makes one and prints it).",
+)
+@click.option(
+    "--seq", "msg_seq_number", type=click.IntRange(min=1), default=1, help="MsgSeqNumber."
+)
+@click.option("--last-in-group", "--last", is_flag=True, help="Set MQMF_LAST_MSG_IN_GROUP.")
 @click.option("--in-group", is_flag=True, help="Set MQMF_MSG_IN_GROUP.")
+@click.option(
+    "--logical-order",
+    is_flag=True,
+    help="MQPMO_LOGICAL_ORDER: put every --body as one group in one unit of work; the "
+    "queue manager gives the GroupId and sequence numbers, the last --body is last in group.",
+)
 @click.option("--reply-to-q", default="", help="ReplyToQ.")
 @click.option("--reply-to-qmgr", default="", help="ReplyToQMgr.")
 @click.option("--format", "fmt", default="MQSTR", show_default=True, help="Format ('' = NONE).")
@@ -234,7 +254,7 @@ def list_(pattern: str, as_json: bool, mq: str) -> None:
 @mq_option
 def put(
     queue: str,
-    body_text: str | None,
+    body_texts: tuple[str, ...],
     body_file: Any,
     msg_id: str | None,
     correl_id: str | None,
@@ -242,6 +262,7 @@ def put(
     msg_seq_number: int,
     last_in_group: bool,
     in_group: bool,
+    logical_order: bool,
     reply_to_q: str,
     reply_to_qmgr: str,
     fmt: str,
@@ -253,18 +274,26 @@ def put(
     props: tuple[str, ...],
     mq: str,
 ) -> None:
-    """Put one message and commit; prints its MsgId."""
-    if body_text is not None:
+    """Put one message (or, with --logical-order, one group) and commit; prints the MsgId
+    of each, and the GroupId and sequence number of a message in a group."""
+    if body_texts:
         try:
-            body = encode(body_text, ccsid)
+            bodies = [encode(text, ccsid) for text in body_texts]
         except CCSIDError as exc:
             raise ConfigError("--ccsid", str(exc)) from exc
     elif body_file is not None:
-        body = body_file.read()
+        bodies = [body_file.read()]
     else:
-        body = sys.stdin.buffer.read()
+        bodies = [sys.stdin.buffer.read()]
+    if len(bodies) > 1 and not logical_order:
+        raise ConfigError("--body", "several bodies are put as one group: add --logical-order")
+    if logical_order and (group_id is not None or msg_seq_number != 1):
+        raise ConfigError(
+            "--logical-order",
+            "the queue manager gives the GroupId and sequence numbers; "
+            "drop --group-id and --seq, or put in physical order without --logical-order",
+        )
     fields: dict[str, Any] = {
-        "body": body,
         "msg_seq_number": msg_seq_number,
         "msg_flags": int(
             (MsgFlags.LAST_MSG_IN_GROUP if last_in_group else MsgFlags.NONE)
@@ -283,25 +312,78 @@ def put(
     for key, value in (("msg_id", msg_id), ("correl_id", correl_id), ("group_id", group_id)):
         if value is not None:
             fields[key] = parse_id(value)
+    options = PutOptions(syncpoint=True, logical_order=logical_order)
     with open_transport(mq) as qm:
-        done = qm.put(queue, MQMessage(**fields), PutOptions(syncpoint=True))
+        done = []
+        for index, body in enumerate(bodies):
+            flags = fields["msg_flags"]
+            if logical_order:
+                last = index == len(bodies) - 1
+                flags = int(MsgFlags.LAST_MSG_IN_GROUP if last else MsgFlags.MSG_IN_GROUP)
+            message = MQMessage(**{**fields, "body": body, "msg_flags": flags})
+            done.append(qm.put(queue, message, options))
         qm.commit()
-    click.echo(format_id(done.msg_id))
+    for message in done:
+        if message.in_group:
+            click.echo(
+                f"{format_id(message.msg_id)}  group {format_id(message.group_id)}  "
+                f"seq {message.msg_seq_number}  {message.group_status}"
+            )
+        else:
+            click.echo(format_id(message.msg_id))
 
 
-def _match(msg_id: str | None, correl_id: str | None) -> Match | None:
-    if msg_id is None and correl_id is None:
+def _match(msg_id: str | None, correl_id: str | None, group_id: str | None = None) -> Match | None:
+    if msg_id is None and correl_id is None and group_id is None:
         return None
     return Match(
         msg_id=parse_id(msg_id) if msg_id else None,
         correl_id=parse_id(correl_id) if correl_id else None,
+        group_id=parse_id(group_id) if group_id else None,
+    )
+
+
+def _group_options(func: Any) -> Any:
+    """The selection options ``get`` and ``browse`` share."""
+    for option in reversed(
+        (
+            click.option("--correl-id", default=None, help="Only messages with this CorrelId."),
+            click.option("--msg-id", default=None, help="Only messages with this MsgId."),
+            click.option("--group-id", default=None, help="Only messages with this GroupId."),
+            click.option(
+                "--logical-order",
+                is_flag=True,
+                help="MQGMO_LOGICAL_ORDER: a group at a time, in MsgSeqNumber order, at the "
+                "place of its first message, whatever the priorities or arrival order.",
+            ),
+            click.option(
+                "--all-available",
+                is_flag=True,
+                help="MQGMO_ALL_MSGS_AVAILABLE: skip groups whose messages are not all there.",
+            ),
+        )
+    ):
+        func = option(func)
+    return func
+
+
+def _show(message: MQMessage, as_json: bool, count: int) -> None:
+    if as_json:
+        click.echo(json.dumps(message_to_json(message)))
+        return
+    group = ""
+    if message.in_group:
+        group = f"  group {format_id(message.group_id)} #{message.msg_seq_number}"
+        group += " (last)" if message.group_status == "last-in-group" else ""
+    click.echo(
+        f"{count:>6}  {format_id(message.correl_id)}  "
+        f"{len(message.body):>7}B  {message.text()[:60]!r}{group}"
     )
 
 
 @queues.command()
 @click.argument("queue")
-@click.option("--correl-id", default=None, help="Only a message with this CorrelId.")
-@click.option("--msg-id", default=None, help="Only a message with this MsgId.")
+@_group_options
 @click.option("--wait", "wait_ms", type=int, default=0, help="Wait this many ms (-1: forever).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole message as JSON.")
 @mq_option
@@ -309,47 +391,69 @@ def get(
     queue: str,
     correl_id: str | None,
     msg_id: str | None,
+    group_id: str | None,
+    logical_order: bool,
+    all_available: bool,
     wait_ms: int,
     as_json: bool,
     mq: str,
 ) -> None:
-    """Get (remove) one message and print its body; exit 2 when the queue is empty."""
+    """Get (remove) one message and print its body; exit 2 when the queue is empty.
+
+    With --logical-order a whole group is got, in order and in one unit of work: one body
+    (or JSON object) per line.
+    """
+    got: list[MQMessage] = []
     with open_transport(mq) as qm:
         try:
-            message = qm.get(
-                queue,
-                wait_ms=WAIT_UNLIMITED if wait_ms < 0 else wait_ms,
-                match=_match(msg_id, correl_id),
-            )
+            while True:
+                message = qm.get(
+                    queue,
+                    wait_ms=WAIT_UNLIMITED if wait_ms < 0 else wait_ms,
+                    match=_match(msg_id, correl_id, group_id),
+                    logical_order=logical_order,
+                    all_available=all_available,
+                )
+                got.append(message)
+                if not logical_order or message.group_status != "in-group":
+                    break
         except NoMessageAvailable as exc:
-            click.echo(f"mqgather: {exc}", err=True)
+            qm.backout()
+            note = "; the group is incomplete: its messages were left on the queue" if got else ""
+            click.echo(f"mqgather: {exc}{note}", err=True)
             sys.exit(2)
         qm.commit()
-    if as_json:
-        click.echo(json.dumps(message_to_json(message)))
-    else:
-        sys.stdout.buffer.write(message.body + b"\n")
+    for message in got:
+        if as_json:
+            click.echo(json.dumps(message_to_json(message)))
+        else:
+            sys.stdout.buffer.write(message.body + b"\n")
 
 
 @queues.command()
 @click.argument("queue")
-@click.option("--correl-id", default=None, help="Only messages with this CorrelId.")
-@click.option("--msg-id", default=None, help="Only messages with this MsgId.")
+@_group_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
 @mq_option
-def browse(queue: str, correl_id: str | None, msg_id: str | None, as_json: bool, mq: str) -> None:
+def browse(
+    queue: str,
+    correl_id: str | None,
+    msg_id: str | None,
+    group_id: str | None,
+    logical_order: bool,
+    all_available: bool,
+    as_json: bool,
+    mq: str,
+) -> None:
     """Show the messages on a queue without removing them."""
     count = 0
+    match = _match(msg_id, correl_id, group_id)
     with open_transport(mq) as qm:
-        for message in qm.browse(queue, _match(msg_id, correl_id)):
+        for message in qm.browse(
+            queue, match, logical_order=logical_order, all_available=all_available
+        ):
             count += 1
-            if as_json:
-                click.echo(json.dumps(message_to_json(message)))
-            else:
-                click.echo(
-                    f"{count:>6}  {format_id(message.correl_id)}  "
-                    f"{len(message.body):>7}B  {message.text()[:60]!r}"
-                )
+            _show(message, as_json, count)
     if not as_json:
         click.echo(f"{count} message(s) on {queue}", err=True)
 

@@ -215,3 +215,51 @@ def test_put_in_ebcdic_and_browse_shows_the_ccsid_and_the_text(tmp_path):
     assert got.stdout == "Grüße [1]".encode("cp037") + b"\n"
     bad = run(["queues", "put", "APP.Q", "--ccsid", "9999", "--body", "x"], tmp_path)
     assert bad.returncode == 1 and b"--ccsid: CCSID 9999" in bad.stderr
+
+
+def test_groups_from_a_shell_logical_and_physical_order(tmp_path):
+    assert run(["queues", "define", "GRP.Q"], tmp_path).returncode == 0
+    # Physical order: the application names the group and numbers, 2 before 1, 3 missing.
+    for seq in ("2", "1"):
+        done = run(
+            ["queues", "put", "GRP.Q", "--group-id", "BATCH-7", "--seq", seq, "--in-group",
+             "--body", f"part {seq}"],
+            tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    logical = run(
+        ["queues", "put", "GRP.Q", "--logical-order", "--body", "x", "--body", "y"], tmp_path
+    )
+    assert logical.returncode == 0, logical.stderr
+    lines = logical.stdout.decode().splitlines()
+    assert "seq 1  in-group" in lines[0] and "seq 2  last-in-group" in lines[1]
+    # The incomplete BATCH-7 is invisible to an all-available browse and get.
+    shown = run(["queues", "browse", "GRP.Q", "--logical-order", "--all-available"], tmp_path)
+    assert [line.split()[3] for line in shown.stdout.decode().splitlines()] == ["'x'", "'y'"]
+    got = run(["queues", "get", "GRP.Q", "--logical-order", "--all-available"], tmp_path)
+    assert got.returncode == 0 and got.stdout == b"x\ny\n"
+    assert run(["queues", "get", "GRP.Q", "--all-available"], tmp_path).returncode == 2
+    last = run(
+        ["queues", "put", "GRP.Q", "--group-id", "BATCH-7", "--seq", "3", "--last",
+         "--body", "part 3"],
+        tmp_path,
+    )  # fmt: skip
+    assert last.returncode == 0, last.stderr
+    got = run(["queues", "get", "GRP.Q", "--logical-order", "--all-available", "--json"], tmp_path)
+    rows = [json.loads(line) for line in got.stdout.decode().splitlines()]
+    assert [(r["body"], r["msg_seq_number"], r["group_status"]) for r in rows] == [
+        ("part 1", 1, "in-group"),
+        ("part 2", 2, "in-group"),
+        ("part 3", 3, "last-in-group"),
+    ]
+    assert rows[0]["group_id"] == "hex:" + b"BATCH-7".ljust(24, b"\0").hex()
+
+
+def test_group_options_that_contradict_are_refused(tmp_path):
+    assert run(["queues", "define", "GRP.Q"], tmp_path).returncode == 0
+    two = run(["queues", "put", "GRP.Q", "--body", "a", "--body", "b"], tmp_path)
+    assert two.returncode != 0 and b"--logical-order" in two.stderr
+    mixed = run(
+        ["queues", "put", "GRP.Q", "--logical-order", "--seq", "2", "--body", "a"], tmp_path
+    )
+    assert mixed.returncode != 0 and b"--seq" in mixed.stderr
