@@ -86,6 +86,11 @@ async def scatter(
         ScatterError: the gather already exists and is closed, or (correlid
             identification) the CorrelId does not fit the layout.
     """
+    if spec.leg_identification == "group":
+        raise ScatterError(
+            f"aggregate {spec.name} takes its replies as one logical group: the first reply "
+            "starts the gather, so there is nothing to register"
+        )
     chosen = tuple(legs or spec.legs)
     if not chosen:
         raise ScatterError(f"aggregate {spec.name} lists no legs; pass the legs to scatter")

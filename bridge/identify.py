@@ -55,8 +55,6 @@ def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identif
     Raises:
         IdentificationError: no CorrelId, unknown aggregate, no leg, or too big.
     """
-    if message.correl_id == NONE_ID:
-        raise IdentificationError("the reply has no CorrelId (MQCI_NONE)")
     named = message.properties.get(PROP_AGGREGATE)
     if named is not None:
         spec = next((a for a in candidates if a.name == named), None)
@@ -69,12 +67,11 @@ def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identif
             f"unknown aggregate: several share this queue and the reply has no "
             f"{PROP_AGGREGATE!r} property"
         )
-    if len(message.body) > spec.max_reply_bytes:
-        raise IdentificationError(
-            f"reply of {len(message.body)} bytes exceeds max_reply_bytes "
-            f"({spec.max_reply_bytes}) of aggregate {spec.name}",
-            spec,
-        )
+    if spec.leg_identification == "group":
+        return _in_group(message, spec)
+    if message.correl_id == NONE_ID:
+        raise IdentificationError("the reply has no CorrelId (MQCI_NONE)")
+    _check_size(message, spec)
     if spec.leg_identification == "property":
         leg = message.properties.get(spec.leg_property)
         if not isinstance(leg, str) or not leg:
@@ -90,3 +87,30 @@ def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identif
             )
         return Identified(spec, gather_correl_id(message.correl_id), leg_index=index - 1)
     return Identified(spec, message.correl_id)
+
+
+def _check_size(message: MQMessage, spec: AggregateSpec) -> None:
+    if len(message.body) > spec.max_reply_bytes:
+        raise IdentificationError(
+            f"reply of {len(message.body)} bytes exceeds max_reply_bytes "
+            f"({spec.max_reply_bytes}) of aggregate {spec.name}",
+            spec,
+        )
+
+
+def _in_group(message: MQMessage, spec: AggregateSpec) -> Identified:
+    """A reply of a group aggregate: its GroupId is the gather, MsgSeqNumber the leg."""
+    if not message.in_group or message.group_id == NONE_ID:
+        raise IdentificationError(
+            f"aggregate {spec.name} takes its replies as a logical group, and this reply is "
+            "in none (no MQMF_MSG_IN_GROUP flag or GroupId MQGI_NONE)",
+            spec,
+        )
+    _check_size(message, spec)
+    if message.msg_seq_number > spec.max_group_size:
+        raise IdentificationError(
+            f"MsgSeqNumber {message.msg_seq_number} exceeds max_group_size "
+            f"({spec.max_group_size}) of aggregate {spec.name}",
+            spec,
+        )
+    return Identified(spec, message.group_id, leg_index=message.msg_seq_number - 1)

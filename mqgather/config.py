@@ -61,8 +61,18 @@ class AggregateSpec(BaseModel):
     legs: tuple[LegSpec, ...] = Field(
         default=(), description="the expected legs (static mode) and scatter's default legs"
     )
-    leg_identification: Literal["property", "correlid", "count"] = "property"
+    leg_identification: Literal["property", "correlid", "count", "group"] = Field(
+        default="property",
+        description="group: the replies are one MQ logical group; its GroupId is the "
+        "gather's key, MsgSeqNumber the leg, the last-in-group message the count",
+    )
     leg_property: str = "leg"
+    max_group_size: int = Field(
+        default=1000,
+        ge=1,
+        description="group identification: a reply with a higher MsgSeqNumber goes to the "
+        "failure queue (a gather's state must stay small)",
+    )
     timeout_seconds: float = Field(default=30.0, ge=0, description="ReplyTimeoutSeconds/Timeout")
     timer: Literal["first", "restart"] = Field(
         default="first", description="first: from the first registration (ACE); restart: IA72"
@@ -139,7 +149,13 @@ class AggregateSpec(BaseModel):
             raise ValueError("legs: leg names must be unique")
         if self.merge == "xml" and not re.match(r"^[A-Za-z_][A-Za-z0-9_.\-]*$", self.label):
             raise ValueError("label: must be a valid XML element name for xml merge")
-        if self.mode == "static" and not self.legs:
+        if self.leg_identification == "group":
+            if self.mode != "static" or self.legs:
+                raise ValueError(
+                    'leg_identification: "group" needs mode = "static" and no legs listed: '
+                    "the first reply starts the gather and the group says how many legs"
+                )
+        elif self.mode == "static" and not self.legs:
             raise ValueError("legs: static mode needs the legs listed")
         if self.destination == "destinationList" and not self.destination_list:
             raise ValueError("destination_list: needed when destination is destinationList")

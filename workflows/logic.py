@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from bridge.mq.models import NONE_ID
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.routing import Destination
 from workflows.models import (
@@ -34,9 +35,15 @@ def received_names(state: GatherState) -> list[str]:
     return [leg.name for leg in state.expected if leg.name in state.received]
 
 
+#: What a group gather misses while its last-in-group message has not come.
+GROUP_END = "last-in-group"
+
+
 def missing(state: GatherState) -> list[str]:
-    """Expected legs still without a reply."""
-    return [leg.name for leg in state.expected if leg.name not in state.received]
+    """Expected legs still without a reply (a group gather whose end is unknown also
+    misses its last-in-group message)."""
+    gaps = [leg.name for leg in state.expected if leg.name not in state.received]
+    return [*gaps, GROUP_END] if state.group_size == 0 else gaps
 
 
 def refresh(state: GatherState) -> None:
@@ -64,8 +71,34 @@ def leg_of(state: GatherState, reply: Reply) -> LegSpec | None:
     return next((leg for leg in state.expected if leg.name not in state.received), None)
 
 
+def _place_in_group(spec: AggregateSpec, state: GatherState, reply: Reply) -> str:
+    """Grow a group gather's legs to the reply's MsgSeqNumber and learn the group's size
+    from its last-in-group message; the reason it does not fit ("" when it does)."""
+    message = reply.message
+    seq = message.msg_seq_number
+    if state.group_size and seq > state.group_size:
+        return f"MsgSeqNumber {seq} is past the group's last message ({state.group_size})"
+    if message.group_status == "last-in-group" and not state.group_size:
+        beyond = [leg.name for leg in state.expected[seq:] if leg.name in state.received]
+        if beyond:
+            return f"last in group at {seq}, but {', '.join(beyond)} came already"
+        state.group_size = seq
+        del state.expected[seq:]
+    if state.request_msg_id is None and message.correl_id != NONE_ID:
+        # The response answers the request the group's replies carry as their CorrelId.
+        state.request_msg_id = message.correl_id
+    for number in range(len(state.expected) + 1, seq + 1):
+        state.expected.append(LegSpec(name=f"{spec.label}{number}", sequence=number))
+    return ""
+
+
 def accept(spec: AggregateSpec, state: GatherState, reply: Reply) -> None:
     """File a reply under its leg, applying the duplicate policy."""
+    if state.group_size is not None:
+        unplaced = _place_in_group(spec, state, reply)
+        if unplaced:
+            route(state, Destination.UNKNOWN, reply, unplaced)
+            return
     leg = leg_of(state, reply)
     if leg is None:
         route(state, Destination.UNKNOWN, reply, "reply names no expected leg")
@@ -93,6 +126,8 @@ def start_static(spec: AggregateSpec, state: GatherState, now: datetime) -> None
     """Static legs: the first reply starts the gather and its timer."""
     state.registered = True
     state.expected = list(spec.legs)
+    if spec.leg_identification == "group":
+        state.group_size = 0
     if spec.timeout_seconds > 0:
         state.deadline = now + timedelta(seconds=spec.timeout_seconds)
     state.unknown_deadline = None
@@ -213,7 +248,7 @@ def decide(state: GatherState, now: datetime) -> Outcome | None:
     if state.cancel is not None:
         return "CANCELLED"
     if state.registered and state.expected and not missing(state):
-        return "COMPLETE"
+        return "COMPLETE"  # a group gather misses its end until the last-in-group comes
     if state.release is not None:
         return "RELEASED"
     if state.registered and state.deadline is not None and now >= state.deadline:

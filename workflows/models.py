@@ -130,6 +130,11 @@ class GatherState(BaseModel):
     last_error: str = Field(default="", description="the MQ work failing now, and why")
     failing_since: datetime | None = None
     failed_rounds: int = Field(default=0, description="rounds of attempts failed in a row")
+    group_size: int | None = Field(
+        default=None,
+        description="group aggregates: the last-in-group's MsgSeqNumber, 0 until it comes "
+        "(None: not a group gather)",
+    )
     #: ``seen_msg_ids`` as a set, for lookups; rebuilt from the list, never carried.
     _seen: set[str] = PrivateAttr(default_factory=set)
 
@@ -260,7 +265,11 @@ def start_options(spec: AggregateSpec, correl_id: bytes) -> dict[str, Any]:
 def static_details(spec: AggregateSpec) -> str:
     """How the gather's aggregate is set up, for the UI's Details field (markdown); the
     same for every gather of the aggregate, so made once per aggregate, not per gather."""
-    legs = ", ".join(leg.name for leg in spec.legs) or "from each registration"
+    legs = ", ".join(leg.name for leg in spec.legs) or (
+        "one per message of the replies' logical group"
+        if spec.leg_identification == "group"
+        else "from each registration"
+    )
     timer = "from the first registration" if spec.timer == "first" else "restarted by each"
     return "\n".join(
         [

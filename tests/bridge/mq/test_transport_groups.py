@@ -62,10 +62,8 @@ def test_logical_put_gives_one_group_id_and_successive_numbers(connect, make_que
     assert [(m.group_id, m.msg_seq_number) for m in got] == [
         (m.group_id, m.msg_seq_number) for m in first + second
     ]
-    assert [m.group_status for m in got] == ["in-group", "in-group"] + ["last-in-group"] + [
-        "in-group",
-        "last-in-group",
-    ]
+    statuses = ["in-group", "in-group", "last-in-group", "in-group", "last-in-group"]
+    assert [m.group_status for m in got] == statuses
     # The last message is also "in group", whatever flags the putter gave it.
     assert got[2].msg_flags & IN and got[2].msg_flags & LAST
 
