@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from opentelemetry import trace
+from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -48,6 +49,7 @@ from workflows.models import (
 
 log = logging.getLogger("mqgather.bridge")
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 #: Encoded replies per signal at most: Temporal refuses payloads over 2 MB.
 SIGNAL_BODY_BYTES = 1024 * 1024
@@ -115,9 +117,9 @@ def _plain(value: object) -> str:
     raise TypeError(f"unexpected {type(value).__name__}")
 
 
-def _fingerprint(reply: Reply) -> str:
-    """Every value of a reply exactly (NaN and lone surrogates included, unlike ==)."""
-    return json.dumps(reply.model_dump(), default=_plain, sort_keys=True)
+def _fingerprint(item: BaseModel) -> str:
+    """Every value of a model exactly (NaN and lone surrogates included, unlike ==)."""
+    return json.dumps(item.model_dump(), default=_plain, sort_keys=True)
 
 
 def _refused_for_content(error: BaseException) -> bool:
@@ -134,14 +136,15 @@ class _Move:
     reason: str
 
 
-class InboundBridge:
-    """Feeds the gathers of the given aggregates from their reply queues."""
+class QueueBridge:
+    """The loop every bridge runs per input queue: GET a batch under syncpoint, hand it
+    to :meth:`_process` (which signals Temporal and moves what cannot go), MQCMIT; back
+    out and wait for Temporal on a failure."""
 
     def __init__(
         self,
         client: Client,
         connect: Callable[[], Transport],
-        aggregates: Sequence[AggregateSpec],
         *,
         task_queue: str = TASK_QUEUE,
         batch_size: int = 100,
@@ -157,15 +160,16 @@ class InboundBridge:
         self.rpc_timeout = timedelta(seconds=rpc_timeout)
         self.max_backoff = max_backoff
         self.stats = BridgeStats()
-        self.by_queue: dict[str, list[AggregateSpec]] = {}
-        for spec in aggregates:
-            self.by_queue.setdefault(spec.reply_queue, []).append(spec)
+
+    def queues(self) -> list[str]:
+        """The input queues this bridge serves."""
+        raise NotImplementedError
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve every reply queue until ``stop`` is set."""
-        await asyncio.gather(*(self._serve(q, specs, stop) for q, specs in self.by_queue.items()))
+        """Serve every input queue until ``stop`` is set."""
+        await asyncio.gather(*(self._serve(q, stop) for q in self.queues()))
 
-    async def _serve(self, queue: str, specs: list[AggregateSpec], stop: asyncio.Event) -> None:
+    async def _serve(self, queue: str, stop: asyncio.Event) -> None:
         # MQ connection handles belong to one thread, so all MQ calls go through this one.
         pool = ThreadPoolExecutor(1, thread_name_prefix=f"mq-{queue}")
         loop = asyncio.get_running_loop()
@@ -197,7 +201,7 @@ class InboundBridge:
                             "messaging.batch.message_count": len(batch),
                         },
                     ):
-                        await self._process(call, transport, queue, specs, attrs, dlq, batch)
+                        await self._process(call, transport, queue, attrs, dlq, batch)
                         await call(transport.commit)
                     self.stats.batches += 1
                     self.stats.replies += len(batch)
@@ -220,6 +224,18 @@ class InboundBridge:
                 await call(transport.close)
             pool.shutdown(wait=False)
 
+    async def _process(
+        self,
+        call: Callable[..., Any],
+        transport: Transport,
+        queue: str,
+        attrs: QueueAttributes,
+        dlq: str,
+        batch: list[MQMessage],
+    ) -> None:
+        """Signal the batch's messages and move those that cannot go (before MQCMIT)."""
+        raise NotImplementedError
+
     async def _recover(
         self, call: Callable[..., Any], transport: Transport | None, exc: BaseException
     ) -> Transport | None:
@@ -240,7 +256,7 @@ class InboundBridge:
     async def _pause(self, stop: asyncio.Event, seconds: float) -> None:
         """Wait ``seconds``, then until Temporal answers (backing off), unless stopping.
 
-        While Temporal is down nothing is got, so replies wait on the queue instead of
+        While Temporal is down nothing is got, so messages wait on the queue instead of
         gathering backouts toward BOTHRESH.
         """
         warned = False
@@ -252,20 +268,85 @@ class InboundBridge:
                     log.warning("Temporal answers again; resuming")
                 return
             if not warned:
-                log.warning("Temporal unreachable; replies stay on the queue until it answers")
+                log.warning("Temporal unreachable; messages stay on the queue until it answers")
                 warned = True
             seconds = min(seconds * 2, self.max_backoff)
+
+    def _carried(
+        self,
+        item: BaseModel,
+        box: M,
+        unbox: Callable[[M], BaseModel],
+        noun: str,
+        home: str,
+    ) -> tuple[str, int]:
+        """Whether the worker will decode ``item``, sent inside ``box``, exactly as sent:
+        its encoded size, or why not. What fails here never reaches a signal, so it is
+        never lost after MQCMIT."""
+        converter = self.client.data_converter.payload_converter
+        try:
+            payload = converter.to_payloads([box])
+            back = unbox(converter.from_payloads(payload, [type(box)])[0])
+        except (ValueError, TypeError) as exc:  # pydantic's errors are ValueErrors
+            return f"the {noun} cannot be carried to {home} ({type(exc).__name__}: {exc})", 0
+        size = payload[0].ByteSize()
+        if _fingerprint(back) != _fingerprint(item):
+            return (
+                f"the {noun} cannot be carried to {home} unchanged (a property name or "
+                "value is not valid text)",
+                size,
+            )
+        if size > REPLY_PAYLOAD_BYTES:
+            return (
+                f"the {noun} encodes to {size} bytes (body and properties); {home} takes at "
+                f"most {REPLY_PAYLOAD_BYTES}",
+                size,
+            )
+        return "", size
+
+    def _move(self, transport: Transport, queue: str, moves: list[_Move]) -> None:
+        for move in moves:
+            dead = move.kind is Destination.DEAD_LETTER
+            forward(
+                transport, move.queue, move.message, move.reason, queue,
+                dead_letter_reason=REASONS["MQRC_BACKOUT_THRESHOLD_REACHED"] if dead else 0,
+            )  # fmt: skip
+            telemetry.instruments().bridge_moved.add(1, {"queue": queue, "kind": move.kind.value})
+            if move.kind is Destination.FAILURE:
+                self.stats.failures += 1
+            elif move.kind in (Destination.BACKOUT, Destination.DEAD_LETTER):
+                self.stats.backed_out_to_boq += 1
+            log.info("moved a message from %s to %s: %s", queue, move.queue, move.reason)
+
+
+class InboundBridge(QueueBridge):
+    """Feeds the gathers of the given aggregates from their reply queues."""
+
+    def __init__(
+        self,
+        client: Client,
+        connect: Callable[[], Transport],
+        aggregates: Sequence[AggregateSpec],
+        **options: Any,
+    ) -> None:
+        super().__init__(client, connect, **options)
+        self.by_queue: dict[str, list[AggregateSpec]] = {}
+        for spec in aggregates:
+            self.by_queue.setdefault(spec.reply_queue, []).append(spec)
+
+    def queues(self) -> list[str]:
+        return list(self.by_queue)
 
     async def _process(
         self,
         call: Callable[..., Any],
         transport: Transport,
         queue: str,
-        specs: list[AggregateSpec],
         attrs: QueueAttributes,
         dlq: str,
         batch: list[MQMessage],
     ) -> None:
+        specs = self.by_queue[queue]
         now = datetime.now(UTC)
         moves: list[_Move] = []
         groups: dict[tuple[str, bytes], tuple[AggregateSpec, list[Reply]]] = {}
@@ -329,29 +410,11 @@ class InboundBridge:
             await call(self._move, transport, queue, moves)
 
     def _check(self, reply: Reply) -> tuple[str, int]:
-        """Whether the worker will decode this reply exactly as sent: its encoded size, or
-        why not. A reply that fails here never reaches a signal, so it is never lost after
-        MQCMIT."""
-        converter = self.client.data_converter.payload_converter
-        try:
-            payload = converter.to_payloads([ReplyBatch(replies=[reply])])
-            back = converter.from_payloads(payload, [ReplyBatch])[0].replies[0]
-        except (ValueError, TypeError) as exc:  # pydantic's errors are ValueErrors
-            return f"the reply cannot be carried to its gather ({type(exc).__name__}: {exc})", 0
-        size = payload[0].ByteSize()
-        if _fingerprint(back) != _fingerprint(reply):
-            return (
-                "the reply cannot be carried to its gather unchanged (a property name or "
-                "value is not valid text)",
-                size,
-            )
-        if size > REPLY_PAYLOAD_BYTES:
-            return (
-                f"the reply encodes to {size} bytes (body and properties); a gather takes at "
-                f"most {REPLY_PAYLOAD_BYTES}",
-                size,
-            )
-        return "", size
+        """Whether the worker will decode this reply exactly as sent (see
+        :meth:`QueueBridge._carried`)."""
+        return self._carried(
+            reply, ReplyBatch(replies=[reply]), lambda b: b.replies[0], "reply", "its gather"
+        )
 
     async def _signal(
         self,
@@ -462,17 +525,3 @@ class InboundBridge:
                 )
             )
         return moves
-
-    def _move(self, transport: Transport, queue: str, moves: list[_Move]) -> None:
-        for move in moves:
-            dead = move.kind is Destination.DEAD_LETTER
-            forward(
-                transport, move.queue, move.message, move.reason, queue,
-                dead_letter_reason=REASONS["MQRC_BACKOUT_THRESHOLD_REACHED"] if dead else 0,
-            )  # fmt: skip
-            telemetry.instruments().bridge_moved.add(1, {"queue": queue, "kind": move.kind.value})
-            if move.kind is Destination.FAILURE:
-                self.stats.failures += 1
-            elif move.kind in (Destination.BACKOUT, Destination.DEAD_LETTER):
-                self.stats.backed_out_to_boq += 1
-            log.info("moved a message from %s to %s: %s", queue, move.queue, move.reason)

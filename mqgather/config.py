@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mqgather import constants as k
 from mqgather.ccsid import codec
+from mqgather.collector_config import CollectorSpec
 from mqgather.errors import ConfigError
 from mqgather.names import ENV_CONFIG
 
@@ -175,6 +176,7 @@ class MQGatherConfig(BaseModel):
 
     queues: dict[str, QueueDefinition] = Field(default_factory=dict)
     aggregates: dict[str, AggregateSpec] = Field(default_factory=dict)
+    collectors: dict[str, CollectorSpec] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _named(self) -> MQGatherConfig:
@@ -182,7 +184,23 @@ class MQGatherConfig(BaseModel):
             name: spec if spec.name == name else spec.model_copy(update={"name": name})
             for name, spec in self.aggregates.items()
         }
+        self.collectors = {
+            name: spec if spec.name == name else spec.model_copy(update={"name": name})
+            for name, spec in self.collectors.items()
+        }
         return self
+
+    def collector(self, name: str) -> CollectorSpec:
+        """The collector called ``name``.
+
+        Raises:
+            ConfigError: no such collector.
+        """
+        try:
+            return self.collectors[name]
+        except KeyError:
+            known = ", ".join(sorted(self.collectors)) or "none"
+            raise ConfigError(f"collectors.{name}", f"no such collector (known: {known})") from None
 
     def aggregate(self, name: str) -> AggregateSpec:
         """The aggregate called ``name``.
@@ -239,7 +257,19 @@ def default_queues() -> dict[str, QueueDefinition]:
     }
     for leg in DEMO_LEGS:
         queues[leg.queue()] = QueueDefinition(maxdepth=deep, descr=f"{leg.name} requests")
+    queues[k.COLLECT_IN] = QueueDefinition(
+        maxdepth=deep, bothresh=3, boqname=k.COLLECT_FAILURE, descr="messages to batch"
+    )
+    queues[k.COLLECT_DEFAULT_OUT] = QueueDefinition(
+        maxdepth=deep, descr="batches of destinations without a rule"
+    )
+    queues[k.COLLECT_FAILURE] = QueueDefinition(maxdepth=deep, descr="unbatchable, with reason")
     return queues
+
+
+def default_collectors() -> dict[str, CollectorSpec]:
+    """The demo's collector: ``destination`` property, rules in the embedded SQLite file."""
+    return {"orders": CollectorSpec(name="orders")}
 
 
 def referenced_queues(config: MQGatherConfig) -> dict[str, str]:
@@ -272,6 +302,12 @@ def referenced_queues(config: MQGatherConfig) -> dict[str, str]:
             note(queue, f"destination list of {where}")
         for leg in spec.legs:
             note(leg.queue(), f"{leg.name} requests of {where}")
+    for collector in config.collectors.values():
+        where = f"collector {collector.name}"
+        note(collector.input_queue, f"messages to batch of {where}")
+        note(collector.default_queue, f"batches without a rule of {where}")
+        note(collector.failure_queue, f"unbatchable messages of {where}")
+        note(collector.ledger_queue, f"markers of PUTs done of {where}")
     return found
 
 
@@ -303,7 +339,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> MQGatherConfig:
     if not file.exists():
         if named:
             raise ConfigError(str(file), "configuration file not found")
-        return MQGatherConfig(queues=default_queues(), aggregates=default_aggregates())
+        return MQGatherConfig(
+            queues=default_queues(),
+            aggregates=default_aggregates(),
+            collectors=default_collectors(),
+        )
     try:
         data = tomllib.loads(file.read_text())
     except (OSError, UnicodeDecodeError) as exc:

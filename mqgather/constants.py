@@ -30,5 +30,12 @@ GATHER_DUPLICATE = "GATHER.DUPLICATE"
 #: consumed the response already.
 LEDGER_QUEUE = "MQGATHER.LEDGER"
 
+# Queues of the default collector (seed 002's CMAIn, CMAOut.OT and a failure queue).
+COLLECT_IN = "COLLECT.IN"
+COLLECT_DEFAULT_OUT = "COLLECT.OUT.OTHER"
+COLLECT_FAILURE = "COLLECT.FAILURE"
+#: The collector's rules, embedded: a SQLite file in the state directory.
+DEFAULT_RULES_DB = f"{STATE_DIR}/collector-rules.db"
+
 #: The worker deployment gather workers join when versioning is on and none is named.
 DEFAULT_DEPLOYMENT = "mqgather"

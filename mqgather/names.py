@@ -21,6 +21,10 @@ UPDATE_EXTEND = "extend"
 UPDATE_CANCEL = "cancel"
 ACTIVITY_PUT_RESPONSE = "put_response"
 ACTIVITY_ROUTE_REPLIES = "route_replies"
+#: The collector: one workflow per collector and destination.
+COLLECT_WORKFLOW = "Collect"
+SIGNAL_COLLECT = "collect"
+ACTIVITY_PUT_BATCH = "put_batch"
 
 AGGREGATE_NAME = SearchAttributeKey.for_keyword("AggregateName")
 CORREL_ID = SearchAttributeKey.for_keyword("CorrelId")
@@ -32,6 +36,10 @@ LEGS_RECEIVED = SearchAttributeKey.for_int("LegsReceived")
 CORREL_ID_TEXT = SearchAttributeKey.for_keyword("CorrelIdText")
 LEGS_MISSING = SearchAttributeKey.for_keyword_list("LegsMissing")
 GATHER_DEADLINE = SearchAttributeKey.for_datetime("GatherDeadline")
+COLLECTOR_NAME = SearchAttributeKey.for_keyword("CollectorName")
+COLLECT_DESTINATION = SearchAttributeKey.for_keyword("CollectorDestination")
+BATCH_SIZE = SearchAttributeKey.for_int("BatchSize")
+BATCH_CLOSES_AT = SearchAttributeKey.for_datetime("BatchClosesAt")
 #: Temporal's own search attributes for worker versioning (the version is
 #: ``<deployment>:<build id>``; the behavior ``Pinned`` or ``AutoUpgrade``).
 SA_DEPLOYMENT_VERSION = "TemporalWorkerDeploymentVersion"
@@ -48,6 +56,10 @@ SEARCH_ATTRIBUTES = (
     LEGS_RECEIVED,
     LEGS_MISSING,
     GATHER_DEADLINE,
+    COLLECTOR_NAME,
+    COLLECT_DESTINATION,
+    BATCH_SIZE,
+    BATCH_CLOSES_AT,
 )
 
 # ----------------------------------------------------- environment variables
@@ -79,6 +91,10 @@ PROP_BACKOUT_COUNT = "mqgather_backout_count"
 #: On a response: the gather's outcome and its missing legs.
 PROP_STATE = "mqgather_state"
 PROP_MISSING = "mqgather_missing"
+#: On a collector's batch: its destination, how many messages, why it closed.
+PROP_DESTINATION = "mqgather_destination"
+PROP_BATCH_SIZE = "mqgather_batch_size"
+PROP_BATCH_REASON = "mqgather_batch_reason"
 #: W3C trace context, as IBM MQ's own instrumentation carries it.
 PROP_TRACEPARENT = "traceparent"
 PROP_TRACESTATE = "tracestate"

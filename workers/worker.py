@@ -13,10 +13,11 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import activities
 import workflows
-from activities.mq import MQActivities
+from activities.batch import CollectorActivities
 from bridge.mq.transport import Transport
 from mqgather import __version__
 from mqgather.names import TASK_QUEUE
+from workflows.collector import CollectorWorkflow
 from workflows.gather import GatherWorkflow
 
 #: The packages whose code a gather runs: a change to any of them is a new build.
@@ -48,7 +49,8 @@ def build_worker(
     version: WorkerDeploymentVersion | None = None,
     workflow_class: type = GatherWorkflow,
 ) -> Worker:
-    """A worker for the gather workflow; each activity thread keeps one MQ connection.
+    """A worker for the gather and collector workflows; each activity thread keeps one MQ
+    connection.
 
     Args:
         client: The Temporal client.
@@ -59,7 +61,8 @@ def build_worker(
             are pinned to it; without, it is an unversioned worker as before.
         workflow_class: The gather workflow class (another only to test a rollout).
     """
-    acts = MQActivities(connect)
+    # One class serves gathers and collectors: each activity thread keeps one connection.
+    acts = CollectorActivities(connect)
     deployment = None
     if version is not None:
         # Pinned: a gather finishes on the code it started with, so no version ever
@@ -72,8 +75,8 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[workflow_class],
-        activities=[acts.put_response, acts.route_replies],
+        workflows=[workflow_class, CollectorWorkflow],
+        activities=[acts.put_response, acts.route_replies, acts.put_batch],
         activity_executor=ThreadPoolExecutor(activity_threads, thread_name_prefix="mq-activity"),
         max_concurrent_activities=activity_threads,
         deployment_config=deployment,

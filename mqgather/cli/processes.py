@@ -58,7 +58,7 @@ def metrics_port_option(fn: F) -> F:
     )(fn)
 
 
-def _metrics(service: str, port: int | None) -> MetricsEndpoint | None:
+def start_metrics(service: str, port: int | None) -> MetricsEndpoint | None:
     """Telemetry per MQGATHER_OTEL, plus the Prometheus endpoint when a port is given."""
     endpoint = MetricsEndpoint(port) if port else None
     telemetry.configure(service, extra_readers=[endpoint.reader] if endpoint else ())
@@ -83,7 +83,7 @@ async def _count_open_gathers(client: Client, stop: asyncio.Event) -> None:
             await asyncio.wait_for(stop.wait(), OPEN_GATHERS_REFRESH_SECONDS)
 
 
-async def _reach(
+async def wait_for_parts(
     mq: str, stop: asyncio.Event, fail_fast: bool, endpoint: MetricsEndpoint | None
 ) -> Client | None:
     """Temporal and the queue manager, waited for; None when stopped while waiting. The
@@ -154,10 +154,10 @@ def worker(
 
     load_config(config_path)  # fail at start on a bad file
     setup_logging()
-    endpoint = _metrics("mqgather-worker", metrics_port)
+    endpoint = start_metrics("mqgather-worker", metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
-        client = await _reach(mq, stop, fail_fast, endpoint)
+        client = await wait_for_parts(mq, stop, fail_fast, endpoint)
         if client is None:
             return
         await ensure_search_attributes(client)
@@ -205,10 +205,10 @@ def bridge(
 
     config = load_config(config_path)
     setup_logging()
-    endpoint = _metrics("mqgather-bridge", metrics_port)
+    endpoint = start_metrics("mqgather-bridge", metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
-        client = await _reach(mq, stop, fail_fast, endpoint)
+        client = await wait_for_parts(mq, stop, fail_fast, endpoint)
         if client is None:
             return
         b = InboundBridge(

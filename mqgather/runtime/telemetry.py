@@ -163,6 +163,8 @@ class Metrics:
     bridge_batch_size: metrics.Histogram
     bridge_commit_latency: metrics.Histogram
     bridge_rollbacks: metrics.Counter
+    batches_put: metrics.Counter
+    batch_wait: metrics.Histogram
 
 
 @lru_cache(maxsize=1)
@@ -198,6 +200,14 @@ def instruments() -> Metrics:
         ),
         bridge_rollbacks=meter.create_counter(
             "mqgather.bridge.rollbacks", description="batches backed out"
+        ),
+        batches_put=meter.create_counter(
+            "mqgather.collector.batches", description="collector batches PUT, by close reason"
+        ),
+        batch_wait=meter.create_histogram(
+            "mqgather.collector.batch_wait",
+            unit="ms",
+            description="a batch's first message to its close",
         ),
     )
 

@@ -1,0 +1,168 @@
+"""The collector's activity: format a closed batch and PUT it in one unit of work, once.
+
+Formats: ``json`` (an array; a body that is JSON is embedded as such, any other text as
+a string), ``xml`` (the bodies, their XML declarations dropped, inside one wrapper
+element, as seed 002's output), ``blob`` (the bodies joined by the separator), and
+``group`` (every message PUT as it came, as one MQ logical group in logical order).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from temporalio import activity
+
+from activities.mq import MQActivities
+from bridge.mq import ledger
+from bridge.mq.forward import forward
+from bridge.mq.ledger import ledger_key
+from bridge.mq.models import (
+    MQFMT_NONE,
+    MQFMT_STRING,
+    MQMessage,
+    MsgFlags,
+    PutOptions,
+)
+from bridge.mq.transport import Transport
+from mqgather import names
+from mqgather.ccsid import CCSID_UTF8, CCSIDError, decode
+from mqgather.names import PROP_BATCH_REASON, PROP_BATCH_SIZE, PROP_DESTINATION
+from mqgather.runtime import telemetry
+from workflows.collect_models import ClosedBatch, PutBatchInput, PutBatchResult
+
+_XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>\s*")
+
+
+class FormatError(ValueError):
+    """A batch cannot be written in its rule's format; the message says which message."""
+
+
+def _text(message: MQMessage) -> str:
+    try:
+        return decode(message.body, message.coded_char_set_id)
+    except CCSIDError as exc:
+        raise FormatError(f"message {message.msg_id.hex()}: {exc}") from exc
+
+
+def unreadable(batch: ClosedBatch) -> list[tuple[MQMessage, str]]:
+    """The messages of a json or xml batch whose body is not text in its CodedCharSetId,
+    with the reason: they go to the failure queue, not into the batch."""
+    if batch.rule.format not in ("json", "xml"):
+        return []
+    out = []
+    for item in batch.items:
+        try:
+            _text(item.message)
+        except FormatError as exc:
+            out.append((item.message, f"not text for a {batch.rule.format} batch: {exc}"))
+    return out
+
+
+def format_batch(batch: ClosedBatch, wrapper: str) -> tuple[bytes, str, int]:
+    """One aggregated body for a json, xml or blob batch: (body, Format, CCSID).
+
+    Raises:
+        FormatError: a body is not text in its CodedCharSetId (json and xml).
+    """
+    rule = batch.rule
+    messages = [item.message for item in batch.items]
+    if rule.format == "json":
+        values = []
+        for message in messages:
+            text = _text(message)
+            try:
+                values.append(json.loads(text))
+            except ValueError:
+                values.append(text)
+        body = json.dumps(values, ensure_ascii=False, allow_nan=False)
+        return body.encode(), MQFMT_STRING, CCSID_UTF8
+    if rule.format == "xml":
+        parts = [_XML_DECLARATION.sub("", _text(m)).strip() for m in messages]
+        inner = "".join(f"\n  {part}" for part in parts)
+        text = f'<?xml version="1.0" encoding="utf-8"?>\n<{wrapper}>{inner}\n</{wrapper}>\n'
+        return text.encode(), MQFMT_STRING, CCSID_UTF8
+    joined = rule.separator.encode().join(m.body for m in messages)
+    ccsids = {m.coded_char_set_id for m in messages}
+    same_text = len(ccsids) == 1 and all(m.format == MQFMT_STRING for m in messages)
+    if same_text:
+        return joined, MQFMT_STRING, ccsids.pop()
+    return joined, MQFMT_NONE, CCSID_UTF8
+
+
+def batch_key(inp: PutBatchInput) -> bytes:
+    """The ledger key (and MsgId) of one batch: the destination, the batch number and its
+    first message, so a batch is never mistaken for another even if numbering restarted."""
+    first = inp.batch.items[0].message.msg_id.hex()
+    return ledger_key("batch", inp.workflow_id, str(inp.batch.number), first)
+
+
+class CollectorActivities(MQActivities):
+    """The collector's PUT; each worker thread keeps its own MQ connection."""
+
+    @activity.defn(name=names.ACTIVITY_PUT_BATCH)
+    def put_batch(self, inp: PutBatchInput) -> PutBatchResult:
+        """PUT one closed batch and its ledger marker in one unit of work, once."""
+        batch, rule, spec = inp.batch, inp.batch.rule, inp.collector
+        key = batch_key(inp)
+        bad = unreadable(batch)
+        if bad:
+            odd = {m.msg_id for m, _ in bad}
+            batch = batch.model_copy(
+                update={"items": [i for i in batch.items if i.message.msg_id not in odd]}
+            )
+        properties = {
+            PROP_DESTINATION: inp.destination,
+            PROP_BATCH_SIZE: len(batch.items),
+            PROP_BATCH_REASON: batch.reason,
+        }
+        if rule.format == "group":
+            out = [
+                item.message.model_copy(
+                    update={
+                        "msg_id": ledger_key(key.hex(), str(index)),
+                        "properties": {**item.message.properties, **properties},
+                        "msg_flags": int(
+                            MsgFlags.LAST_MSG_IN_GROUP
+                            if index == len(batch.items) - 1
+                            else MsgFlags.MSG_IN_GROUP
+                        ),
+                    }
+                )
+                for index, item in enumerate(batch.items)
+            ]
+            options = PutOptions(syncpoint=True, logical_order=True)
+        elif not batch.items:
+            out = []
+            options = PutOptions(syncpoint=True)
+        else:
+            body, fmt, ccsid = format_batch(batch, spec.xml_wrapper)
+            out = [
+                MQMessage(
+                    msg_id=key,
+                    format=fmt,
+                    coded_char_set_id=ccsid,
+                    properties=properties,
+                    body=body,
+                )
+            ]
+            options = PutOptions(syncpoint=True)
+
+        def work(transport: Transport) -> None:
+            if ledger.done(transport, spec.ledger_queue, key):
+                return  # committed by an earlier attempt
+            for message in out:
+                transport.put(rule.target_queue, message, options)
+            for message, reason in bad:
+                forward(transport, spec.failure_queue, message, reason, spec.input_queue)
+            note = f"{inp.workflow_id} batch {batch.number}"
+            ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
+
+        self._unit_of_work(work)
+        size = sum(len(m.body) for m in out)
+        waited = (batch.closed_at - batch.opened_at).total_seconds() * 1000
+        labels = {"collector": spec.name, "reason": batch.reason}
+        metrics = telemetry.instruments()
+        metrics.batches_put.add(1, labels)
+        metrics.batch_wait.record(waited, labels)
+        return PutBatchResult(queue=rule.target_queue, messages_put=len(out), size_bytes=size)

@@ -1,0 +1,229 @@
+"""The collector's bridge: input queue -> one signal-with-start per destination -> MQCMIT.
+
+Each message's destination comes from its key (a property, or a JSON or XML path into
+the body) and its rule from the rules database (read again every
+``rule_refresh_seconds``). The messages of one bridge batch go to their destination's
+collector workflow in one signal per destination (split only by size), and the batch is
+committed once Temporal accepted them all. What cannot be batched goes, intact and with
+the reason, to the collector's failure queue in the same unit of work.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from bridge.inbound import RETRYABLE, SIGNAL_BODY_BYTES, QueueBridge, _Move, _refused_for_content
+from bridge.mq.models import MQMessage, QueueAttributes
+from bridge.mq.transport import Transport
+from mqgather.ccsid import CCSIDError, decode
+from mqgather.collector_config import CollectorRule, CollectorSpec
+from mqgather.names import SIGNAL_COLLECT
+from mqgather.routing import Destination
+from mqgather.runtime.rules import BadRule, RuleCache
+from workflows.collect_models import CollectInput, CollectorInput, Item, collector_id
+from workflows.collector import CollectorWorkflow
+
+log = logging.getLogger("mqgather.collector")
+#: The longest destination name: it is part of the collector workflow's id.
+MAX_DESTINATION = 200
+
+
+class KeyError_(ValueError):
+    """The destination key cannot be read from the message; the message says why."""
+
+
+def _text(message: MQMessage) -> str:
+    try:
+        return decode(message.body, message.coded_char_set_id)
+    except CCSIDError as exc:
+        raise KeyError_(f"the body is not text in CCSID {message.coded_char_set_id}") from exc
+
+
+def destination_of(message: MQMessage, key: str) -> str | None:
+    """The destination a message names under ``key`` (``property:NAME``,
+    ``json:dotted.path``, ``xml:/Element/Path``); None when it names none.
+
+    Raises:
+        KeyError_: the body cannot be read as the key requires.
+    """
+    kind, _, where = key.partition(":")
+    if kind == "property":
+        value: Any = message.properties.get(where)
+    elif kind == "json":
+        try:
+            value = json.loads(_text(message))
+        except ValueError as exc:
+            raise KeyError_(f"the body is not JSON ({exc})") from exc
+        for step in where.split("."):
+            value = value.get(step) if isinstance(value, dict) else None
+    else:
+        try:
+            root = ET.fromstring(_text(message))
+        except ET.ParseError as exc:
+            raise KeyError_(f"the body is not XML ({exc})") from exc
+        steps = [s for s in where.split("/") if s]
+        node = root if steps and root.tag == steps[0] else None
+        if node is not None and len(steps) > 1:
+            node = node.find("/".join(steps[1:]))
+        value = node.text.strip() if node is not None and node.text else None
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float | str):
+        text = str(value).strip()
+        return text or None
+    return None
+
+
+class CollectorBridge(QueueBridge):
+    """Feeds one collector's destination workflows from its input queue."""
+
+    def __init__(
+        self,
+        client: Client,
+        connect: Callable[[], Transport],
+        spec: CollectorSpec,
+        *,
+        rules: RuleCache | None = None,
+        **options: Any,
+    ) -> None:
+        options.setdefault("batch_size", 200)
+        super().__init__(client, connect, **options)
+        self.spec = spec
+        self.rules = rules or RuleCache(spec)
+
+    def queues(self) -> list[str]:
+        return [self.spec.input_queue]
+
+    def _route(self, message: MQMessage) -> tuple[str, CollectorRule] | str:
+        """The message's destination and rule, or why it cannot be batched."""
+        spec = self.spec
+        try:
+            destination = destination_of(message, spec.destination_key)
+        except KeyError_ as exc:
+            return f"no destination: {exc} (destination_key {spec.destination_key})"
+        if destination is None:
+            if spec.missing_key == "failure":
+                return f"the message has no destination (destination_key {spec.destination_key})"
+            destination = spec.default_destination
+        if len(destination) > MAX_DESTINATION:
+            return f"destination {destination[:40]!r}... is longer than {MAX_DESTINATION}"
+        rule = self.rules.rule_for(destination)
+        if isinstance(rule, BadRule):
+            return f"the rule of destination {destination!r} is invalid: {rule.problem}"
+        if len(message.body) > rule.max_bytes:
+            return (
+                f"the message is {len(message.body)} bytes, more than max_bytes "
+                f"({rule.max_bytes}) of destination {destination!r}"
+            )
+        if rule.format in ("json", "xml"):
+            try:
+                _text(message)
+            except KeyError_ as exc:
+                return f"destination {destination!r} batches {rule.format}: {exc}"
+        return destination, rule
+
+    async def _process(
+        self,
+        call: Callable[..., Any],
+        transport: Transport,
+        queue: str,
+        attrs: QueueAttributes,
+        dlq: str,
+        batch: list[MQMessage],
+    ) -> None:
+        now = datetime.now(UTC)
+        await call(self.rules.refresh)
+        failure = self.spec.failure_queue
+        moves: list[_Move] = []
+        groups: dict[str, tuple[CollectorRule, list[Item]]] = {}
+        for message in batch:
+            routed = self._route(message)
+            if isinstance(routed, str):
+                moves.append(_Move(Destination.FAILURE, failure, message, routed))
+                continue
+            destination, rule = routed
+            if attrs.bothresh and message.backout_count >= attrs.bothresh:
+                if await self._already_batched(destination, message):
+                    self.stats.redeliveries_dropped += 1
+                    continue
+                reason = f"backed out {message.backout_count} times (BOTHRESH {attrs.bothresh})"
+                target = attrs.boqname or dlq
+                kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
+                moves.append(_Move(kind, target, message, reason))
+                continue
+            item = Item(message=message, received_at=now)
+            problem, _ = self._carried(
+                item,
+                CollectInput(rule=rule, items=[item]),
+                lambda box: box.items[0],
+                "message",
+                "its batch",
+            )
+            if problem:
+                moves.append(_Move(Destination.FAILURE, failure, message, problem))
+                continue
+            groups.setdefault(destination, (rule, []))[1].append(item)
+        for destination, (rule, items) in groups.items():
+            rest = await self._send(destination, rule, items)
+            moves += [
+                _Move(Destination.FAILURE, failure, i.message, "Temporal refused the signal")
+                for i in rest
+            ]
+        if moves:
+            await call(self._move, transport, queue, moves)
+
+    async def _send(self, destination: str, rule: CollectorRule, items: list[Item]) -> list[Item]:
+        """Signal a destination's messages in chunks; the items Temporal refused for their
+        content (any other failure raises, and the whole batch is backed out)."""
+        chunks: list[list[Item]] = [[]]
+        size = 0
+        for item in items:
+            body = len(item.message.body)
+            if chunks[-1] and size + body > SIGNAL_BODY_BYTES:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(item)
+            size += body
+        for index, chunk in enumerate(chunks):
+            try:
+                await self.client.start_workflow(
+                    CollectorWorkflow.run,
+                    CollectorInput(collector=self.spec, destination=destination),
+                    id=collector_id(self.spec.name, destination),
+                    task_queue=self.task_queue,
+                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                    start_signal=SIGNAL_COLLECT,
+                    start_signal_args=[CollectInput(rule=rule, items=chunk)],
+                    static_summary=f"collector {self.spec.name}: destination {destination}",
+                    rpc_timeout=self.rpc_timeout,
+                )
+            except RETRYABLE as exc:
+                if _refused_for_content(exc):
+                    return [i for c in chunks[index:] for i in c]
+                raise
+            self.stats.signals += 1
+        return []
+
+    async def _already_batched(self, destination: str, message: MQMessage) -> bool:
+        """Whether a message at BOTHRESH is in its destination's batches already (its
+        bridge stopped between signal and MQCMIT each time): then it must not also go to
+        the backout queue."""
+        handle = self.client.get_workflow_handle(collector_id(self.spec.name, destination))
+        try:
+            seen = await handle.query(
+                CollectorWorkflow.consumed, [message.msg_id.hex()], rpc_timeout=self.rpc_timeout
+            )
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return bool(seen)

@@ -1,0 +1,197 @@
+"""The collector's rules as pure functions of its state (no I/O, no clock: ``now`` is
+passed in). A batch takes the rule of the signal that opens it and closes on its count,
+its bytes or its delay, whichever comes first."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta
+
+from workflows.collect_models import (
+    BatchFacts,
+    BatchStatus,
+    ClosedBatch,
+    CloseReason,
+    CollectInput,
+    CollectorState,
+    Item,
+    OpenBatch,
+    ReleaseBatchResult,
+)
+
+#: Rounds of PUT attempts fail in a row before the wait between them stops growing.
+MAX_ROUND_DELAY = 30.0
+
+
+def digest_of(msg_id: bytes) -> str:
+    """A short fingerprint of a MsgId, remembered to spot its redelivery."""
+    return hashlib.blake2b(msg_id, digest_size=8).hexdigest()
+
+
+def digest(item: Item) -> str:
+    """The fingerprint of an item's MsgId."""
+    return digest_of(item.message.msg_id)
+
+
+def consumed(state: CollectorState, msg_ids: list[str]) -> list[str]:
+    """Those of ``msg_ids`` (hex) the collector has taken (among the remembered)."""
+    seen = set(state.seen)
+    return [m for m in msg_ids if digest_of(bytes.fromhex(m)) in seen]
+
+
+def close(state: CollectorState, now: datetime, reason: CloseReason) -> None:
+    """Close the open batch (if any): it waits in ``ready`` for its PUT."""
+    batch = state.open
+    if batch is None or not batch.items:
+        return
+    state.ready.append(
+        ClosedBatch(
+            number=batch.number,
+            rule=batch.rule,
+            items=batch.items,
+            opened_at=batch.opened_at,
+            closed_at=now,
+            reason=reason,
+        )
+    )
+    state.open = None
+
+
+def _open(state: CollectorState, signal: CollectInput, now: datetime) -> OpenBatch:
+    batch = OpenBatch(
+        number=state.next_batch,
+        rule=signal.rule,
+        opened_at=now,
+        closes_at=now + timedelta(seconds=signal.rule.max_delay_seconds),
+    )
+    state.next_batch += 1
+    state.open = batch
+    return batch
+
+
+def take(state: CollectorState, signal: CollectInput, now: datetime, remember: int) -> None:
+    """Add a bridge batch's messages to the open batch, closing batches as they fill.
+
+    A message seen before (its bridge died between signal and MQCMIT) is a redelivery
+    and changes nothing. ``remember`` bounds how many recent messages are remembered.
+    """
+    seen = set(state.seen)
+    for item in signal.items:
+        key = digest(item)
+        if key in seen:
+            state.redeliveries += 1
+            continue
+        seen.add(key)
+        state.seen.append(key)
+        state.messages += 1
+        size = len(item.message.body)
+        batch = state.open
+        if batch is not None and batch.size_bytes + size > batch.rule.max_bytes:
+            close(state, now, "bytes")
+            batch = None
+        if batch is None:
+            batch = _open(state, signal, now)
+        batch.items.append(item)
+        batch.size_bytes += size
+        if len(batch.items) >= batch.rule.max_messages:
+            close(state, now, "count")
+        elif batch.size_bytes >= batch.rule.max_bytes:
+            close(state, now, "bytes")
+    if len(state.seen) > remember:
+        del state.seen[: len(state.seen) - remember]
+
+
+def expire(state: CollectorState, now: datetime) -> None:
+    """Close the open batch when its delay is over, or when an operator released it."""
+    if state.open is None:
+        state.release = None
+        return
+    if state.release is not None:
+        close(state, now, "released")
+        state.release = None
+    elif now >= state.open.closes_at:
+        close(state, now, "delay")
+
+
+def release(state: CollectorState, reason: str) -> ReleaseBatchResult:
+    """Operator update ``release``: the open batch closes at the next turn of the loop."""
+    if state.open is None or not state.open.items:
+        return ReleaseBatchResult(released=False, message="no open batch")
+    state.release = reason
+    return ReleaseBatchResult(released=True, messages=len(state.open.items), message=reason)
+
+
+def next_timer(state: CollectorState, now: datetime) -> float | None:
+    """Seconds until the open batch's delay is over; None when no batch is open."""
+    if state.open is None:
+        return None
+    return max((state.open.closes_at - now).total_seconds(), 0.001)
+
+
+def put_done(state: CollectorState, facts: BatchFacts) -> None:
+    """The first ready batch is PUT: forget its messages, keep its facts."""
+    state.ready.pop(0)
+    state.batches += 1
+    state.last_batch = facts
+    state.last_error, state.failing_since, state.failed_rounds = "", None, 0
+
+
+def put_failed(state: CollectorState, error: str, now: datetime) -> float:
+    """Record a failed round of PUT attempts; the seconds to wait before the next."""
+    state.failed_rounds += 1
+    state.last_error = error
+    if state.failing_since is None:
+        state.failing_since = now
+    return min(2.0**state.failed_rounds, MAX_ROUND_DELAY)
+
+
+def facts(batch: ClosedBatch) -> BatchFacts:
+    """The facts of a closed batch."""
+    return BatchFacts(
+        number=batch.number,
+        messages=len(batch.items),
+        size_bytes=sum(len(i.message.body) for i in batch.items),
+        opened_at=batch.opened_at,
+        closed_at=batch.closed_at,
+        reason=batch.reason,
+        target_queue=batch.rule.target_queue,
+        format=batch.rule.format,
+    )
+
+
+def status(collector: str, destination: str, state: CollectorState) -> BatchStatus:
+    """The ``status`` query's answer."""
+    batch = state.open
+    return BatchStatus(
+        collector=collector,
+        destination=destination,
+        open_messages=len(batch.items) if batch else 0,
+        open_bytes=batch.size_bytes if batch else 0,
+        opened_at=batch.opened_at if batch else None,
+        closes_at=batch.closes_at if batch else None,
+        rule=batch.rule if batch else None,
+        waiting_to_put=len(state.ready),
+        batches=state.batches,
+        messages=state.messages,
+        redeliveries=state.redeliveries,
+        last_batch=state.last_batch,
+        last_error=state.last_error,
+    )
+
+
+def details(destination: str, state: CollectorState) -> str:
+    """Current details for the Temporal UI (markdown)."""
+    lines = [f"**{destination}**: {state.batches} batches, {state.messages} messages"]
+    batch = state.open
+    if batch is not None:
+        rule = batch.rule
+        lines.append(
+            f"open batch #{batch.number}: {len(batch.items)} of {rule.max_messages} messages, "
+            f"{batch.size_bytes} of {rule.max_bytes} bytes, closes {batch.closes_at:%H:%M:%S} "
+            f"UTC at the latest, to `{rule.target_queue}` ({rule.format})"
+        )
+    if state.ready:
+        lines.append(f"{len(state.ready)} closed batches waiting for their PUT")
+    if state.last_error:
+        lines.append(f"⚠ PUT failing since {state.failing_since:%H:%M:%S} UTC: {state.last_error}")
+    return "\n".join(lines)

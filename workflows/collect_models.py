@@ -1,0 +1,150 @@
+"""Inputs, outputs and state of the collector workflow: one per collector and destination."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bridge.mq.models import MQMessage
+from mqgather.collector_config import CollectorRule, CollectorSpec
+
+CloseReason = Literal["count", "bytes", "delay", "released"]
+_BYTES = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+
+class Item(BaseModel):
+    """One input message as the bridge got it."""
+
+    message: MQMessage
+    received_at: datetime
+
+
+class CollectInput(BaseModel):
+    """Signal ``collect``: a destination's messages from one bridge batch, with the rule
+    the bridge read for it (it governs a batch these messages open)."""
+
+    rule: CollectorRule
+    items: list[Item]
+
+
+class OpenBatch(BaseModel):
+    """The batch under construction."""
+
+    number: int
+    rule: CollectorRule
+    items: list[Item] = Field(default_factory=list)
+    size_bytes: int = 0
+    opened_at: datetime
+    closes_at: datetime
+
+
+class ClosedBatch(BaseModel):
+    """A closed batch, waiting for (or past) its PUT."""
+
+    number: int
+    rule: CollectorRule
+    items: list[Item]
+    opened_at: datetime
+    closed_at: datetime
+    reason: CloseReason
+
+
+class CollectorState(BaseModel):
+    """Everything a destination's collector knows; carried across continue-as-new."""
+
+    model_config = _BYTES
+
+    next_batch: int = 1
+    open: OpenBatch | None = None
+    ready: list[ClosedBatch] = Field(default_factory=list, description="closed, not yet PUT")
+    seen: list[str] = Field(
+        default_factory=list, description="digests of the latest messages taken (redeliveries)"
+    )
+    messages: int = 0
+    batches: int = 0
+    redeliveries: int = 0
+    release: str | None = None
+    last_batch: BatchFacts | None = None
+    last_error: str = ""
+    failing_since: datetime | None = None
+    failed_rounds: int = 0
+
+
+class BatchFacts(BaseModel):
+    """What one PUT batch was: for operators and the analytics job."""
+
+    number: int
+    messages: int
+    size_bytes: int
+    opened_at: datetime
+    closed_at: datetime
+    reason: CloseReason
+    target_queue: str
+    format: str
+
+
+CollectorState.model_rebuild()
+
+
+class CollectorInput(BaseModel):
+    """Workflow input: the collector's configuration and the destination."""
+
+    collector: CollectorSpec
+    destination: str
+    carried: CollectorState | None = None
+
+
+class PutBatchInput(BaseModel):
+    """Activity input: format one closed batch and PUT it in one unit of work."""
+
+    collector: CollectorSpec
+    destination: str
+    workflow_id: str
+    batch: ClosedBatch
+
+
+class PutBatchResult(BaseModel):
+    """Activity result: where the batch went and how many MQ messages it made."""
+
+    queue: str
+    messages_put: int
+    size_bytes: int
+
+
+class ReleaseBatchInput(BaseModel):
+    """Update ``release``: close the open batch now and PUT it."""
+
+    reason: str = "released by an operator"
+
+
+class ReleaseBatchResult(BaseModel):
+    """What a release did."""
+
+    released: bool
+    messages: int = 0
+    message: str = ""
+
+
+class BatchStatus(BaseModel):
+    """Query ``status`` of a destination's collector."""
+
+    collector: str
+    destination: str
+    open_messages: int
+    open_bytes: int
+    opened_at: datetime | None
+    closes_at: datetime | None
+    rule: CollectorRule | None
+    waiting_to_put: int
+    batches: int
+    messages: int
+    redeliveries: int
+    last_batch: BatchFacts | None
+    last_error: str = ""
+
+
+def collector_id(collector: str, destination: str) -> str:
+    """The workflow id of a destination's collector."""
+    return f"collect:{collector}:{destination}"

@@ -1,0 +1,138 @@
+"""The collector workflow: one per collector and destination, for as long as the
+destination receives messages.
+
+Messages arrive in ``collect`` signals (one per destination per bridge batch, so a busy
+destination costs one signal per bridge batch, not per message). The batch under
+construction is workflow state: a restart of anything strands nothing, and the durable
+timer closes an incomplete batch at its delay. Closed batches are PUT in order by a
+local activity, exactly once (ledger). The workflow continues as new whenever the server
+suggests it and no batch waits for its PUT, carrying the open batch and the digests of
+the latest messages (to recognise a redelivery).
+"""
+
+# No `from __future__ import annotations`: see workflows/gather.py.
+
+import contextlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from mqgather import names
+    from workflows import collect_logic as logic
+    from workflows.collect_models import (
+        BatchStatus,
+        CollectInput,
+        CollectorInput,
+        CollectorState,
+        PutBatchInput,
+        PutBatchResult,
+        ReleaseBatchInput,
+        ReleaseBatchResult,
+        collector_id,
+    )
+
+PUT_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=2
+)
+PUT_TIMEOUT = timedelta(seconds=60)
+
+
+@workflow.defn(name=names.COLLECT_WORKFLOW)
+class CollectorWorkflow:
+    """Batches one destination's messages and PUTs each batch once."""
+
+    @workflow.init
+    def __init__(self, inp: CollectorInput) -> None:
+        self.spec = inp.collector
+        self.destination = inp.destination
+        self.id = collector_id(inp.collector.name, inp.destination)
+        self.s: CollectorState = inp.carried or CollectorState()
+        self._wake = False
+
+    @workflow.signal(name=names.SIGNAL_COLLECT)
+    def collect(self, signal: CollectInput) -> None:
+        """Messages for this destination from one bridge batch."""
+        logic.take(self.s, signal, workflow.now(), self.spec.remembered_msg_ids)
+        self._wake = True
+
+    @workflow.query(name=names.QUERY_STATUS)
+    def status(self) -> BatchStatus:
+        """The open batch, what waits for its PUT, and the counters."""
+        return logic.status(self.spec.name, self.destination, self.s)
+
+    @workflow.query(name=names.QUERY_CONSUMED)
+    def consumed(self, msg_ids: list[str]) -> list[str]:
+        """Which of these MsgIds (hex) the collector has taken (merged or batched)."""
+        return logic.consumed(self.s, msg_ids)
+
+    @workflow.update(name=names.UPDATE_RELEASE)
+    def release(self, inp: ReleaseBatchInput) -> ReleaseBatchResult:
+        """Close the open batch now; it is PUT at once."""
+        result = logic.release(self.s, inp.reason)
+        self._wake = True
+        return result
+
+    @workflow.run
+    async def run(self, inp: CollectorInput) -> None:
+        """Close batches as they fill or expire and PUT them, indefinitely."""
+        while True:
+            logic.expire(self.s, workflow.now())
+            while self.s.ready:
+                await self._put_first()
+                logic.expire(self.s, workflow.now())
+            if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
+                workflow.continue_as_new(
+                    CollectorInput(
+                        collector=self.spec, destination=self.destination, carried=self.s
+                    )
+                )
+            self._publish()
+            self._wake = False
+            with contextlib.suppress(TimeoutError):  # the batch's delay is over
+                await workflow.wait_condition(
+                    lambda: self._wake, timeout=logic.next_timer(self.s, workflow.now())
+                )
+
+    async def _put_first(self) -> None:
+        batch = self.s.ready[0]
+        inp = PutBatchInput(
+            collector=self.spec, destination=self.destination, workflow_id=self.id, batch=batch
+        )
+        while True:
+            try:
+                await workflow.execute_local_activity(
+                    names.ACTIVITY_PUT_BATCH,
+                    inp,
+                    result_type=PutBatchResult,
+                    start_to_close_timeout=PUT_TIMEOUT,
+                    retry_policy=PUT_RETRY,
+                )
+            except (ActivityError, ApplicationError) as exc:
+                cause = exc.cause if isinstance(exc, ActivityError) and exc.cause else exc
+                delay = logic.put_failed(self.s, str(cause), workflow.now())
+                workflow.logger.warning(
+                    "collector %s: PUT of batch %d failing: %s; next round in %.0f s",
+                    self.id, batch.number, cause, delay,
+                )  # fmt: skip
+                self._publish()
+                await workflow.sleep(delay)
+                continue
+            logic.put_done(self.s, logic.facts(batch))
+            return
+
+    def _publish(self) -> None:
+        batch = self.s.open
+        workflow.upsert_search_attributes(
+            [
+                names.COLLECTOR_NAME.value_set(self.spec.name),
+                names.COLLECT_DESTINATION.value_set(self.destination),
+                names.BATCH_SIZE.value_set(len(batch.items) if batch else 0),
+                names.BATCH_CLOSES_AT.value_set(batch.closes_at)
+                if batch is not None
+                else names.BATCH_CLOSES_AT.value_unset(),
+            ]
+        )
+        workflow.set_current_details(logic.details(self.destination, self.s))
