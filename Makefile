@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 PACKAGES := mqgather bridge workflows activities workers analytics
 
-.PHONY: demo test lint typecheck unit bench bytecode install clean histories browser
+.PHONY: demo test lint typecheck unit bench bytecode install clean histories browser postgres
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,16 @@ browser:
 		{ apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; } || \
 		echo "could not install chromium: the browser tests will skip"; \
 	else echo "no chromium and no root to install it: the browser tests will skip"; fi
+
+# PostgreSQL for the collector's rules tests, from the distribution's packages (needs
+# root); the suite starts its own server. Without it those tests skip and say why.
+postgres:
+	@if command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y -q --no-install-recommends postgresql >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends postgresql >/dev/null; } || \
+		echo "could not install postgresql: the PostgreSQL tests will skip"; \
+	else echo "no PostgreSQL and no root to install it: the PostgreSQL tests will skip"; fi
 
 bench: bytecode
 	$(BIN)/python -m bench.mq_throughput

@@ -264,6 +264,8 @@ def default_queues() -> dict[str, QueueDefinition]:
         maxdepth=deep, descr="batches of destinations without a rule"
     )
     queues[k.COLLECT_FAILURE] = QueueDefinition(maxdepth=deep, descr="unbatchable, with reason")
+    for queue in k.COLLECT_DEMO_OUT:
+        queues[queue] = QueueDefinition(maxdepth=deep, descr="the demo's batches")
     return queues
 
 

@@ -34,6 +34,8 @@ LEDGER_QUEUE = "MQGATHER.LEDGER"
 COLLECT_IN = "COLLECT.IN"
 COLLECT_DEFAULT_OUT = "COLLECT.OUT.OTHER"
 COLLECT_FAILURE = "COLLECT.FAILURE"
+#: Target queues of the demo's collector rules.
+COLLECT_DEMO_OUT = ("COLLECT.OUT.FR", "COLLECT.OUT.UK", "COLLECT.OUT.SP")
 #: The collector's rules, embedded: a SQLite file in the state directory.
 DEFAULT_RULES_DB = f"{STATE_DIR}/collector-rules.db"
 

@@ -114,3 +114,61 @@ async def temporal_env():
     env.ui_url = f"http://localhost:{ui_port}"  # type: ignore[attr-defined]  # for the UI tests
     yield env
     await env.shutdown()
+
+
+def _postgres_bin() -> Path | None:
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).resolve().parent
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return candidates[-1].parent if candidates else None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server from the distribution's packages, started for the session
+    on loopback; its URL. Skips, saying why, where PostgreSQL cannot be had."""
+    import subprocess
+    import tempfile
+
+    from tests.harness import free_port
+
+    bindir = _postgres_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed (`make postgres` installs the distribution's)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed (pip install 'mqgather[postgres]')")
+    as_root = os.getuid() == 0
+    prefix: list[str] = []
+    base = Path(tempfile.mkdtemp(prefix="mqgather-pg-"))
+    if as_root:
+        # The server refuses to run as root: it runs as the distribution's postgres user.
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without runuser: PostgreSQL cannot be started")
+        try:
+            shutil.chown(base, "postgres")
+        except (LookupError, PermissionError) as exc:
+            pytest.skip(f"running as root and no postgres user to start PostgreSQL as ({exc})")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    data, port = base / "data", free_port()
+    subprocess.run(
+        [*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
+         "--no-sync"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off"
+    subprocess.run(
+        [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l",
+         str(base / "server.log"), "-w", "start"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True,
+        )
+        shutil.rmtree(base, ignore_errors=True)

@@ -145,7 +145,8 @@ def _check(figures: dict[str, Any], expected: dict[str, int]) -> None:
 @click.option("--ui-port", default=8233, show_default=True, help="Temporal web UI port.")
 def dev(mq: str, config_path: str | None, temporal_port: int, ui_port: int) -> None:
     """Run the whole stack until Ctrl-C: Temporal (embedded if none is reachable), worker,
-    bridge and simulated back ends, supervised (a child that dies is restarted)."""
+    bridge, the collectors' bridges and simulated back ends, supervised (a child that dies
+    is restarted)."""
     from workers.demo.harness import ensure_server
 
     config = load_config(config_path)
@@ -156,7 +157,7 @@ def dev(mq: str, config_path: str | None, temporal_port: int, ui_port: int) -> N
     late_after = max((_late_after(spec) for spec in config.aggregates.values()), default=5.0)
     stack = DevStack(
         mq=mq, config=config_path, temporal_port=temporal_port, ui_port=ui_port,
-        backends_args=["--late-after", str(late_after)],
+        backends_args=["--late-after", str(late_after)], collectors=list(config.collectors),
     )  # fmt: skip
 
     async def main(stop: asyncio.Event) -> None:
@@ -188,6 +189,13 @@ def dev(mq: str, config_path: str | None, temporal_port: int, ui_port: int) -> N
     is_flag=True,
     help="After the summary, keep the stack and the Temporal web UI up until Ctrl-C.",
 )
+@click.option(
+    "--collector/--no-collector",
+    "with_collector",
+    default=True,
+    show_default=True,
+    help="Also show the collector (its first [collectors] entry) after the gathers.",
+)
 def demo(
     config_path: str | None,
     n: int,
@@ -198,9 +206,13 @@ def demo(
     ui_port: int,
     state_dir: str,
     keep_ui: bool,
+    with_collector: bool,
 ) -> None:
     """The demo: start the dev stack, drive N requests with some dropped, late and duplicate
-    replies (plus a few unknown and poison ones), and print what happened to every one."""
+    replies (plus a few unknown and poison ones), and print what happened to every one.
+    Then the collector: messages batched by destination under rules from its database,
+    with a table of batches per destination and close reason, reconciled."""
+    from workers.demo.collect import run_section, set_rules
     from workers.demo.driver import Rates, expected_counts, plan_requests, put_strays
     from workers.demo.driver import drive as do_drive
     from workers.demo.harness import counts, ensure_server, latencies, percentile, until_ready
@@ -216,10 +228,14 @@ def demo(
     with open_transport(mq) as qm:
         setup_queues(qm, config)
     late_after = _late_after(spec)
+    collector = next(iter(config.collectors.values()), None) if with_collector else None
     stack = DevStack(
         mq=mq, config=config_path, state_dir=state, temporal_port=temporal_port, ui_port=ui_port,
         backends_args=["--aggregate", name, "--late-after", str(late_after)],
+        collectors=[collector.name] if collector else [],
     )  # fmt: skip
+    if collector is not None:
+        set_rules(collector)
     console = Console(stderr=True)
     rates = Rates()
     plans = plan_requests(n, spec, rates)
@@ -247,17 +263,24 @@ def demo(
                     limit=late_after + spec.unknown_timeout_seconds + 60, poll=0.25, stack=stack,
                 )  # fmt: skip
             took = latencies(qm, spec, sent)
+            collected = None
+            if collector is not None:
+                console.print(f"collector {collector.name}: batching by destination", style="bold")
+                collected = await run_section(client, qm, collector)
         finally:
             qm.close()
         return {
             "requests": n,
             **now,
             "latency_ms": {f"p{q}": round(percentile(took, q), 1) for q in (50, 95, 99)},
+            **({"collector": collected.as_dict()} if collected is not None else {}),
         }
 
     try:
         figures = run(main)
         _summary(figures, expected, title="mqgather demo")
+        if "collector" in figures:
+            _collector_summary(figures["collector"])
         _closing_line(stack.ui_url, keep_ui)
         if as_json:
             click.echo(json.dumps(figures))
@@ -266,6 +289,25 @@ def demo(
     finally:
         stack.stop()
     _check(figures, expected)
+    if "collector" in figures and not figures["collector"]["reconciled"]:
+        raise click.ClickException(
+            "the collector's batches do not account for every message sent; see the table"
+        )
+
+
+def _collector_summary(data: dict[str, Any]) -> None:
+    """Batches per destination and close reason, and the messages reconciled."""
+    table = Table(title="mqgather collector")
+    for column in ("destination", "close reason", "batches"):
+        table.add_column(column, justify="right" if column == "batches" else "left")
+    for row in data["batches"]:
+        table.add_row(row["destination"], row["reason"], str(row["batches"]))
+    batched = sum(data["batched"].values())
+    mark = "" if data["reconciled"] else " ✗"
+    table.add_row(
+        "messages sent", "", f"{data['sent']} = {batched} batched + {data['failed']} failed{mark}"
+    )
+    Console(file=sys.stdout).print(table)
 
 
 async def _until_stopped(stack: DevStack, stop: asyncio.Event, console: Console) -> None:

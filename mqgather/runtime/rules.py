@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mqgather.collector_config import CollectorRule, CollectorSpec
+from mqgather.constants import STATE_DIR
 from mqgather.errors import ConfigError
 
 COLUMNS = (
@@ -88,6 +89,8 @@ class RuleStore:
         self.postgres = url.startswith(("postgresql://", "postgres://"))
         if not self.postgres:
             path = Path(url.removeprefix("sqlite:"))
+            if path.parent == Path(STATE_DIR):
+                path.parent.mkdir(exist_ok=True)  # the embedded default's own directory
             if not path.parent.is_dir():
                 raise ConfigError(
                     "rules_db", f"{path.parent} does not exist; create it or name another file"

@@ -72,6 +72,7 @@ class DevStack:
     temporal_port: int = 7233
     ui_port: int = 8233
     backends_args: list[str] = field(default_factory=list)
+    collectors: list[str] = field(default_factory=list)
     children: list[Child] = field(default_factory=list)
     server: subprocess.Popen[bytes] | None = None
     logs: list[IO[bytes]] = field(default_factory=list)
@@ -121,12 +122,16 @@ class DevStack:
         )  # fmt: skip
 
     def start_children(self) -> None:
-        """Start the worker, the bridge and the back ends."""
+        """Start the worker, the bridge, the collectors' bridges and the back ends."""
         me = [sys.executable, "-m", "mqgather.cli"]
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for name, args in (
             ("worker", [*me, "worker", "--mq", self.mq]),
             ("bridge", [*me, "bridge", "--mq", self.mq]),
+            *(
+                (f"collector-{name}", [*me, "collector", "run", name, "--mq", self.mq])
+                for name in self.collectors
+            ),
             ("backends", [*me, "backends", "--mq", self.mq, *self.backends_args]),
         ):
             log = self.state_dir / f"{name}.log"

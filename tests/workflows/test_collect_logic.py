@@ -1,0 +1,109 @@
+"""The collector's batching rules as pure functions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bridge.mq.models import MQMessage
+from mqgather.collector_config import CollectorRule
+from workflows import collect_logic as logic
+from workflows.collect_models import CollectInput, CollectorState, Item
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def rule(**changes) -> CollectorRule:
+    return CollectorRule(**{"destination": "D", "target_queue": "OUT", **changes})
+
+
+def items(*sizes: int, start: int = 0) -> list[Item]:
+    return [
+        Item(message=MQMessage(msg_id=(start + i + 1).to_bytes(24, "big"), body=b"x" * n),
+             received_at=T0)
+        for i, n in enumerate(sizes)
+    ]  # fmt: skip
+
+
+def numbers(batch) -> list[int]:
+    return [int.from_bytes(i.message.msg_id, "big") for i in batch.items]
+
+
+def test_a_batch_closes_on_its_count_and_the_next_one_opens():
+    state = CollectorState()
+    logic.take(state, CollectInput(rule=rule(max_messages=3), items=items(1, 1, 1, 1)), T0, 100)
+    assert [b.reason for b in state.ready] == ["count"]
+    assert numbers(state.ready[0]) == [1, 2, 3]
+    assert state.open is not None and numbers(state.open) == [4]
+
+
+def test_a_batch_closes_before_a_message_that_would_pass_its_bytes():
+    state = CollectorState()
+    logic.take(state, CollectInput(rule=rule(max_bytes=10), items=items(4, 4, 4)), T0, 100)
+    assert [(b.reason, numbers(b)) for b in state.ready] == [("bytes", [1, 2])]
+    assert numbers(state.open) == [3]
+
+
+def test_the_delay_counts_from_the_first_message_and_expire_closes():
+    state = CollectorState()
+    logic.take(state, CollectInput(rule=rule(max_delay_seconds=15), items=items(1)), T0, 100)
+    later = T0 + timedelta(seconds=10)
+    logic.take(state, CollectInput(rule=rule(max_delay_seconds=15), items=items(1, start=1)),
+               later, 100)  # fmt: skip
+    assert logic.next_timer(state, later) == 5.0
+    logic.expire(state, later)
+    assert not state.ready
+    logic.expire(state, T0 + timedelta(seconds=15))
+    assert [(b.reason, numbers(b)) for b in state.ready] == [("delay", [1, 2])]
+    assert logic.next_timer(state, T0) is None
+
+
+def test_a_new_rule_governs_the_next_batch_not_the_open_one():
+    state = CollectorState()
+    logic.take(state, CollectInput(rule=rule(max_messages=2), items=items(1)), T0, 100)
+    logic.take(state, CollectInput(rule=rule(max_messages=5, target_queue="NEW"),
+                                   items=items(1, 1, start=1)), T0, 100)  # fmt: skip
+    assert state.ready[0].rule.target_queue == "OUT" and numbers(state.ready[0]) == [1, 2]
+    assert state.open.rule.target_queue == "NEW" and numbers(state.open) == [3]
+
+
+def test_a_redelivery_is_taken_once_and_memory_is_bounded():
+    state = CollectorState()
+    signal = CollectInput(rule=rule(max_messages=100), items=items(1, 1, 1))
+    logic.take(state, signal, T0, 100)
+    logic.take(state, signal, T0, 100)
+    assert state.redeliveries == 3 and state.messages == 3 and len(state.open.items) == 3
+    assert logic.consumed(state, [i.message.msg_id.hex() for i in signal.items[:2]]) == [
+        i.message.msg_id.hex() for i in signal.items[:2]
+    ]
+    logic.take(state, CollectInput(rule=rule(max_messages=1000), items=items(*[1] * 150,
+               start=10)), T0, 100)  # fmt: skip
+    assert len(state.seen) == 100
+
+
+def test_release_closes_the_open_batch_and_reports_nothing_to_release():
+    state = CollectorState()
+    assert not logic.release(state, "why").released
+    logic.take(state, CollectInput(rule=rule(), items=items(1, 1)), T0, 100)
+    done = logic.release(state, "operator")
+    assert done.released and done.messages == 2
+    logic.expire(state, T0)
+    assert [b.reason for b in state.ready] == ["released"] and state.open is None
+
+
+@given(st.lists(st.integers(1, 50), max_size=60), st.integers(1, 7), st.integers(50, 120))
+def test_every_message_lands_in_exactly_one_batch_within_its_limits(sizes, count, limit):
+    state = CollectorState()
+    r = rule(max_messages=count, max_bytes=limit)
+    for start in range(0, len(sizes), 5):
+        chunk = items(*sizes[start : start + 5], start=start)
+        logic.take(state, CollectInput(rule=r, items=chunk), T0, 1000)
+    logic.release(state, "end")
+    logic.expire(state, T0)
+    got = [n for b in state.ready for n in numbers(b)]
+    assert got == list(range(1, len(sizes) + 1))
+    for b in state.ready:
+        assert len(b.items) <= count
+        assert sum(len(i.message.body) for i in b.items) <= limit
