@@ -42,6 +42,7 @@ GROUND = (
     "mqgather.constants",
     "mqgather.errors",
     "mqgather.config",
+    "mqgather.collector_config",
     "mqgather.routing",
     "mqgather.ccsid",
 )

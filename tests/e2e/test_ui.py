@@ -67,7 +67,8 @@ def _look(ui: str, aggregate: str, text: str, ids: dict[str, str]) -> dict:
         page.goto(ui + link.get_attribute("href"))
         page.get_by_text("User Metadata", exact=True).click()
         # Summary, details and current details are rendered markdown, each in a frame.
-        page.wait_for_function("document.querySelectorAll('iframe').length >= 3")
+        # A locator, not a JavaScript predicate: the UI's CSP forbids evaluating strings.
+        page.locator("iframe").nth(2).wait_for(state="attached")
         seen["detail"] = _frames_text(page)
     return seen
 
