@@ -26,23 +26,12 @@ from bridge.mq.models import (
 )
 from bridge.mq.transport import Transport
 from mqgather import names
-from mqgather.ccsid import CCSID_UTF8, CCSIDError, decode
+from mqgather.ccsid import CCSID_UTF8, CCSIDError
 from mqgather.names import PROP_BATCH_REASON, PROP_BATCH_SIZE, PROP_DESTINATION
 from mqgather.runtime import telemetry
 from workflows.collect_models import ClosedBatch, PutBatchInput, PutBatchResult
 
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>\s*")
-
-
-class FormatError(ValueError):
-    """A batch cannot be written in its rule's format; the message says which message."""
-
-
-def _text(message: MQMessage) -> str:
-    try:
-        return decode(message.body, message.coded_char_set_id)
-    except CCSIDError as exc:
-        raise FormatError(f"message {message.msg_id.hex()}: {exc}") from exc
 
 
 def unreadable(batch: ClosedBatch) -> list[tuple[MQMessage, str]]:
@@ -53,24 +42,21 @@ def unreadable(batch: ClosedBatch) -> list[tuple[MQMessage, str]]:
     out = []
     for item in batch.items:
         try:
-            _text(item.message)
-        except FormatError as exc:
+            item.message.decoded()
+        except CCSIDError as exc:
             out.append((item.message, f"not text for a {batch.rule.format} batch: {exc}"))
     return out
 
 
 def format_batch(batch: ClosedBatch, wrapper: str) -> tuple[bytes, str, int]:
-    """One aggregated body for a json, xml or blob batch: (body, Format, CCSID).
-
-    Raises:
-        FormatError: a body is not text in its CodedCharSetId (json and xml).
-    """
+    """One aggregated body for a json, xml or blob batch: (body, Format, CCSID). A json
+    or xml batch holds text only (see :func:`unreadable`)."""
     rule = batch.rule
     messages = [item.message for item in batch.items]
     if rule.format == "json":
         values = []
         for message in messages:
-            text = _text(message)
+            text = message.decoded()
             try:
                 values.append(json.loads(text))
             except ValueError:
@@ -78,7 +64,7 @@ def format_batch(batch: ClosedBatch, wrapper: str) -> tuple[bytes, str, int]:
         body = json.dumps(values, ensure_ascii=False, allow_nan=False)
         return body.encode(), MQFMT_STRING, CCSID_UTF8
     if rule.format == "xml":
-        parts = [_XML_DECLARATION.sub("", _text(m)).strip() for m in messages]
+        parts = [_XML_DECLARATION.sub("", m.decoded()).strip() for m in messages]
         inner = "".join(f"\n  {part}" for part in parts)
         text = f'<?xml version="1.0" encoding="utf-8"?>\n<{wrapper}>{inner}\n</{wrapper}>\n'
         return text.encode(), MQFMT_STRING, CCSID_UTF8

@@ -21,10 +21,10 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from bridge.inbound import RETRYABLE, SIGNAL_BODY_BYTES, QueueBridge, _Move, _refused_for_content
+from bridge.inbound import RETRYABLE, Move, QueueBridge, chunk_replies, refused_for_content
 from bridge.mq.models import MQMessage, QueueAttributes
 from bridge.mq.transport import Transport
-from mqgather.ccsid import CCSIDError, decode
+from mqgather.ccsid import CCSIDError
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.names import SIGNAL_COLLECT
 from mqgather.routing import Destination
@@ -37,15 +37,17 @@ log = logging.getLogger("mqgather.collector")
 MAX_DESTINATION = 200
 
 
-class KeyError_(ValueError):
+class DestinationKeyError(ValueError):
     """The destination key cannot be read from the message; the message says why."""
 
 
 def _text(message: MQMessage) -> str:
     try:
-        return decode(message.body, message.coded_char_set_id)
+        return message.decoded()
     except CCSIDError as exc:
-        raise KeyError_(f"the body is not text in CCSID {message.coded_char_set_id}") from exc
+        raise DestinationKeyError(
+            f"the body is not text in CCSID {message.coded_char_set_id}"
+        ) from exc
 
 
 def destination_of(message: MQMessage, key: str) -> str | None:
@@ -53,7 +55,7 @@ def destination_of(message: MQMessage, key: str) -> str | None:
     ``json:dotted.path``, ``xml:/Element/Path``); None when it names none.
 
     Raises:
-        KeyError_: the body cannot be read as the key requires.
+        DestinationKeyError: the body cannot be read as the key requires.
     """
     kind, _, where = key.partition(":")
     if kind == "property":
@@ -62,14 +64,14 @@ def destination_of(message: MQMessage, key: str) -> str | None:
         try:
             value = json.loads(_text(message))
         except ValueError as exc:
-            raise KeyError_(f"the body is not JSON ({exc})") from exc
+            raise DestinationKeyError(f"the body is not JSON ({exc})") from exc
         for step in where.split("."):
             value = value.get(step) if isinstance(value, dict) else None
     else:
         try:
             root = ET.fromstring(_text(message))
         except ET.ParseError as exc:
-            raise KeyError_(f"the body is not XML ({exc})") from exc
+            raise DestinationKeyError(f"the body is not XML ({exc})") from exc
         steps = [s for s in where.split("/") if s]
         node = root if steps and root.tag == steps[0] else None
         if node is not None and len(steps) > 1:
@@ -108,7 +110,7 @@ class CollectorBridge(QueueBridge):
         spec = self.spec
         try:
             destination = destination_of(message, spec.destination_key)
-        except KeyError_ as exc:
+        except DestinationKeyError as exc:
             return f"no destination: {exc} (destination_key {spec.destination_key})"
         if destination is None:
             if spec.missing_key == "failure":
@@ -124,10 +126,11 @@ class CollectorBridge(QueueBridge):
                 f"the message is {len(message.body)} bytes, more than max_bytes "
                 f"({rule.max_bytes}) of destination {destination!r}"
             )
-        if rule.format in ("json", "xml"):
+        # A json or xml key has read the body as text already.
+        if rule.format in ("json", "xml") and spec.destination_key.startswith("property:"):
             try:
                 _text(message)
-            except KeyError_ as exc:
+            except DestinationKeyError as exc:
                 return f"destination {destination!r} batches {rule.format}: {exc}"
         return destination, rule
 
@@ -143,12 +146,12 @@ class CollectorBridge(QueueBridge):
         now = datetime.now(UTC)
         await call(self.rules.refresh)
         failure = self.spec.failure_queue
-        moves: list[_Move] = []
+        moves: list[Move] = []
         groups: dict[str, tuple[CollectorRule, list[Item]]] = {}
         for message in batch:
             routed = self._route(message)
             if isinstance(routed, str):
-                moves.append(_Move(Destination.FAILURE, failure, message, routed))
+                moves.append(Move(Destination.FAILURE, failure, message, routed))
                 continue
             destination, rule = routed
             if attrs.bothresh and message.backout_count >= attrs.bothresh:
@@ -158,7 +161,7 @@ class CollectorBridge(QueueBridge):
                 reason = f"backed out {message.backout_count} times (BOTHRESH {attrs.bothresh})"
                 target = attrs.boqname or dlq
                 kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
-                moves.append(_Move(kind, target, message, reason))
+                moves.append(Move(kind, target, message, reason))
                 continue
             item = Item(message=message, received_at=now)
             problem, _ = self._carried(
@@ -169,30 +172,22 @@ class CollectorBridge(QueueBridge):
                 "its batch",
             )
             if problem:
-                moves.append(_Move(Destination.FAILURE, failure, message, problem))
+                moves.append(Move(Destination.FAILURE, failure, message, problem))
                 continue
             groups.setdefault(destination, (rule, []))[1].append(item)
         for destination, (rule, items) in groups.items():
-            rest = await self._send(destination, rule, items)
-            moves += [
-                _Move(Destination.FAILURE, failure, i.message, "Temporal refused the signal")
-                for i in rest
-            ]
+            rest, error = await self._send(destination, rule, items)
+            reason = f"Temporal refused the signal: {error}"
+            moves += [Move(Destination.FAILURE, failure, i.message, reason) for i in rest]
         if moves:
             await call(self._move, transport, queue, moves)
 
-    async def _send(self, destination: str, rule: CollectorRule, items: list[Item]) -> list[Item]:
+    async def _send(
+        self, destination: str, rule: CollectorRule, items: list[Item]
+    ) -> tuple[list[Item], BaseException | None]:
         """Signal a destination's messages in chunks; the items Temporal refused for their
-        content (any other failure raises, and the whole batch is backed out)."""
-        chunks: list[list[Item]] = [[]]
-        size = 0
-        for item in items:
-            body = len(item.message.body)
-            if chunks[-1] and size + body > SIGNAL_BODY_BYTES:
-                chunks.append([])
-                size = 0
-            chunks[-1].append(item)
-            size += body
+        content, and why (any other failure raises: the whole batch is backed out)."""
+        chunks = chunk_replies(items)
         for index, chunk in enumerate(chunks):
             try:
                 await self.client.start_workflow(
@@ -207,11 +202,11 @@ class CollectorBridge(QueueBridge):
                     rpc_timeout=self.rpc_timeout,
                 )
             except RETRYABLE as exc:
-                if _refused_for_content(exc):
-                    return [i for c in chunks[index:] for i in c]
+                if refused_for_content(exc):
+                    return [i for c in chunks[index:] for i in c], exc
                 raise
             self.stats.signals += 1
-        return []
+        return [], None
 
     async def _already_batched(self, destination: str, message: MQMessage) -> bool:
         """Whether a message at BOTHRESH is in its destination's batches already (its

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from opentelemetry import trace
 from pydantic import BaseModel
@@ -63,18 +63,26 @@ REPLY_PAYLOAD_BYTES = 1536 * 1024
 RETRYABLE = (MQError, RPCError, TimeoutError, RuntimeError)
 
 
-def _body_size(reply: Reply) -> int:
-    return len(reply.message.body)
+class _HasMessage(Protocol):
+    message: MQMessage
+
+
+C = TypeVar("C", bound=_HasMessage)
+
+
+def _body_size(item: _HasMessage) -> int:
+    return len(item.message.body)
 
 
 def chunk_replies(
-    replies: list[Reply],
+    replies: list[C],
     limit: int = SIGNAL_BODY_BYTES,
-    size_of: Callable[[Reply], int] = _body_size,
-) -> list[list[Reply]]:
-    """Split one gather's replies into signals whose sizes (``size_of``, by default the
-    body's) stay under ``limit`` bytes (a single larger reply travels alone)."""
-    chunks: list[list[Reply]] = [[]]
+    size_of: Callable[[C], int] = _body_size,
+) -> list[list[C]]:
+    """Split the messages of one signal target (a gather's replies, a destination's
+    items) into signals whose sizes (``size_of``, by default the body's) stay under
+    ``limit`` bytes (a single larger one travels alone)."""
+    chunks: list[list[C]] = [[]]
     size = 0
     for reply in replies:
         body = size_of(reply)
@@ -122,14 +130,14 @@ def _fingerprint(item: BaseModel) -> str:
     return json.dumps(item.model_dump(), default=_plain, sort_keys=True)
 
 
-def _refused_for_content(error: BaseException) -> bool:
+def refused_for_content(error: BaseException) -> bool:
     """Temporal refused the request for what it carried (too large, malformed), so
     retrying the same replies cannot succeed; anything else may pass later."""
     return isinstance(error, RPCError) and error.status == RPCStatusCode.INVALID_ARGUMENT
 
 
 @dataclass
-class _Move:
+class Move:
     kind: Destination
     queue: str
     message: MQMessage
@@ -304,7 +312,7 @@ class QueueBridge:
             )
         return "", size
 
-    def _move(self, transport: Transport, queue: str, moves: list[_Move]) -> None:
+    def _move(self, transport: Transport, queue: str, moves: list[Move]) -> None:
         for move in moves:
             dead = move.kind is Destination.DEAD_LETTER
             forward(
@@ -348,7 +356,7 @@ class InboundBridge(QueueBridge):
     ) -> None:
         specs = self.by_queue[queue]
         now = datetime.now(UTC)
-        moves: list[_Move] = []
+        moves: list[Move] = []
         groups: dict[tuple[str, bytes], tuple[AggregateSpec, list[Reply]]] = {}
         sizes: dict[int, int] = {}
         owner = owner_of_shared_queue(specs)
@@ -363,13 +371,13 @@ class InboundBridge(QueueBridge):
                     f"backed out {message.backout_count} times (BOTHRESH {attrs.bothresh} of "
                     f"{queue})"
                 )
-                moves.append(_Move(kind, target, message, reason))
+                moves.append(Move(kind, target, message, reason))
                 continue
             try:
                 found = identify(message, specs)
             except IdentificationError as exc:
                 target = queue_for(exc.aggregate or owner, Destination.FAILURE)
-                moves.append(_Move(Destination.FAILURE, target, message, str(exc)))
+                moves.append(Move(Destination.FAILURE, target, message, str(exc)))
                 continue
             reply = Reply(
                 message=message,
@@ -381,7 +389,7 @@ class InboundBridge(QueueBridge):
             problem, size = self._check(reply)
             if problem:
                 target = queue_for(found.aggregate, Destination.FAILURE)
-                moves.append(_Move(Destination.FAILURE, target, message, problem))
+                moves.append(Move(Destination.FAILURE, target, message, problem))
                 continue
             sizes[id(reply)] = size
             key = (found.aggregate.name, found.correl_id)
@@ -399,11 +407,11 @@ class InboundBridge(QueueBridge):
                 continue
             if isinstance(error, WorkflowAlreadyStartedError):
                 moves += await self._late(spec, correl, rest)
-            elif _refused_for_content(error):
+            elif refused_for_content(error):
                 # Only the replies Temporal did not take; those it took are in the gather.
                 failure = queue_for(spec, Destination.FAILURE)
                 reason = f"Temporal refused the signal: {error}"
-                moves += [_Move(Destination.FAILURE, failure, r.message, reason) for r in rest]
+                moves += [Move(Destination.FAILURE, failure, r.message, reason) for r in rest]
             else:
                 raise error
         if moves:
@@ -503,7 +511,7 @@ class InboundBridge(QueueBridge):
         gid = gather_id(found.aggregate.name, found.correl_id)
         return bool(await self._consumed_ids(gid, [message.msg_id.hex()]))
 
-    async def _late(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> list[_Move]:
+    async def _late(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> list[Move]:
         """Replies for a closed gather go to the late queue, except redeliveries of replies
         the gather already consumed (the bridge died between signal and commit)."""
         gid = gather_id(spec.name, correl)
@@ -517,7 +525,7 @@ class InboundBridge(QueueBridge):
                 continue
             self.stats.late += 1
             moves.append(
-                _Move(
+                Move(
                     Destination.LATE,
                     queue_for(spec, Destination.LATE),
                     reply.message,

@@ -9,7 +9,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -180,14 +180,8 @@ class MQGatherConfig(BaseModel):
 
     @model_validator(mode="after")
     def _named(self) -> MQGatherConfig:
-        self.aggregates = {
-            name: spec if spec.name == name else spec.model_copy(update={"name": name})
-            for name, spec in self.aggregates.items()
-        }
-        self.collectors = {
-            name: spec if spec.name == name else spec.model_copy(update={"name": name})
-            for name, spec in self.collectors.items()
-        }
+        self.aggregates = _named_after_keys(self.aggregates)
+        self.collectors = _named_after_keys(self.collectors)
         return self
 
     def collector(self, name: str) -> CollectorSpec:
@@ -196,11 +190,7 @@ class MQGatherConfig(BaseModel):
         Raises:
             ConfigError: no such collector.
         """
-        try:
-            return self.collectors[name]
-        except KeyError:
-            known = ", ".join(sorted(self.collectors)) or "none"
-            raise ConfigError(f"collectors.{name}", f"no such collector (known: {known})") from None
+        return _one(self.collectors, "collectors", "collector", name)
 
     def aggregate(self, name: str) -> AggregateSpec:
         """The aggregate called ``name``.
@@ -208,11 +198,26 @@ class MQGatherConfig(BaseModel):
         Raises:
             ConfigError: no such aggregate.
         """
-        try:
-            return self.aggregates[name]
-        except KeyError:
-            known = ", ".join(sorted(self.aggregates)) or "none"
-            raise ConfigError(f"aggregates.{name}", f"no such aggregate (known: {known})") from None
+        return _one(self.aggregates, "aggregates", "aggregate", name)
+
+
+Named = TypeVar("Named", AggregateSpec, CollectorSpec)
+
+
+def _named_after_keys(table: dict[str, Named]) -> dict[str, Named]:
+    """Each entry of a ``[table.NAME]`` with its ``name`` set to NAME."""
+    return {
+        name: spec if spec.name == name else spec.model_copy(update={"name": name})
+        for name, spec in table.items()
+    }
+
+
+def _one(table: dict[str, Named], section: str, kind: str, name: str) -> Named:
+    try:
+        return table[name]
+    except KeyError:
+        known = ", ".join(sorted(table)) or "none"
+        raise ConfigError(f"{section}.{name}", f"no such {kind} (known: {known})") from None
 
 
 def default_aggregates() -> dict[str, AggregateSpec]:
@@ -311,6 +316,30 @@ def referenced_queues(config: MQGatherConfig) -> dict[str, str]:
         note(collector.failure_queue, f"unbatchable messages of {where}")
         note(collector.ledger_queue, f"markers of PUTs done of {where}")
     return found
+
+
+def state_file(path: str, key: str, what: str) -> Path:
+    """A file mqgather may create, whose directory must exist already, so a mistyped
+    directory is an error rather than an empty new file; mqgather's own state directory
+    is the exception (``is_state_dir`` tells the caller to create it).
+
+    Raises:
+        ConfigError: naming ``key``: the directory does not exist.
+    """
+    file = Path(path)
+    parent = file.parent
+    if not parent.is_dir() and not is_state_dir(parent):
+        raise ConfigError(
+            key,
+            f"the directory {parent} of {path!r} does not exist; create it first "
+            f"({what} is created, its directory is not)",
+        )
+    return file
+
+
+def is_state_dir(path: Path) -> bool:
+    """Whether ``path`` is mqgather's own state directory (created on demand)."""
+    return path.resolve() == Path(k.STATE_DIR).resolve()
 
 
 def _flatten_error(exc: ValidationError) -> str:

@@ -18,9 +18,7 @@ from workflows.collect_models import (
     OpenBatch,
     ReleaseBatchResult,
 )
-
-#: Rounds of PUT attempts fail in a row before the wait between them stops growing.
-MAX_ROUND_DELAY = 30.0
+from workflows.logic import MAX_ROUND_DELAY
 
 
 def digest_of(msg_id: bytes) -> str:
@@ -33,9 +31,19 @@ def digest(item: Item) -> str:
     return digest_of(item.message.msg_id)
 
 
+def _seen(state: CollectorState) -> set[str]:
+    """``state.seen`` as a set, kept beside the list (which is what is carried) so that a
+    signal does not rebuild 20,000 entries; rebuilt after a continue-as-new."""
+    seen = state._seen
+    if len(seen) != len(state.seen):
+        seen.clear()
+        seen.update(state.seen)
+    return seen
+
+
 def consumed(state: CollectorState, msg_ids: list[str]) -> list[str]:
     """Those of ``msg_ids`` (hex) the collector has taken (among the remembered)."""
-    seen = set(state.seen)
+    seen = _seen(state)
     return [m for m in msg_ids if digest_of(bytes.fromhex(m)) in seen]
 
 
@@ -75,7 +83,7 @@ def take(state: CollectorState, signal: CollectInput, now: datetime, remember: i
     A message seen before (its bridge died between signal and MQCMIT) is a redelivery
     and changes nothing. ``remember`` bounds how many recent messages are remembered.
     """
-    seen = set(state.seen)
+    seen = _seen(state)
     for item in signal.items:
         key = digest(item)
         if key in seen:
@@ -98,7 +106,9 @@ def take(state: CollectorState, signal: CollectInput, now: datetime, remember: i
         elif batch.size_bytes >= batch.rule.max_bytes:
             close(state, now, "bytes")
     if len(state.seen) > remember:
-        del state.seen[: len(state.seen) - remember]
+        forgotten = len(state.seen) - remember
+        seen.difference_update(state.seen[:forgotten])
+        del state.seen[:forgotten]
 
 
 def expire(state: CollectorState, now: datetime) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from bridge.mq.models import MQMessage
 from mqgather.collector_config import CollectorRule, CollectorSpec
@@ -70,6 +70,8 @@ class CollectorState(BaseModel):
     last_error: str = ""
     failing_since: datetime | None = None
     failed_rounds: int = 0
+    #: ``seen`` as a set, for lookups; kept in step with the list, never carried.
+    _seen: set[str] = PrivateAttr(default_factory=set)
 
 
 class BatchFacts(BaseModel):

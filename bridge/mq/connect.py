@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bridge.mq.transport import Transport
-from mqgather.constants import DEFAULT_MQ, STATE_DIR
+from mqgather.config import state_file
+from mqgather.constants import DEFAULT_MQ
 from mqgather.errors import ConfigError
 from mqgather.names import ENV_MQ
 
@@ -36,13 +36,7 @@ def _target(url: str, source: str) -> str | IBMMQSettings:
         path = url[len("local:") :]
         if not path:
             raise ConfigError(source, "local: needs a file path, e.g. local:.mqgather/qm.db")
-        parent = Path(path).parent
-        if not parent.is_dir() and parent.resolve() != Path(STATE_DIR).resolve():
-            raise ConfigError(
-                source,
-                f"the directory {parent} of {url!r} does not exist; create it first "
-                "(an embedded queue manager file is created, its directory is not)",
-            )
+        state_file(path, source, "an embedded queue manager file")
         return path
     if url.startswith("ibmmq://"):
         from bridge.mq.ibmmq_adapter import parse_ibmmq_url

@@ -11,7 +11,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-from mqgather.ccsid import CCSID_UTF8
+from mqgather.ccsid import CCSID_UTF8, decode
 from mqgather.errors import ConfigError
 
 ID_LENGTH = 24
@@ -275,6 +275,14 @@ class MQMessage(BaseModel):
     def text(self, errors: Literal["strict", "replace"] = "replace") -> str:
         """The body decoded as UTF-8."""
         return self.body.decode("utf-8", errors=errors)
+
+    def decoded(self) -> str:
+        """The body as text, read in its CodedCharSetId.
+
+        Raises:
+            CCSIDError: the body is not text in that character set, or it is unknown.
+        """
+        return decode(self.body, self.coded_char_set_id)
 
     @property
     def group_status(self) -> GroupStatus:

@@ -18,10 +18,10 @@ from mqgather.cli.options import (
     fail_fast_option,
     mq_option,
     run,
-    setup_logging,
+    show_fields,
     task_queue_option,
 )
-from mqgather.cli.processes import metrics_port_option, start_metrics, wait_for_parts
+from mqgather.cli.processes import metrics_port_option, serve_bridge
 from mqgather.collector_config import FORMATS, CollectorSpec
 from mqgather.config import load_config
 from mqgather.errors import MQGatherError
@@ -68,24 +68,17 @@ def run_(
     from bridge.collect import CollectorBridge
 
     spec = _spec(config_path, name)
-    setup_logging()
-    endpoint = start_metrics("mqgather-collector", metrics_port)
-
-    async def main(stop: asyncio.Event) -> None:
-        client = await wait_for_parts(mq, stop, fail_fast, endpoint)
-        if client is None:
-            return
-        b = CollectorBridge(
+    click.echo(
+        f"collector {name}: rules in {spec.rules_db}, read again every "
+        f"{spec.rule_refresh_seconds:g} s",
+        err=True,
+    )
+    serve_bridge(
+        f"mqgather-collector-{name}", mq, fail_fast, metrics_port,
+        lambda client: CollectorBridge(
             client, connector(mq), spec, task_queue=task_queue, batch_size=batch_size
-        )
-        log.info(
-            "collector %s serving %s (rules: %s, read again every %g s)",
-            name, spec.input_queue, spec.rules_db, spec.rule_refresh_seconds,
-        )  # fmt: skip
-        await b.run(stop)
-        log.info("collector %s stopped: %s", name, b.stats)
-
-    run(main)
+        ),
+    )  # fmt: skip
 
 
 @collector.group()
@@ -209,14 +202,7 @@ def status(name: str, destination: str, as_json: bool) -> None:
             ) from exc
         return current.model_dump(mode="json")
 
-    data = run(main)
-    if as_json:
-        click.echo(json.dumps(data))
-        return
-    table = Table(show_header=False)
-    for key, value in data.items():
-        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    Console().print(table)
+    show_fields(run(main), as_json)
 
 
 @collector.command()

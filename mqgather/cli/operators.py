@@ -9,13 +9,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 from temporalio.client import Client, WorkflowHandle
 
 from bridge.mq.connect import open_transport
 from bridge.mq.models import ID_LENGTH, format_id, parse_id
-from mqgather.cli.options import fanout_options, run
+from mqgather.cli.options import fanout_options, run, show_fields
 from mqgather.config import load_config
 from mqgather.errors import MQGatherError
 from mqgather.names import (
@@ -189,14 +187,7 @@ def status(correl_id: str, name: str | None, as_json: bool) -> None:
             **shown,
         )
 
-    data = run(main)
-    if as_json:
-        click.echo(json.dumps(data))
-        return
-    table = Table(show_header=False)
-    for key, value in data.items():
-        table.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))
-    Console().print(table)
+    show_fields(run(main), as_json)
 
 
 def _operate(correl_id: str, name: str | None, as_json: bool, update: str, arg: Any) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
+from rich.table import Table
 
 from bridge.mq.connect import check_mq_url, open_transport
 from bridge.mq.transport import Transport
@@ -130,3 +133,21 @@ def run(main: Callable[[asyncio.Event], Awaitable[T]]) -> T:
 def connector(mq: str) -> Callable[[], Transport]:
     """A function that opens a new connection to the queue manager ``mq`` names."""
     return lambda: open_transport(mq)
+
+
+def show_fields(data: dict[str, Any], as_json: bool) -> None:
+    """A status as one JSON object, or as a two-column table (lists joined, objects as
+    JSON)."""
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    table = Table(show_header=False)
+    for key, value in data.items():
+        if isinstance(value, list):
+            shown = ", ".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            shown = json.dumps(value)
+        else:
+            shown = str(value)
+        table.add_row(key, shown)
+    Console().print(table)

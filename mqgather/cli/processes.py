@@ -12,6 +12,7 @@ import click
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from bridge.inbound import QueueBridge
 from bridge.mq.connect import open_transport
 from bridge.mq.errors import ConnectionBroken, QueueManagerUnavailable
 from mqgather.cli.options import (
@@ -204,20 +205,35 @@ def bridge(
     from bridge.inbound import InboundBridge
 
     config = load_config(config_path)
+    serve_bridge(
+        "mqgather-bridge", mq, fail_fast, metrics_port,
+        lambda client: InboundBridge(
+            client, connector(mq), list(config.aggregates.values()),
+            task_queue=task_queue, batch_size=batch_size,
+        ),
+    )  # fmt: skip
+
+
+def serve_bridge(
+    service: str,
+    mq: str,
+    fail_fast: bool,
+    metrics_port: int | None,
+    make: Callable[[Client], QueueBridge],
+) -> None:
+    """Run a bridge until Ctrl-C: logging and metrics, the queue manager and Temporal
+    waited for, then ``make(client)`` served; its counters are logged at the end."""
     setup_logging()
-    endpoint = start_metrics("mqgather-bridge", metrics_port)
+    endpoint = start_metrics(service, metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
         client = await wait_for_parts(mq, stop, fail_fast, endpoint)
         if client is None:
             return
-        b = InboundBridge(
-            client, connector(mq), list(config.aggregates.values()),
-            task_queue=task_queue, batch_size=batch_size,
-        )  # fmt: skip
-        log.info("bridge serving %s", ", ".join(b.by_queue))
+        b = make(client)
+        log.info("%s serving %s", service, ", ".join(b.queues()))
         await b.run(stop)
-        log.info("bridge stopped: %s", b.stats)
+        log.info("%s stopped: %s", service, b.stats)
 
     run(main)
 

@@ -12,13 +12,12 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from mqgather.collector_config import CollectorRule, CollectorSpec
-from mqgather.constants import STATE_DIR
+from mqgather.config import is_state_dir, state_file
 from mqgather.errors import ConfigError
 
 COLUMNS = (
@@ -88,13 +87,9 @@ class RuleStore:
         self.url = url
         self.postgres = url.startswith(("postgresql://", "postgres://"))
         if not self.postgres:
-            path = Path(url.removeprefix("sqlite:"))
-            if path.parent == Path(STATE_DIR):
-                path.parent.mkdir(exist_ok=True)  # the embedded default's own directory
-            if not path.parent.is_dir():
-                raise ConfigError(
-                    "rules_db", f"{path.parent} does not exist; create it or name another file"
-                )
+            path = state_file(url.removeprefix("sqlite:"), "rules_db", "a rules database")
+            if is_state_dir(path.parent):
+                path.parent.mkdir(exist_ok=True)
             self._path = path
         with self._connect() as db:
             db.execute(_SCHEMA)
@@ -193,7 +188,7 @@ class RuleCache:
         self._loaded = now
 
     def rule_for(self, destination: str) -> CollectorRule | BadRule:
-        """The destination's rule, the default rule when it has none, or why its row is
-        invalid."""
-        self.refresh()
+        """The destination's rule as of the last :meth:`refresh` (no database read here:
+        the bridge refreshes once per MQ batch), the default rule when it has none, or
+        why its row is invalid."""
         return self._rules.get(destination) or self.spec.default_rule(destination)

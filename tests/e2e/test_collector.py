@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import multiprocessing as mp
 import os
 import re
@@ -335,3 +336,22 @@ async def test_a_bridge_killed_between_signal_and_commit_batches_nothing_twice(
     assert first.text().count("<Test>once") == 6
     assert final.batches == 1 and final.messages == 6 and final.open_messages == 0
     assert left == 0
+
+
+async def test_hostile_properties_and_bodies_end_in_one_place_each(temporal_env, tmp_path):
+    """NaN and a string that is not valid Unicode travel through the batch unchanged;
+    a body that is not text for a json batch goes to the failure queue intact."""
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("J", "CMAOUT.JSON", max_messages=1, format="json")
+        c.rule("G", "CMAOUT.GRP", max_messages=1, format="group")
+        odd = {"score": float("nan"), "name": "bad\udcff"}
+        kept = c.send("G", b"\x00\x01binary", **odd)
+        broken = c.send("J", b'{"a": "\xff"}')
+        (out,) = [await c.take("CMAOUT.GRP")]
+        failed = await c.take(c.spec.failure_queue)
+        left = (c.depth("CMAOUT.JSON"), c.depth("CMAIN"))
+    assert out.body == kept.body and math.isnan(out.properties["score"])
+    assert out.properties["name"] == "bad\udcff"
+    assert (failed.msg_id, failed.body) == (broken.msg_id, broken.body)
+    assert "batches json" in str(failed.properties[PROP_REASON])
+    assert left == (0, 0)

@@ -1,0 +1,66 @@
+"""The collector's PUT on the embedded queue manager: once across retries even when the
+batch is consumed at once, and text a batch cannot hold sent to the failure queue intact."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio.testing import ActivityEnvironment
+
+from activities.batch import CollectorActivities, batch_key
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQMessage
+from mqgather.collector_config import CollectorRule, CollectorSpec
+from mqgather.names import PROP_REASON
+from tests.activities.test_mq import drain
+from tests.harness import prepare_queues
+from workflows.collect_models import ClosedBatch, Item, PutBatchInput
+
+SPEC = CollectorSpec(name="c")
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def batch_input(messages: list[MQMessage], fmt: str = "json") -> PutBatchInput:
+    rule = CollectorRule(destination="D", target_queue="OUT", format=fmt)
+    batch = ClosedBatch(
+        number=1, rule=rule, items=[Item(message=m, received_at=T0) for m in messages],
+        opened_at=T0, closed_at=T0, reason="count",
+    )  # fmt: skip
+    return PutBatchInput(collector=SPEC, destination="D", workflow_id="collect:c:D", batch=batch)
+
+
+def message(n: int, body: bytes, ccsid: int = 1208) -> MQMessage:
+    return MQMessage(msg_id=bytes([n]) * 24, body=body, coded_char_set_id=ccsid)
+
+
+def test_a_retried_batch_put_after_the_batch_was_consumed_puts_nothing(tmp_path: Path):
+    path = tmp_path / "qm.db"
+    prepare_queues(path, ["OUT"])
+    acts = CollectorActivities(lambda: LocalQueueManager(path))
+    env = ActivityEnvironment()
+    inp = batch_input([message(1, b'{"a":1}'), message(2, b"[2]")])
+    env.run(acts.put_batch, inp)
+    with LocalQueueManager(path) as consumer:
+        taken = drain(consumer, "OUT")  # the consumer is quick
+        # The worker died before Temporal recorded the activity: it runs again.
+        env.run(acts.put_batch, inp)
+        assert drain(consumer, "OUT") == []
+    assert len(taken) == 1 and taken[0].msg_id == batch_key(inp)
+    assert json.loads(taken[0].body) == [{"a": 1}, [2]]
+
+
+def test_ebcdic_is_read_in_its_ccsid_and_invalid_utf8_goes_to_the_failure_queue(tmp_path):
+    path = tmp_path / "qm.db"
+    prepare_queues(path, ["OUT", SPEC.failure_queue])
+    acts = CollectorActivities(lambda: LocalQueueManager(path))
+    ebcdic = message(1, "<Test>Hola</Test>".encode("cp037"), ccsid=37)
+    broken = message(2, b"<Test>\xff\xfe</Test>")
+    ActivityEnvironment().run(acts.put_batch, batch_input([ebcdic, broken], fmt="xml"))
+    with LocalQueueManager(path) as qm:
+        (batch,) = drain(qm, "OUT")
+        (failed,) = drain(qm, SPEC.failure_queue)
+    assert "<Test>Hola</Test>" in batch.text() and batch.coded_char_set_id == 1208
+    assert (failed.msg_id, failed.body) == (broken.msg_id, broken.body)
+    assert "not text for a xml batch" in str(failed.properties[PROP_REASON])
