@@ -90,6 +90,7 @@ class CollectorActivities(MQActivities):
     def put_batch(self, inp: PutBatchInput) -> PutBatchResult:
         """PUT one closed batch and its ledger marker in one unit of work, once."""
         batch, rule, spec = inp.batch, inp.batch.rule, inp.collector
+        facts = batch.facts()
         key = batch_key(inp)
         bad = unreadable(batch)
         if bad:
@@ -151,4 +152,10 @@ class CollectorActivities(MQActivities):
         metrics = telemetry.instruments()
         metrics.batches_put.add(1, labels)
         metrics.batch_wait.record(waited, labels)
-        return PutBatchResult(queue=rule.target_queue, messages_put=len(out), size_bytes=size)
+        return PutBatchResult(
+            queue=rule.target_queue,
+            messages_put=len(out),
+            size_bytes=size,
+            batch=facts,
+            failed=len(bad),
+        )

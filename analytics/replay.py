@@ -1,7 +1,8 @@
-"""Replay recorded gather histories against the workflow code of this checkout.
+"""Replay recorded gather and collector histories against the workflow code of this
+checkout.
 
 A history replays cleanly when the code issues, event for event, the commands the
-history recorded. A failure names the gather and the event where the code and the
+history recorded. A failure names the workflow and the event where the code and the
 history part, so new code can be tried on last week's real gathers before it is
 promoted. Reads the same files as the analytics job: ``mqgather export`` NDJSON,
 ``temporal workflow show -o json`` files and Temporal Cloud export files.
@@ -24,8 +25,12 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig
 from temporalio.worker import Replayer
 
 from analytics.histories import BadHistoryFile, kind_of, read_cli_json, read_cloud_export
-from mqgather.names import GATHER_WORKFLOW
+from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW
+from workflows.collector import CollectorWorkflow
 from workflows.gather import GatherWorkflow
+
+#: The workflow types this project writes, and so replays.
+OURS = (GATHER_WORKFLOW, COLLECT_WORKFLOW)
 
 #: How the SDK's non-determinism errors name the history event they stopped at, and
 #: the message inside its failure structure.
@@ -57,20 +62,24 @@ class ReplayReport:
     replayed: int = 0
     clean: int = 0
     failures: list[ReplayFailure] = field(default_factory=list)
-    not_gathers: int = 0
+    #: Histories read, by workflow type (gathers, collectors).
+    kinds: dict[str, int] = field(default_factory=dict)
+    not_ours: int = 0
     unreadable: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """Every gather history replayed and every file was read."""
+        """Every history replayed and every file was read."""
         return not self.failures and not self.unreadable and self.replayed > 0
 
     def summary(self) -> str:
         """The last line of ``mqgather replay``."""
-        line = f"replayed {self.replayed} gather histories: {self.clean} clean, "
-        line += f"{len(self.failures)} failed"
-        if self.not_gathers:
-            line += f"; {self.not_gathers} other workflows skipped"
+        gathers = self.kinds.get(GATHER_WORKFLOW, 0)
+        collectors = self.kinds.get(COLLECT_WORKFLOW, 0)
+        line = f"replayed {self.replayed} histories ({gathers} gathers, {collectors} collector "
+        line += f"runs): {self.clean} clean, {len(self.failures)} failed"
+        if self.not_ours:
+            line += f"; {self.not_ours} other workflows skipped"
         if self.unreadable:
             line += f"; {len(self.unreadable)} unreadable inputs skipped"
         return line
@@ -81,7 +90,9 @@ class ReplayReport:
             "replayed": self.replayed,
             "clean": self.clean,
             "failed": len(self.failures),
-            "not_gathers": self.not_gathers,
+            "gathers": self.kinds.get(GATHER_WORKFLOW, 0),
+            "collector_runs": self.kinds.get(COLLECT_WORKFLOW, 0),
+            "not_ours": self.not_ours,
             "unreadable": self.unreadable,
             "failures": [f.__dict__ for f in self.failures],
         }
@@ -125,8 +136,11 @@ def _files(paths: list[Path]) -> Iterator[Path]:
             yield path
 
 
-def read_histories(paths: list[Path], report: ReplayReport) -> list[_Item]:
-    """Every gather history under ``paths``; what cannot be read is noted in ``report``."""
+def read_histories(
+    paths: list[Path], report: ReplayReport, kinds: tuple[str, ...] = OURS
+) -> list[_Item]:
+    """Every history of the workflow types ``kinds`` under ``paths``; what cannot be read
+    is noted in ``report``."""
     items: list[_Item] = []
     for path in _files(paths):
         reader = _READERS.get(kind_of(path))
@@ -137,9 +151,11 @@ def read_histories(paths: list[Path], report: ReplayReport) -> list[_Item]:
             for workflow_id, run_id, history in reader(path):
                 first = history.events[0] if history.events else None
                 attrs = first.workflow_execution_started_event_attributes if first else None
-                if attrs is None or attrs.workflow_type.name != GATHER_WORKFLOW:
-                    report.not_gathers += 1
+                kind = attrs.workflow_type.name if attrs is not None else ""
+                if kind not in kinds:
+                    report.not_ours += 1
                     continue
+                report.kinds[kind] = report.kinds.get(kind, 0) + 1
                 wrapped = WorkflowHistory(workflow_id or f"run:{run_id}", list(history.events))
                 items.append(_Item(wrapped, f"{path.name}"))
         except BadHistoryFile as exc:
@@ -181,11 +197,12 @@ async def replay(
     workflow_class: type = GatherWorkflow,
     on_progress: Callable[[int], object] = lambda n: None,
 ) -> ReplayReport:
-    """Replay each history against ``workflow_class``; count and describe the failures."""
+    """Replay each history against this code (gathers against ``workflow_class``); count
+    and describe the failures."""
     # The SDK's core logs each failed task as a warning; the report says it once.
     quiet = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter="ERROR")))
     replayer = Replayer(
-        workflows=[workflow_class], data_converter=pydantic_data_converter, runtime=quiet
+        workflows=[workflow_class, CollectorWorkflow], data_converter=pydantic_data_converter, runtime=quiet
     )
     by_id = {id(item.history): item for item in items}
 
@@ -211,7 +228,8 @@ async def replay_paths(
     on_total: Callable[[int], object] = lambda n: None,
     on_progress: Callable[[int], object] = lambda n: None,
 ) -> ReplayReport:
-    """Read every gather history under ``paths`` and replay it (see :func:`replay`)."""
+    """Read every gather and collector history under ``paths`` and replay it (see
+    :func:`replay`)."""
     report = ReplayReport()
     items = read_histories(paths, report)
     on_total(len(items))

@@ -155,20 +155,6 @@ def put_failed(state: CollectorState, error: str, now: datetime) -> float:
     return min(2.0**state.failed_rounds, MAX_ROUND_DELAY)
 
 
-def facts(batch: ClosedBatch) -> BatchFacts:
-    """The facts of a closed batch."""
-    return BatchFacts(
-        number=batch.number,
-        messages=len(batch.items),
-        size_bytes=sum(len(i.message.body) for i in batch.items),
-        opened_at=batch.opened_at,
-        closed_at=batch.closed_at,
-        reason=batch.reason,
-        target_queue=batch.rule.target_queue,
-        format=batch.rule.format,
-    )
-
-
 def status(collector: str, destination: str, state: CollectorState) -> BatchStatus:
     """The ``status`` query's answer."""
     batch = state.open

@@ -50,6 +50,20 @@ class ClosedBatch(BaseModel):
     closed_at: datetime
     reason: CloseReason
 
+    def facts(self) -> BatchFacts:
+        """What this batch is, for operators and the analytics job."""
+        return BatchFacts(
+            number=self.number,
+            messages=len(self.items),
+            size_bytes=sum(len(i.message.body) for i in self.items),
+            first_received_at=min((i.received_at for i in self.items), default=None),
+            opened_at=self.opened_at,
+            closed_at=self.closed_at,
+            reason=self.reason,
+            target_queue=self.rule.target_queue,
+            format=self.rule.format,
+        )
+
 
 class CollectorState(BaseModel):
     """Everything a destination's collector knows; carried across continue-as-new."""
@@ -80,6 +94,8 @@ class BatchFacts(BaseModel):
     number: int
     messages: int
     size_bytes: int
+    #: When the bridge got the batch's first message (None in batches of older versions).
+    first_received_at: datetime | None = None
     opened_at: datetime
     closed_at: datetime
     reason: CloseReason
@@ -108,11 +124,18 @@ class PutBatchInput(BaseModel):
 
 
 class PutBatchResult(BaseModel):
-    """Activity result: where the batch went and how many MQ messages it made."""
+    """Activity result: where the batch went and how many MQ messages it made.
+
+    It carries the batch's facts so that the workflow history holds them (in the local
+    activity's marker), where the analytics job reads them.
+    """
 
     queue: str
     messages_put: int
     size_bytes: int
+    batch: BatchFacts | None = None
+    #: Messages of the batch that went to the failure queue instead (unreadable text).
+    failed: int = 0
 
 
 class ReleaseBatchInput(BaseModel):

@@ -16,7 +16,7 @@ import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -40,7 +40,10 @@ PUT_RETRY = RetryPolicy(
 PUT_TIMEOUT = timedelta(seconds=60)
 
 
-@workflow.defn(name=names.COLLECT_WORKFLOW)
+# Auto-upgrade, where gathers are pinned: a collector never ends, so a pin would hold its
+# version's workers forever. It moves to the current version at its next task instead;
+# the recorded collector histories replaying against new code is what makes that safe.
+@workflow.defn(name=names.COLLECT_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class CollectorWorkflow:
     """Batches one destination's messages and PUTs each batch once."""
 
@@ -120,7 +123,7 @@ class CollectorWorkflow:
                 self._publish()
                 await workflow.sleep(delay)
                 continue
-            logic.put_done(self.s, logic.facts(batch))
+            logic.put_done(self.s, batch.facts())
             return
 
     def _publish(self) -> None:

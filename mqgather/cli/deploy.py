@@ -123,11 +123,11 @@ def drain_check(deployment: str, build_id: str) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="One JSON summary on the last line.")
 def replay(paths: tuple[Path, ...], as_json: bool) -> None:
-    """Replay exported gather histories against this code before promoting it.
+    """Replay exported gather and collector histories against this code before promoting it.
 
     PATHS are files or folders: `mqgather export` output (NDJSON), `temporal workflow
     show -o json` files, Temporal Cloud export files. Prints how many replayed cleanly
-    and, for each that did not, the gather and the event where the code parted from the
+    and, for each that did not, the workflow and the event where the code parted from the
     history. Exit 0 when all replayed cleanly, 1 otherwise.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn

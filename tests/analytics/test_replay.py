@@ -66,11 +66,11 @@ async def test_replay_reports_the_clean_and_the_incompatible_histories(temporal_
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     assert sorted(f.split()[1] for f in failed) == sorted(h.id for h in ids)
     assert all("at event" in line and "Nondeterminism" in line for line in failed)
-    assert "replayed 8 gather histories: 6 clean, 2 failed" in done.stdout
+    assert "replayed 8 histories (8 gathers, 0 collector runs): 6 clean, 2 failed" in done.stdout
 
     clean = replay_cli(shows)
     assert clean.returncode == 0, clean.stdout
-    assert "replayed 3 gather histories: 3 clean, 0 failed" in clean.stdout
+    assert "replayed 3 histories (3 gathers, 0 collector runs): 3 clean, 0 failed" in clean.stdout
 
 
 def test_unreadable_inputs_are_named_and_fail_the_run(tmp_path):
@@ -80,4 +80,4 @@ def test_unreadable_inputs_are_named_and_fail_the_run(tmp_path):
     assert done.returncode == 1
     assert "SKIPPED" in done.stdout and "broken.json" in done.stdout
     assert "notes.txt" in done.stdout
-    assert "replayed 0 gather histories" in done.stdout
+    assert "replayed 0 histories" in done.stdout

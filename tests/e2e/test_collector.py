@@ -14,8 +14,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 from temporalio.client import Client
@@ -23,105 +21,19 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.collect import CollectorBridge
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
+from bridge.mq.models import QueueAttributes
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.names import PROP_BATCH_REASON, PROP_REASON
-from mqgather.runtime.rules import RuleStore
+from tests.collecting import OUT, SPEC, Collecting, collecting, order
 from tests.harness import prepare_queues, until
-from workers.worker import build_worker
 from workflows.collect_models import collector_id
 from workflows.collector import CollectorWorkflow
 
 CTX = mp.get_context("spawn")
-OUT = ("CMAOUT.FR", "CMAOUT.UK", "CMAOUT.SP", "CMAOUT.JSON", "CMAOUT.GRP")
-SPEC = CollectorSpec(name="cma", input_queue="CMAIN")
 
 
 def mqgather_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "mqgather.cli", *args]
-
-
-def order(text: str) -> bytes:
-    return f'<?xml version="1.0" encoding="utf-8"?>\n<Test>{text}</Test>'.encode()
-
-
-class Collecting:
-    def __init__(self, client, path: Path, spec: CollectorSpec, task_queue: str) -> None:
-        self.client, self.path, self.spec, self.task_queue = client, path, spec, task_queue
-        self.qm = LocalQueueManager(path)
-        self.store = RuleStore(spec.rules_db)
-
-    def rule(self, destination: str, queue: str, **changes) -> None:
-        self.store.set(
-            self.spec.name, CollectorRule(destination=destination, target_queue=queue, **changes)
-        )
-
-    def send(self, destination: str | None, body: bytes, **props) -> MQMessage:
-        if destination is not None:
-            props["destination"] = destination
-        message = MQMessage(properties=props, body=body)
-        return self.qm.put(self.spec.input_queue, message, PutOptions(syncpoint=False))
-
-    async def take(self, queue: str, timeout: float = 30) -> MQMessage:
-        def get() -> MQMessage:
-            with LocalQueueManager(self.path) as qm:
-                return qm.get(queue, wait_ms=int(timeout * 1000), syncpoint=False)
-
-        return await asyncio.to_thread(get)
-
-    def depth(self, queue: str) -> int:
-        return self.qm.inquire(queue).curdepth
-
-    async def status(self, destination: str):
-        handle = self.client.get_workflow_handle(collector_id(self.spec.name, destination))
-        return await handle.query(CollectorWorkflow.status)
-
-
-@asynccontextmanager
-async def collecting(
-    client,
-    tmp_path: Path,
-    *,
-    spec: CollectorSpec = SPEC,
-    refresh: float = 0.5,
-    run_bridge: bool = True,
-) -> AsyncIterator[Collecting]:
-    path = tmp_path / "qm.db"
-    # Collector workflows never end: a name of its own keeps each test's apart.
-    spec = spec.model_copy(
-        update={
-            "name": f"{spec.name}-{uuid.uuid4().hex[:6]}",
-            "rules_db": str(tmp_path / "rules.db"),
-            "rule_refresh_seconds": refresh,
-        }
-    )
-    prepare_queues(path, [*OUT, spec.failure_queue, spec.default_queue])
-    with LocalQueueManager(path) as qm:
-        qm.define(QueueAttributes(name=spec.input_queue, maxdepth=100_000, bothresh=3))
-    task_queue = f"collect-{uuid.uuid4().hex[:10]}"
-
-    def connect() -> LocalQueueManager:
-        return LocalQueueManager(path)
-
-    worker = build_worker(client, connect, task_queue=task_queue)
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(worker.run())]
-    c = Collecting(client, path, spec, task_queue)
-
-    def start_bridge() -> None:
-        bridge = CollectorBridge(client, connect, spec, task_queue=task_queue, wait_ms=100)
-        tasks.append(asyncio.create_task(bridge.run(stop)))
-
-    c.start_bridge = start_bridge  # type: ignore[attr-defined]
-    if run_bridge:
-        start_bridge()
-    try:
-        yield c
-    finally:
-        stop.set()
-        await worker.shutdown()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        c.qm.close()
 
 
 async def test_scenario_1_plain_aggregation_by_count(temporal_env, tmp_path):

@@ -1,4 +1,5 @@
-"""Rolling out new gather code: worker deployments keep open gathers on their version.
+"""Rolling out new workflow code: worker deployments keep open gathers on their version;
+collectors, which never end, follow the current version.
 
 The new code (``GatherV2``) issues a timer before anything else, so it cannot replay a
 history written by the current code. With versioned workers the open gathers finish
@@ -21,9 +22,11 @@ from bridge.mq.local_qm import LocalQueueManager
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.runtime.deployments import describe
+from tests.collecting import collecting
 from tests.harness import pipeline, status, until
 from tests.workers.gather_v2 import GatherV2
 from workers.worker import build_worker, default_build_id
+from workflows.collect_models import collector_id
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
@@ -193,3 +196,40 @@ def test_default_build_id_follows_the_gather_code():
     assert first == default_build_id()
     version, digest = first.rsplit("-", 1)
     assert len(digest) == 12 and version
+
+
+async def test_a_collector_moves_to_the_new_version_and_never_holds_the_old(
+    temporal_env, tmp_path
+):
+    """Collectors never end: they auto-upgrade, so the old version drains with one open
+    and its next batch is built and PUT by the new version's worker alone."""
+    client = temporal_env.client
+    deployment = f"roll-{uuid.uuid4().hex[:8]}"
+    v1 = WorkerDeploymentVersion(deployment, "v1")
+    async with collecting(client, tmp_path, version=v1) as c:
+        await known(client, deployment, "v1")
+        assert cli(client, "deploy", "promote", "v1", "--deployment", deployment).returncode == 0
+        c.rule("Roll", "CMAOUT.FR", max_messages=2, max_delay_seconds=600)
+        c.send("Roll", b"<a/>")
+        await until(lambda: c.status("Roll"), lambda s: s.open_messages == 1)
+
+        def connect() -> LocalQueueManager:
+            return LocalQueueManager(c.path)
+
+        v2 = build_worker(client, connect, task_queue=c.task_queue,
+                          version=WorkerDeploymentVersion(deployment, "v2"))  # fmt: skip
+        async with v2:
+            await known(client, deployment, "v2")
+            assert cli(client, "deploy", "promote", "v2", "--deployment",
+                       deployment).returncode == 0  # fmt: skip
+            check = cli(client, "deploy", "drain-check", "v1", "--deployment", deployment)
+            assert check.returncode == 0, check.stdout  # the open collector does not hold v1
+            await c.worker.shutdown()  # v1 is gone: only v2 can take the next task
+            c.send("Roll", b"<b/>")
+            batch = await c.take("CMAOUT.FR")
+        handle = client.get_workflow_handle(collector_id(c.spec.name, "Roll"))
+        history = (await handle.fetch_history()).events
+        await handle.terminate("test over")
+    assert batch.body.count(b"<a/>") == 1 and batch.body.count(b"<b/>") == 1
+    assert build_ids(history) == {"v1", "v2"}
+    assert not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for e in history)
