@@ -17,7 +17,7 @@ from activities.batch import CollectorActivities
 from bridge.mq.transport import Transport
 from mqgather import __version__
 from mqgather.names import TASK_QUEUE
-from workflows.collector import CollectorWorkflow
+from workflows.collector import AutoUpgradeCollectorWorkflow, CollectorWorkflow
 from workflows.gather import GatherWorkflow
 
 #: The packages whose code a gather runs: a change to any of them is a new build.
@@ -72,10 +72,11 @@ def build_worker(
             use_worker_versioning=True,
             default_versioning_behavior=VersioningBehavior.PINNED,
         )
+    collector = CollectorWorkflow if version is None else AutoUpgradeCollectorWorkflow
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[workflow_class, CollectorWorkflow],
+        workflows=[workflow_class, collector],
         activities=[acts.put_response, acts.route_replies, acts.put_batch],
         activity_executor=ThreadPoolExecutor(activity_threads, thread_name_prefix="mq-activity"),
         max_concurrent_activities=activity_threads,

@@ -40,10 +40,7 @@ PUT_RETRY = RetryPolicy(
 PUT_TIMEOUT = timedelta(seconds=60)
 
 
-# Auto-upgrade, where gathers are pinned: a collector never ends, so a pin would hold its
-# version's workers forever. It moves to the current version at its next task instead;
-# the recorded collector histories replaying against new code is what makes that safe.
-@workflow.defn(name=names.COLLECT_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
+@workflow.defn(name=names.COLLECT_WORKFLOW)
 class CollectorWorkflow:
     """Batches one destination's messages and PUTs each batch once."""
 
@@ -139,3 +136,18 @@ class CollectorWorkflow:
             ]
         )
         workflow.set_current_details(logic.details(self.destination, self.s))
+
+
+# Auto-upgrade, where gathers are pinned: a collector never ends, so a pin would hold its
+# version's workers forever. It moves to the current version at its next task instead;
+# the recorded collector histories replaying against new code is what makes that safe.
+# A class of its own because the server refuses a versioning behavior from a worker that
+# is not versioned.
+@workflow.defn(name=names.COLLECT_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
+class AutoUpgradeCollectorWorkflow(CollectorWorkflow):
+    """The collector for versioned workers: follows the deployment's current version."""
+
+    @workflow.run
+    async def run(self, inp: CollectorInput) -> None:
+        """As :meth:`CollectorWorkflow.run`."""
+        await super().run(inp)

@@ -1,4 +1,4 @@
-"""Record a fresh set of gather histories from the current workflow code.
+"""Record a fresh set of gather and collector histories from the current workflow code.
 
     python -m tests.workflows.record [SET]      (or: make histories)
 
@@ -6,10 +6,13 @@ Runs one real gather per path the workflow can take — complete, duplicates fir
 / all, a late reply inside the late window, replies before registration with the
 restart timer, timeout, unknown, extend then release, cancel (by update and through
 Temporal), a PUT retried until its queue has room, static mode, a leg body
-the merge refuses, continue-as-new — through the bridge, a worker and the embedded queue
-manager on a dev server of its own, and writes each run's history to
-``tests/workflows/histories/SET/<path>.json`` (SET defaults to the worker's build id).
-Recorded sets are kept: the suite replays every one of them against the current code.
+the merge refuses, continue-as-new, a logical group with a gap and a duplicate — and one
+collector destination per path a collector can take (closed by count, delay, bytes or an
+operator's release, a group batch, a PUT retried, continue-as-new), through the bridges,
+a worker and the embedded queue manager on a dev server of its own, and writes each
+run's history to ``tests/workflows/histories/SET/<path>.json`` (SET defaults to the
+worker's build id). Recorded sets are kept: the suite replays every one of them against
+the current code.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from temporalio.client import WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bridge.mq.models import Match, MQMessage, QueueAttributes, parse_id
+from bridge.mq.models import Match, MQMessage, MsgFlags, QueueAttributes, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import SEARCH_ATTRIBUTES
+from tests.collecting import Collecting, collecting, order
 from tests.harness import Pipeline, pipeline, status, until
 from workers.worker import default_build_id
+from workflows.collect_models import ReleaseBatchInput, collector_id
+from workflows.collector import CollectorWorkflow
 from workflows.gather import GatherWorkflow
 from workflows.models import CancelInput, ExtendInput, ReleaseInput
 
@@ -174,6 +180,20 @@ async def continue_as_new(p: Pipeline, s: AggregateSpec) -> bytes:
     return g.correl_id
 
 
+async def group_gap_duplicate(p: Pipeline, s: AggregateSpec) -> bytes:
+    group = parse_id("GROUP-1")
+    for seq, flags in ((3, MsgFlags.LAST_MSG_IN_GROUP), (1, MsgFlags.MSG_IN_GROUP),
+                       (1, MsgFlags.MSG_IN_GROUP)):  # fmt: skip
+        message = MQMessage(correl_id=parse_id("REQ-G"), group_id=group, msg_seq_number=seq,
+                            msg_flags=int(flags), body=b'{"n":%d}' % seq)  # fmt: skip
+        p.put(s.reply_queue, message)
+    await until(lambda: status(p.handle(s, group)), lambda st: st.duplicates == 1)
+    await p.result(s, group)  # times out: 2 never comes
+    return group
+
+
+GROUP = {"legs": (), "mode": "static", "leg_identification": "group", "merge": "json",
+         "timeout_seconds": 2}  # fmt: skip
 SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
     "complete_first_late": (complete_first_late, {"late_window_seconds": 2}),
     "duplicate_last": (duplicate_last, {"duplicates": "last"}),
@@ -187,11 +207,137 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
     "static_blob": (static_blob, {"mode": "static", "merge": "blob", "separator": "|"}),
     "merge_failed": (merge_failed, {}),
     "continue_as_new": (continue_as_new, {"duplicate_queue": ""}),
+    "group_gap_duplicate": (group_gap_duplicate, GROUP),
+}
+
+Collect = Callable[[Collecting, str], Awaitable[None]]
+
+
+async def by_count(c: Collecting, d: str) -> None:
+    for n in range(3):
+        c.send(d, order(f"count {n}"))
+    await c.take("CMAOUT.FR")
+
+
+async def by_delay(c: Collecting, d: str) -> None:
+    for n in range(2):
+        c.send(d, order(f"delay {n}"))
+    await c.take("CMAOUT.UK")
+
+
+async def by_bytes(c: Collecting, d: str) -> None:
+    for n in range(2):
+        c.send(d, b"%02d" % n + b"x" * 58)  # the second would pass 100 bytes
+        await until(lambda: c.status(d), lambda st, n=n: st.messages == n + 1)
+    await c.take("CMAOUT.SP")
+    await c.take("CMAOUT.SP")
+
+
+async def released(c: Collecting, d: str) -> None:
+    for n in range(2):
+        c.send(d, b'{"n":%d}' % n)
+    await until(lambda: c.status(d), lambda st: st.open_messages == 2)
+    handle = c.client.get_workflow_handle(collector_id(c.spec.name, d))
+    await handle.execute_update(CollectorWorkflow.release, ReleaseBatchInput(reason="recorded"))
+    await c.take("CMAOUT.JSON")
+
+
+async def as_group(c: Collecting, d: str) -> None:
+    for n in range(2):
+        c.send(d, order(f"group {n}"))
+    for _ in range(2):
+        await c.take("CMAOUT.GRP")
+
+
+async def put_retried_batch(c: Collecting, d: str) -> None:
+    blocker = c.qm.put("CMAOUT.FULL", MQMessage(body=b"in the way"))
+    c.qm.commit()
+    c.send(d, order("waits for room"))
+    await until(lambda: c.status(d), lambda st: st.last_error, 30)
+    c.qm.get("CMAOUT.FULL", match=Match(msg_id=blocker.msg_id), syncpoint=False)
+    await c.take("CMAOUT.FULL")
+
+
+async def collector_continue_as_new(c: Collecting, d: str) -> None:
+    handle = c.client.get_workflow_handle(collector_id(c.spec.name, d))
+    n = 0
+
+    async def runs() -> int:
+        return (await c.client.count_workflows(f'WorkflowId = "{handle.id}"')).count
+
+    # One message a signal, until the server suggests continue-as-new; then one batch more.
+    while await runs() < 2:
+        n += 1
+        c.send(d, order(f"can {n}"))
+        await until(lambda: c.status(d), lambda st, n=n: st.messages == n)
+    for _ in range(2 + n % 2):
+        n += 1
+        c.send(d, order(f"can {n}"))
+    await until(lambda: c.status(d), lambda st, n=n: st.batches == n // 2)
+
+
+#: Each scenario's destination, its rule (target queue and settings) and its run. The
+#: rules are in the database before the bridge starts, so none is read late.
+COLLECT_SCENARIOS: dict[str, tuple[str, dict[str, object], Collect]] = {
+    "collect_count": ("CMAOUT.FR", {"max_messages": 3}, by_count),
+    "collect_delay": ("CMAOUT.UK", {"max_messages": 5, "max_delay_seconds": 1}, by_delay),
+    "collect_bytes": (
+        "CMAOUT.SP",
+        {"max_bytes": 100, "max_delay_seconds": 1, "format": "blob"},
+        by_bytes,
+    ),
+    "collect_released": (
+        "CMAOUT.JSON",
+        {"max_messages": 100, "max_delay_seconds": 600, "format": "json"},
+        released,
+    ),
+    "collect_group": ("CMAOUT.GRP", {"max_messages": 2, "format": "group"}, as_group),
+    "collect_put_retried": ("CMAOUT.FULL", {"max_messages": 1}, put_retried_batch),
+    "collect_continue_as_new": ("CMAOUT.FR", {"max_messages": 2}, collector_continue_as_new),
 }
 
 
+async def _write_runs(
+    env: WorkflowEnvironment, workflow_id: str, name: str, out: Path
+) -> list[Path]:
+    """Every run of one workflow, in start order, as ``name[_runN].json``."""
+    runs = [e async for e in env.client.list_workflows(f'WorkflowId = "{workflow_id}"')]
+    written = []
+    for number, run in enumerate(sorted(runs, key=lambda r: r.start_time), 1):
+        handle = env.client.get_workflow_handle(run.id, run_id=run.run_id)
+        history = await handle.fetch_history()
+        last = history.events[-1].event_type
+        if last == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            assert len(runs) > 1
+        suffix = f"_run{number}" if len(runs) > 1 else ""
+        path = out / f"{name}{suffix}.json"
+        path.write_text(history.to_json())
+        written.append(path)
+        print(f"recorded {path} ({len(history.events)} events)", flush=True)
+    return written
+
+
+async def record_collectors(env: WorkflowEnvironment, out: Path) -> list[Path]:
+    """Run every collector scenario, one destination each, and write their runs."""
+    written: list[Path] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        async with collecting(env.client, Path(tmp), run_bridge=False) as c:
+            for name, (queue, rule, _) in COLLECT_SCENARIOS.items():
+                c.rule(name, queue, **rule)
+            c.qm.define(QueueAttributes(name="CMAOUT.FULL", maxdepth=1), replace=True)
+            c.start_bridge()  # type: ignore[attr-defined]
+            for name, (_, _, scenario) in COLLECT_SCENARIOS.items():
+                await scenario(c, name)
+            # Collectors never end: each is terminated once its scenario is over.
+            for name in COLLECT_SCENARIOS:
+                handle = env.client.get_workflow_handle(collector_id(c.spec.name, name))
+                await handle.terminate("recorded")
+                written += await _write_runs(env, handle.id, name, out)
+    return written
+
+
 async def record(out: Path) -> list[Path]:
-    """Run every scenario and write each run of each gather to ``out``."""
+    """Run every scenario and write each run of each gather and collector to ``out``."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=shutil.which("temporal"),
         search_attributes=SEARCH_ATTRIBUTES,
@@ -206,25 +352,15 @@ async def record(out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     try:
         for name, (scenario, settings) in SCENARIOS.items():
-            spec = AggregateSpec(name=name.replace("_", "-"), legs=LEGS, timeout_seconds=60,
-                                 **settings)  # type: ignore[arg-type]  # fmt: skip
+            fields = {"name": name.replace("_", "-"), "legs": LEGS, "timeout_seconds": 60,
+                      **settings}  # fmt: skip
+            spec = AggregateSpec(**fields)  # type: ignore[arg-type]
             with tempfile.TemporaryDirectory() as tmp:
                 async with pipeline(env.client, Path(tmp), [spec]) as p:
                     correl = await scenario(p, spec)
                     await p.handle(spec, correl).result()  # every run closed
-                    runs = [e async for e in env.client.list_workflows(
-                        f'WorkflowId = "{p.handle(spec, correl).id}"')]  # fmt: skip
-                    for number, run in enumerate(sorted(runs, key=lambda r: r.start_time), 1):
-                        handle = env.client.get_workflow_handle(run.id, run_id=run.run_id)
-                        history = await handle.fetch_history()
-                        last = history.events[-1].event_type
-                        if last == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-                            assert len(runs) > 1
-                        suffix = f"_run{number}" if len(runs) > 1 else ""
-                        path = out / f"{name}{suffix}.json"
-                        path.write_text(history.to_json())
-                        written.append(path)
-                        print(f"recorded {path} ({len(history.events)} events)", flush=True)
+                    written += await _write_runs(env, p.handle(spec, correl).id, name, out)
+        written += await record_collectors(env, out)
     finally:
         await env.shutdown()
     return written
