@@ -195,14 +195,17 @@ async def replay(
     report: ReplayReport,
     *,
     workflow_class: type = GatherWorkflow,
+    collector_class: type = CollectorWorkflow,
     on_progress: Callable[[int], object] = lambda n: None,
 ) -> ReplayReport:
-    """Replay each history against this code (gathers against ``workflow_class``); count
-    and describe the failures."""
+    """Replay each history against this code (or other ``workflow_class`` and
+    ``collector_class`` code); count and describe the failures."""
     # The SDK's core logs each failed task as a warning; the report says it once.
     quiet = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter="ERROR")))
     replayer = Replayer(
-        workflows=[workflow_class, CollectorWorkflow], data_converter=pydantic_data_converter, runtime=quiet
+        workflows=[workflow_class, collector_class],
+        data_converter=pydantic_data_converter,
+        runtime=quiet,
     )
     by_id = {id(item.history): item for item in items}
 

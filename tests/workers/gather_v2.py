@@ -1,5 +1,5 @@
-"""New gather code whose first command differs from today's: a short timer before the
-gather starts. It cannot replay a history the current code wrote (it is its own module
+"""New gather and collector code whose first command differs from today's: a short timer
+before it starts. It cannot replay a history the current code wrote (it is its own module
 so the workflow sandbox imports nothing else of the tests)."""
 
 # No `from __future__ import annotations`: the SDK compares the run and init parameter
@@ -10,6 +10,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from mqgather import names
+    from workflows.collect_models import CollectorInput
+    from workflows.collector import CollectorWorkflow
     from workflows.gather import GatherWorkflow
     from workflows.models import GatherInput, GatherResult
 
@@ -23,3 +25,14 @@ class GatherV2(GatherWorkflow):
         """Sleep 10 ms, then gather as before."""
         await workflow.sleep(timedelta(milliseconds=10))
         return await super().run(inp)
+
+
+@workflow.defn(name=names.COLLECT_WORKFLOW)
+class CollectorV2(CollectorWorkflow):
+    """The collector with one timer more at its start."""
+
+    @workflow.run
+    async def run(self, inp: CollectorInput) -> None:
+        """Sleep 10 ms, then collect as before."""
+        await workflow.sleep(timedelta(milliseconds=10))
+        await super().run(inp)

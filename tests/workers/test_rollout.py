@@ -198,9 +198,7 @@ def test_default_build_id_follows_the_gather_code():
     assert len(digest) == 12 and version
 
 
-async def test_a_collector_moves_to_the_new_version_and_never_holds_the_old(
-    temporal_env, tmp_path
-):
+async def test_a_collector_moves_to_the_new_version_and_never_holds_the_old(temporal_env, tmp_path):
     """Collectors never end: they auto-upgrade, so the old version drains with one open
     and its next batch is built and PUT by the new version's worker alone."""
     client = temporal_env.client

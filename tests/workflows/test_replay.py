@@ -1,6 +1,8 @@
-"""Every recorded set of gather histories replays against the current workflow code.
+"""Every recorded set of gather and collector histories replays against the current
+workflow code.
 
-``histories/<set>/`` holds the gathers one shipped workflow version recorded (the set is
+``histories/<set>/`` holds the gathers (and, since collectors exist, the collector runs)
+one shipped workflow version recorded (the set is
 named after the build that recorded it; ``python -m tests.workflows.record`` records a
 new one and the old sets stay). A change to ``workflows/`` that alters the commands a
 gather issues fails here, naming the set, the gather and the event.
@@ -15,8 +17,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
 from analytics.replay import ReplayReport, read_histories, replay
-from tests.workers.gather_v2 import GatherV2
-from tests.workflows.record import HISTORIES, SCENARIOS
+from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW
+from tests.workers.gather_v2 import CollectorV2, GatherV2
+from tests.workflows.record import COLLECT_SCENARIOS, HISTORIES, SCENARIOS
 
 SETS = sorted(p for p in HISTORIES.iterdir() if p.is_dir())
 FILES = sorted(HISTORIES.glob("*/*.json"))
@@ -28,19 +31,24 @@ def test_the_recorded_sets_cover_every_path():
     def paths(name: str) -> set[str]:
         return {f.stem.split("_run")[0] for f in (HISTORIES / name).glob("*")}
 
-    assert paths(LATEST) == set(SCENARIOS)
+    assert paths(LATEST) == set(SCENARIOS) | set(COLLECT_SCENARIOS)
     assert paths(RECORDED_WITH_RECORDER) < set(SCENARIOS)
-    runs = sorted((HISTORIES / LATEST).glob("continue_as_new_run*.json"))
-    assert len(runs) >= 2
-    first = WorkflowHistory.from_json("can", runs[0].read_text())
-    assert first.events[-1].event_type == (EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW)
+    for name in ("continue_as_new", "collect_continue_as_new"):
+        runs = sorted((HISTORIES / LATEST).glob(f"{name}_run*.json"))
+        assert len(runs) >= 2, name
+        first = WorkflowHistory.from_json("can", runs[0].read_text())
+        last = first.events[-1].event_type
+        assert last == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, name
+    report = ReplayReport()
+    read_histories([HISTORIES / LATEST], report)
+    assert report.kinds[COLLECT_WORKFLOW] == len(list((HISTORIES / LATEST).glob("collect_*")))
 
 
 #: The first set written by ``tests.workflows.record`` (every later one covers as much).
 RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
-#: The newest set: every path the recorder knows, cancel through Temporal and a PUT
-#: retried in rounds among them.
-LATEST = "0.1.0-5e1aa0a571cd"
+#: The newest set: every path the recorder knows, gathers over a logical group and the
+#: collector's among them.
+LATEST = "0.1.0-200b488af0f8"
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -54,11 +62,23 @@ async def test_recorded_history_replays(path: Path):
 
 async def test_an_incompatible_change_fails_replay_naming_the_gather_and_event():
     report = ReplayReport()
-    items = read_histories([HISTORIES], report)
+    items = read_histories([HISTORIES], report, kinds=(GATHER_WORKFLOW,))
+    gathers = [f for f in FILES if not f.stem.startswith("collect_")]
     await replay(items, report, workflow_class=GatherV2)
-    assert report.replayed == len(FILES) and report.clean == 0
+    assert report.replayed == len(gathers) and report.clean == 0
     for failure in report.failures:
         assert failure.workflow_id.startswith("gather:")
         assert "Nondeterminism" in failure.error
     named = [f for f in report.failures if f.event_id is not None]
     assert named and all(f"at event {f.event_id}" in f.describe() for f in named)
+
+
+async def test_an_incompatible_collector_change_fails_replay_naming_the_collector():
+    report = ReplayReport()
+    items = read_histories([HISTORIES], report, kinds=(COLLECT_WORKFLOW,))
+    await replay(items, report, collector_class=CollectorV2)
+    collectors = [f for f in FILES if f.stem.startswith("collect_")]
+    assert len(collectors) >= len(COLLECT_SCENARIOS)
+    assert report.replayed == len(collectors) and report.clean == 0
+    assert all(f.workflow_id.startswith("collect:") for f in report.failures)
+    assert all("Nondeterminism" in f.error for f in report.failures)
