@@ -1,4 +1,8 @@
-"""Export closed gather histories from Temporal to dated NDJSON files, incrementally.
+"""Export closed gather and collector histories from Temporal to dated NDJSON files,
+incrementally.
+
+A collector's run closes when it continues as new (and its batches are in it), so the
+batches of a collector's current run reach the export when that run hands over.
 
 Layout: ``OUT/date=YYYY-MM-DD/histories-<run stamp>-<n>.ndjson`` by close date, one
 history per line. ``OUT/_export_state.json`` keeps a close-time watermark and the runs
@@ -22,7 +26,7 @@ from temporalio.client import Client
 
 from analytics.histories import history_line
 from mqgather.errors import MQGatherError
-from mqgather.names import AGGREGATE_NAME, GATHER_WORKFLOW
+from mqgather.names import AGGREGATE_NAME, COLLECT_WORKFLOW, GATHER_WORKFLOW
 
 STATE_FILE = "_export_state.json"
 
@@ -38,12 +42,15 @@ class ExportResult:
 
 
 def visibility_query(aggregate: str | None, since: datetime | None, until: datetime | None) -> str:
-    """The visibility query for closed gathers in a close-time window."""
-    parts = [f"WorkflowType = '{GATHER_WORKFLOW}'", "ExecutionStatus != 'Running'"]
+    """The visibility query for closed gather and collector runs in a close-time window
+    (gathers only, of that aggregate, when ``aggregate`` is given)."""
+    parts = ["ExecutionStatus != 'Running'"]
     if aggregate:
         if "'" in aggregate:
             raise MQGatherError(f"aggregate name {aggregate!r} cannot contain a quote")
-        parts.append(f"{AGGREGATE_NAME.name} = '{aggregate}'")
+        parts += [f"WorkflowType = '{GATHER_WORKFLOW}'", f"{AGGREGATE_NAME.name} = '{aggregate}'"]
+    else:
+        parts.append(f"(WorkflowType = '{GATHER_WORKFLOW}' OR WorkflowType = '{COLLECT_WORKFLOW}')")
     if since is not None:
         parts.append(f"CloseTime >= '{since.astimezone(UTC).isoformat()}'")
     if until is not None:
@@ -74,7 +81,7 @@ async def export_histories(
     on_total: Callable[[int], None] = lambda _: None,
     on_progress: Callable[[int], None] = lambda _: None,
 ) -> ExportResult:
-    """Export every closed gather not exported before.
+    """Export every closed gather and collector run not exported before.
 
     Args:
         out: the export directory (created).

@@ -1,5 +1,5 @@
-"""The analytics job: gather histories -> facts (Parquet), trends (CSV), charts (PNG) and
-an HTML report. Run it as ``mqgather analyze PATH`` or with spark-submit:
+"""The analytics job: gather and collector histories -> facts (Parquet), trends (CSV),
+charts (PNG) and an HTML report. Run it as ``mqgather analyze PATH`` or with spark-submit:
 
     spark-submit --master spark://host:7077 analytics/job.py exports/ --out analytics-out
 """
@@ -21,12 +21,16 @@ from pyspark.sql import functions as F
 
 from analytics.advisor import timeout_advice
 from analytics.histories import collect
-from analytics.report import ReportData, charts, html_report, percent, when
+from analytics.report import ReportData, batch_charts, charts, html_report, millis, percent, when
 from analytics.transforms import (
+    CLOSE_REASONS,
     CORRUPT,
     RAW_SCHEMA,
     aggregate_summary,
+    batch_facts,
+    batch_trends,
     dedupe_histories,
+    destination_summary,
     gather_facts,
     leg_trends,
     most_missed,
@@ -117,9 +121,25 @@ def analyze(
     raw, corrupt = read_histories(spark, found.ndjson)
     skipped = {**found.skipped, **corrupt}
     progress("gather facts")
-    facts = gather_facts(dedupe_histories(raw)).cache()
+    histories = dedupe_histories(raw).cache()
+    facts = gather_facts(histories).cache()
     facts_dir = out / "facts"
     facts.write.mode("overwrite").parquet(str(facts_dir))
+    progress("batch facts")
+    batches = batch_facts(histories).cache()
+    batches_dir = out / "batch_facts"
+    batches.write.mode("overwrite").parquet(str(batches_dir))
+    batch_totals = batches.agg(
+        F.count("*").alias("batches"),
+        F.sum("messages").alias("messages"),
+        F.countDistinct("collector", "destination").alias("destinations"),
+        F.min("put_at").alias("first_put"),
+        F.max("put_at").alias("last_put"),
+        F.expr("percentile(wait_ms, array(0.5, 0.95, 0.99))").alias("p"),
+        *(F.sum((F.col("reason") == r).cast("long")).alias(r) for r in CLOSE_REASONS),
+    ).first()
+    assert batch_totals is not None
+    histories.unpersist()
     facts_done = time.perf_counter()
     progress("trends")
     totals = summarise(
@@ -135,15 +155,22 @@ def analyze(
     assert totals is not None
     picked = window is None
     if window is None:
-        span = (
-            (totals["last_end"] - totals["first_end"]).total_seconds() if totals["last_end"] else 0
-        )
+        if totals["last_end"]:
+            span = (totals["last_end"] - totals["first_end"]).total_seconds()
+        elif batch_totals["last_put"]:
+            span = (batch_totals["last_put"] - batch_totals["first_put"]).total_seconds()
+        else:
+            span = 0
         window = pick_window(span)
     trend_df: pd.DataFrame = trends(facts, window).toPandas()
     leg_df: pd.DataFrame = leg_trends(facts, window).toPandas()
     advice_df: pd.DataFrame = timeout_advice(facts).toPandas()
     per_aggregate: pd.DataFrame = aggregate_summary(facts).toPandas()
     outcome_df: pd.DataFrame = outcome_counts(facts).toPandas()
+    destination_df: pd.DataFrame = destination_summary(batches).toPandas()
+    batch_trend_df: pd.DataFrame = batch_trends(batches, window).toPandas()
+    destination_df.to_csv(out / "destinations.csv", index=False)
+    batch_trend_df.to_csv(out / "batch_trends.csv", index=False)
     trend_df.to_csv(out / "trends.csv", index=False)
     leg_df.to_csv(out / "leg_trends.csv", index=False)
     advice_df.to_csv(out / "advice.csv", index=False)
@@ -174,19 +201,31 @@ def analyze(
             for r in per_aggregate.to_dict("records")
         },
         "events": int(totals["events"] or 0),
+        "batches": int(batch_totals["batches"] or 0),
+        "batched_messages": int(batch_totals["messages"] or 0),
+        "destinations": int(batch_totals["destinations"] or 0),
+        "batch_reasons": {r: int(batch_totals[r] or 0) for r in CLOSE_REASONS},
+        "batch_wait_ms": dict(
+            zip(("p50", "p95", "p99"), batch_totals["p"] or (None,) * 3, strict=True)
+        ),
         "seconds": round(trends_done - started, 2),
         "skipped_files": len(skipped),
         "duplicate_histories_dropped": found.duplicates_dropped,
     }
     progress("charts and report")
     images = charts(trend_df, leg_df, out / "charts")
-    data = ReportData(summary, per_aggregate, outcome_df, trend_df, leg_df, advice_df)
+    for collector, paths in batch_charts(batch_trend_df, out / "charts").items():
+        images[f"collector:{collector}"] = paths
+    data = ReportData(summary, per_aggregate, outcome_df, trend_df, leg_df, advice_df,
+                      destination_df, batch_trend_df)  # fmt: skip
     report = html_report(data, images, out / "report.html")
     shutil.rmtree(staging, ignore_errors=True)
     facts.unpersist()
+    batches.unpersist()
     pictures = [p for paths in images.values() for p in paths]
-    files = [facts_dir, *(out / n for n in ("trends.csv", "leg_trends.csv", "advice.csv")),
-             *pictures, report]  # fmt: skip
+    tables = ("trends.csv", "leg_trends.csv", "advice.csv", "destinations.csv",
+              "batch_trends.csv")  # fmt: skip
+    files = [facts_dir, batches_dir, *(out / n for n in tables), *pictures, report]
     timings = {
         "facts": facts_done - started,
         "trends": trends_done - facts_done,
@@ -217,16 +256,23 @@ def format_summary(result: Analysis) -> str:
            or "none"),
         f"{s['events']} history events in {s['seconds']} s",
     ]  # fmt: skip
+    if s["batches"]:
+        reasons = ", ".join(f"{r} {n}" for r, n in s["batch_reasons"].items() if n)
+        waits = "/".join(millis(s["batch_wait_ms"][k]) for k in ("p50", "p95", "p99"))
+        lines.insert(-1, f"{s['batches']} collector batches of {s['batched_messages']} messages "
+                         f"to {s['destinations']} destinations (closed by {reasons}); "
+                         f"first-message wait p50/p95/p99 {waits}")  # fmt: skip
     for name, reason in result.skipped.items():
         lines.append(f"skipped {name}: {reason}")
-    lines.append(f"written to {result.out}: facts/ (Parquet), trends.csv, leg_trends.csv, "
-                 "advice.csv, charts/*.png, report.html")  # fmt: skip
+    lines.append(f"written to {result.out}: facts/ and batch_facts/ (Parquet), trends.csv, "
+                 "leg_trends.csv, advice.csv, destinations.csv, batch_trends.csv, charts/*.png, "
+                 "report.html")  # fmt: skip
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     """spark-submit entry point."""
-    parser = argparse.ArgumentParser(description="Mine gather histories for trends.")
+    parser = argparse.ArgumentParser(description="Mine gather and collector histories for trends.")
     parser.add_argument("inputs", nargs="+", type=Path, help="history files or directories")
     parser.add_argument("--out", type=Path, default=Path("analytics-out"))
     parser.add_argument("--window", default=None, help="default: picked from the data's span")

@@ -10,7 +10,7 @@ import base64
 import html
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,10 @@ class ReportData:
     trends: pd.DataFrame
     legs: pd.DataFrame
     advice: pd.DataFrame
+    #: Per collector and destination, over all the data (empty without collectors).
+    destinations: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The same per window.
+    batch_trends: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _time_axis(ax: Any, times: pd.Series) -> None:
@@ -100,6 +104,55 @@ def charts(trends: pd.DataFrame, legs: pd.DataFrame, out: Path) -> dict[str, lis
             ax.legend(loc="best", fontsize="small")
             made[aggregate].append(_save(fig, out / f"{stem}-legs.png"))
     return made
+
+
+def batch_charts(batch_trends: pd.DataFrame, out: Path) -> dict[str, list[Path]]:
+    """Per collector, ``collector-<name>.png``: batches per window and the p95 wait of a
+    batch's first message, one line per destination, under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    made: dict[str, list[Path]] = {}
+    for name, rows in batch_trends.groupby("collector"):
+        collector = str(name)
+        fig, (count_ax, wait_ax) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+        marker = "o" if len(rows) < 60 else None
+        for destination, per in rows.groupby("destination"):
+            count_ax.plot(per["window_start"], per["batches"], marker=marker,
+                          label=str(destination))  # fmt: skip
+            wait_ax.plot(per["window_start"], per["wait_p95_ms"], marker=marker,
+                         label=str(destination))  # fmt: skip
+        count_ax.set_title(f"collector {collector}: batches PUT per window")
+        count_ax.set_ylabel("batches")
+        count_ax.set_ylim(bottom=0)
+        count_ax.legend(loc="best", fontsize="small")
+        wait_ax.set_title("p95 wait of a batch's first message (arrival to PUT)")
+        wait_ax.set_ylabel("ms")
+        wait_ax.set_ylim(bottom=0)
+        _time_axis(wait_ax, rows["window_start"])
+        made[collector] = [_save(fig, out / f"collector-{_file_stem(collector)}.png")]
+    return made
+
+
+def _collector_section(collector: str, data: ReportData, images: list[Path]) -> str:
+    rows = data.destinations[data.destinations["collector"] == collector]
+    table = _rows(
+        f"destinations-{collector}",
+        ("destination", "batches", "messages", "failed", "per batch",
+         "by count / bytes / delay / release", "wait p50 / p95 / p99", "longest wait"),
+        [
+            (str(r["destination"]), str(int(r["batches"])), str(int(r["messages"])),
+             str(int(r["failed"])), f"{r['messages_per_batch']:.1f}",
+             " / ".join(str(int(r[f"by_{k}"])) for k in ("count", "bytes", "delay", "released")),
+             " / ".join(millis(r[k]) for k in ("wait_p50_ms", "wait_p95_ms", "wait_p99_ms")),
+             millis(r["max_wait_ms"]))
+            for r in rows.to_dict("records")
+        ],
+    )  # fmt: skip
+    return (
+        f'<section id="collector-{html.escape(collector)}"><h2>Collector '
+        f"{html.escape(collector)}</h2><p>Batches per destination, why each closed, and how "
+        "long a batch's first message waited from its arrival at the bridge to the PUT.</p>"
+        f"{table}{''.join(_image(p) for p in images)}</section>"
+    )
 
 
 def _cell(value: Any) -> str:
@@ -255,8 +308,8 @@ img { max-width: 100%; }
 
 
 def html_report(data: ReportData, images: dict[str, list[Path]], path: Path) -> Path:
-    """One HTML file that works offline: the data's range, a section per aggregate, the
-    CSV tables, and what the run read."""
+    """One HTML file that works offline: the data's range, a section per aggregate and
+    per collector, the CSV tables, and what the run read."""
     s = data.summary
     total = int(s["gathers"])
     overview = _rows(
@@ -270,12 +323,24 @@ def html_report(data: ReportData, images: dict[str, list[Path]], path: Path) -> 
             ("gathers", str(total)),
             *((outcome.lower(), f"{n} ({percent(n, total)})")
               for outcome, n in s["outcomes"].items()),
+            *((("collector batches", f"{s['batches']} of {s['batched_messages']} messages"),)
+              if s.get("batches") else ()),
         ],
     )  # fmt: skip
     sections = "".join(
         _section(str(name), data, images.get(str(name), []))
         for name in data.aggregates["aggregate"]
     )
+    if not data.destinations.empty:
+        sections += "".join(
+            _collector_section(str(name), data, images.get(f"collector:{name}", []))
+            for name in data.destinations["collector"].drop_duplicates()
+        )
+        batch_tables = "<h3>Collector batches per window</h3>" + _table(
+            data.batch_trends, "batch_trends"
+        )
+    else:
+        batch_tables = ""
     run = _rows(
         "run",
         ("", ""),
@@ -301,6 +366,7 @@ def html_report(data: ReportData, images: dict[str, list[Path]], path: Path) -> 
 {_table(data.legs, "leg_trends")}
 <h3>Timeout advice</h3>
 {_table(data.advice, "advice")}
+{batch_tables}
 </section>
 <section id="about"><h2>This run</h2>{run}</section>
 </body></html>

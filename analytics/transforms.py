@@ -1,4 +1,5 @@
-"""PySpark transforms of gather histories: pure DataFrame -> DataFrame functions.
+"""PySpark transforms of gather and collector histories: pure DataFrame -> DataFrame
+functions.
 
 ``raw`` is the export NDJSON (``workflowId``, ``runId``, ``history.events[]`` in
 Temporal's proto-JSON form) read with :data:`RAW_SCHEMA`.
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
 from analytics.schema import struct_of
-from mqgather.names import GATHER_WORKFLOW, SIGNAL_REPLIES
+from mqgather.names import ACTIVITY_PUT_BATCH, COLLECT_WORKFLOW, GATHER_WORKFLOW, SIGNAL_REPLIES
+from workflows.collect_models import CollectorInput, PutBatchResult
 from workflows.models import GatherInput, GatherResult, ReplyBatch
 
 CORRUPT = "_corrupt_record"
@@ -41,6 +43,21 @@ _EVENT = StructType(
             "workflowExecutionCompletedEventAttributes",
             StructType([StructField("result", _PAYLOADS)]),
         ),
+        # A local activity's marker: the SDK's own record ("data") and the result.
+        StructField(
+            "markerRecordedEventAttributes",
+            StructType(
+                [
+                    StructField("markerName", StringType()),
+                    StructField(
+                        "details",
+                        StructType(
+                            [StructField("data", _PAYLOADS), StructField("result", _PAYLOADS)]
+                        ),
+                    ),
+                ]
+            ),
+        ),
     ]
 )
 #: The part of an export line the job reads (Spark never infers the schema).
@@ -67,6 +84,30 @@ _RESULT = struct_of(
          "legs_missing", "duplicates", "redeliveries", "late", "unknown")
     ),
 )  # fmt: skip
+# What the job reads of a collector: its start input and each batch PUT's result.
+_COLLECTOR = struct_of(CollectorInput, {"collector": {"name": None}, "destination": None})
+_PUT = struct_of(
+    PutBatchResult,
+    {
+        "messages_put": None,
+        "failed": None,
+        "batch": dict.fromkeys(
+            ("number", "messages", "size_bytes", "first_received_at", "opened_at", "closed_at",
+             "reason", "target_queue", "format")
+        ),
+    },
+)  # fmt: skip
+#: The SDK's record of a local activity in its marker (not a model of ours).
+_LOCAL_ACTIVITY = StructType(
+    [
+        StructField("activity_type", StringType()),
+        StructField(
+            "complete_time",
+            StructType([StructField("seconds", LongType()), StructField("nanos", LongType())]),
+        ),
+    ]
+)
+CLOSE_REASONS = ("count", "bytes", "delay", "released")
 CLOSE_TYPES = (
     "WORKFLOW_EXECUTION_COMPLETED",
     "WORKFLOW_EXECUTION_FAILED",
@@ -78,6 +119,12 @@ CLOSE_TYPES = (
 
 def _millis_between(start: str, end: str) -> Column:
     return (F.unix_micros(F.col(end)) - F.unix_micros(F.col(start))) / F.lit(1000.0)
+
+
+def _first_start(events: Column) -> Column:
+    """The run's start event (null for a history that lacks one)."""
+    kind = "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED"
+    return F.try_element_at(F.filter(events, lambda e: e["eventType"] == kind), F.lit(1))
 
 
 def dedupe_histories(raw: DataFrame) -> DataFrame:
@@ -103,10 +150,11 @@ def gather_facts(histories: DataFrame) -> DataFrame:
     """
     events = F.col("history.events")
     close_types = [f"EVENT_TYPE_{t}" for t in CLOSE_TYPES]
-    started = F.element_at(
-        F.filter(events, lambda e: e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED"), 1
+    started = _first_start(events)
+    # A run that continued as new has no close event: it is the next run's to report.
+    closed = F.try_element_at(
+        F.filter(events, lambda e: e["eventType"].isin(*close_types)), F.lit(-1)
     )
-    closed = F.element_at(F.filter(events, lambda e: e["eventType"].isin(*close_types)), -1)
     reply_signals = F.filter(
         events,
         lambda e: (
@@ -192,9 +240,9 @@ def gather_facts(histories: DataFrame) -> DataFrame:
             lambda a, i: F.struct(
                 F.coalesce(
                     a["leg"],
-                    F.element_at("legs_expected", (a["leg_index"] + 1).cast("int")),
+                    F.try_element_at("legs_expected", (a["leg_index"] + 1).cast("int")),
                     # Count-only aggregates fill legs in arrival order.
-                    F.element_at("legs_expected", i + 1),
+                    F.try_element_at("legs_expected", i + 1),
                 ).alias("leg"),
                 a["at"].alias("at"),
             ),
@@ -398,3 +446,127 @@ def aggregate_summary(facts: DataFrame) -> DataFrame:
         .fillna({"most_missed_count": 0, "most_missed_leg": ""})
         .orderBy("aggregate")
     )
+
+
+def batch_facts(histories: DataFrame) -> DataFrame:
+    """One row per batch a collector PUT: collector, destination, batch number, messages
+    (and of them sent to the failure queue), input bytes, close reason, target queue and
+    format, when it opened, closed and was PUT, ``open_ms`` (open to close) and
+    ``wait_ms`` (from its first message's arrival at the bridge to the PUT).
+
+    Read from each PUT's local-activity marker, so any collector run counts, whether it
+    continued as new, was terminated or is still running.
+    """
+    events = F.col("history.events")
+    started = _first_start(events)
+    markers = F.filter(events, lambda e: e["eventType"] == "EVENT_TYPE_MARKER_RECORDED")
+    marker = F.col("m.markerRecordedEventAttributes.details")
+    complete = F.col("d.complete_time")
+    put_at = F.coalesce(
+        F.timestamp_micros(complete["seconds"] * 1_000_000 + F.floor(complete["nanos"] / 1000)),
+        F.col("recorded_at"),
+    )
+    rows = (
+        histories.select(
+            F.col("workflowId").alias("workflow_id"),
+            F.col("runId").alias("run_id"),
+            started.alias("s"),
+            markers.alias("markers"),
+        )
+        .filter(
+            F.col("s.workflowExecutionStartedEventAttributes.workflowType.name") == COLLECT_WORKFLOW
+        )
+        .select(
+            "workflow_id",
+            "run_id",
+            F.from_json(
+                _decode(F.col("s.workflowExecutionStartedEventAttributes.input.payloads")),
+                _COLLECTOR,
+            ).alias("input"),
+            F.explode("markers").alias("m"),
+        )
+        .select(
+            "workflow_id",
+            "run_id",
+            "input",
+            _ts(F.col("m.eventTime")).alias("recorded_at"),
+            F.from_json(_decode(marker["data"]["payloads"]), _LOCAL_ACTIVITY).alias("d"),
+            F.from_json(_decode(marker["result"]["payloads"]), _PUT).alias("r"),
+        )
+        .filter((F.col("d.activity_type") == ACTIVITY_PUT_BATCH) & F.col("r.batch").isNotNull())
+    )
+    b = F.col("r.batch")
+    return (
+        rows.select(
+            F.col("input.collector.name").alias("collector"),
+            F.col("input.destination").alias("destination"),
+            "workflow_id",
+            "run_id",
+            b["number"].alias("batch"),
+            b["messages"].alias("messages"),
+            F.coalesce("r.failed", F.lit(0)).alias("failed"),
+            b["size_bytes"].alias("size_bytes"),
+            b["reason"].alias("reason"),
+            b["target_queue"].alias("target_queue"),
+            b["format"].alias("format"),
+            _ts(b["first_received_at"]).alias("first_received_at"),
+            _ts(b["opened_at"]).alias("opened_at"),
+            _ts(b["closed_at"]).alias("closed_at"),
+            put_at.alias("put_at"),
+        )
+        # The same batch in two files (an export read twice) counts once.
+        .dropDuplicates(["workflow_id", "batch"])
+        .withColumn("open_ms", _millis_between("opened_at", "closed_at"))
+        .withColumn(
+            "wait_ms",
+            (F.unix_micros("put_at") - F.unix_micros(F.coalesce("first_received_at", "opened_at")))
+            / F.lit(1000.0),
+        )
+    )
+
+
+def _batch_summary(frame: DataFrame, keys: list[str]) -> DataFrame:
+    """Per group of ``keys``: batches, messages, the failed ones, messages per batch, bytes,
+    batches per close reason, exact p50/p95/p99 and the longest wait."""
+    return (
+        frame.groupBy(*keys)
+        .agg(
+            F.count("*").alias("batches"),
+            F.sum("messages").alias("messages"),
+            F.sum("failed").alias("failed"),
+            F.avg("messages").alias("messages_per_batch"),
+            F.sum("size_bytes").alias("bytes"),
+            *(F.sum((F.col("reason") == r).cast("long")).alias(f"by_{r}") for r in CLOSE_REASONS),
+            _percentiles("wait_ms", (0.5, 0.95, 0.99)).alias("p"),
+            F.max("wait_ms").alias("max_wait_ms"),
+        )
+        .select(
+            *keys,
+            "batches",
+            "messages",
+            "failed",
+            "messages_per_batch",
+            "bytes",
+            *(f"by_{r}" for r in CLOSE_REASONS),
+            F.col("p")[0].alias("wait_p50_ms"),
+            F.col("p")[1].alias("wait_p95_ms"),
+            F.col("p")[2].alias("wait_p99_ms"),
+            "max_wait_ms",
+        )
+        .orderBy(*keys)
+    )
+
+
+def batch_trends(batches: DataFrame, window: str = "1 hour") -> DataFrame:
+    """Per time window (of the PUT), collector and destination: what
+    :func:`destination_summary` gives over all the data."""
+    keys = ["window_start", "collector", "destination"]
+    windowed = batches.withColumn("window_start", F.window("put_at", window).getField("start"))
+    return _batch_summary(windowed, keys)
+
+
+def destination_summary(batches: DataFrame) -> DataFrame:
+    """Per collector and destination: batches, messages (failed ones apart), messages per
+    batch, bytes, batches closed by count / bytes / delay / release, and the wait of the
+    first message (arrival at the bridge to the PUT): p50/p95/p99 and longest."""
+    return _batch_summary(batches, ["collector", "destination"])

@@ -32,9 +32,11 @@ def _when(text: str | None, option: str) -> datetime | None:
 def export(
     out: Path, aggregate: str | None, since: str | None, until: str | None, batch_size: int
 ) -> None:
-    """Export closed gather histories to OUT (NDJSON, one history per line, by close date).
+    """Export closed gather and collector histories to OUT (NDJSON, one history per line,
+    by close date).
 
-    Incremental: a re-run exports only what closed since the last one, never twice.
+    Incremental: a re-run exports only what closed since the last one, never twice. A
+    collector's run closes when it continues as new; with --aggregate, gathers only.
     """
     from analytics.export import export_histories
     from mqgather.runtime.temporal import connect

@@ -1,0 +1,98 @@
+"""Collector batch facts from real histories: the recorded collector paths (each batch's
+size, close reason and wait are known), and a collector run exported from the server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pandas as pd
+
+from analytics.export import export_histories
+from tests.collecting import collecting, order
+from tests.harness import until
+from tests.workflows.record import COLLECT_SCENARIOS, HISTORIES
+from tests.workflows.test_replay import LATEST
+from workflows.collect_models import collector_id
+
+#: Per recorded destination: (messages, close reason) of each batch, in order; the
+#: continue-as-new path's batches depend on when the server suggested it.
+TRUTH = {
+    "collect_count": [(3, "count")],
+    "collect_delay": [(2, "delay")],
+    "collect_bytes": [(1, "bytes"), (1, "delay")],
+    "collect_released": [(2, "released")],
+    "collect_group": [(2, "count")],
+    "collect_put_retried": [(1, "count")],
+}
+
+
+def test_batch_facts_of_every_recorded_collector_path(spark, tmp_path):
+    from analytics.job import analyze, format_summary
+
+    result = analyze(spark, [HISTORIES / LATEST], tmp_path / "out")
+    batches = pd.read_parquet(tmp_path / "out" / "batch_facts").sort_values(
+        ["destination", "batch"]
+    )
+    assert set(batches["destination"]) == set(COLLECT_SCENARIOS)
+    for destination, expected in TRUTH.items():
+        rows = batches[batches["destination"] == destination]
+        assert list(zip(rows["messages"], rows["reason"], strict=True)) == expected, destination
+        assert list(rows["batch"]) == list(range(1, len(expected) + 1))
+    # The continue-as-new path: batches of 2 on both sides of the hand-over, none twice.
+    can = batches[batches["destination"] == "collect_continue_as_new"]
+    assert set(can["messages"]) == {2} and set(can["reason"]) == {"count"}
+    assert can["run_id"].nunique() == 2 and list(can["batch"]) == list(range(1, len(can) + 1))
+    assert (batches["wait_ms"] >= batches["open_ms"]).all() and (batches["open_ms"] >= 0).all()
+    delayed = batches[batches["destination"] == "collect_delay"].iloc[0]
+    assert 1000 <= delayed["open_ms"] < 5000  # the rule's 1 s delay closed it
+    retried = batches[batches["destination"] == "collect_put_retried"].iloc[0]
+    assert retried["wait_ms"] >= 2000  # a failed round of PUTs waits 2 s before the next
+
+    s = result.summary
+    assert s["batches"] == len(batches) and s["batched_messages"] == batches["messages"].sum()
+    assert s["batch_reasons"] == batches["reason"].value_counts().to_dict() | {
+        r: 0 for r in ("count", "bytes", "delay", "released") if r not in set(batches["reason"])
+    }
+    # Gathers of the same set still count once each; runs that continued as new are the
+    # next run's to report and do not stop the job.
+    gathers = {p.stem.split("_run")[0] for p in (HISTORIES / LATEST).glob("*.json")}
+    assert s["gathers"] == len(gathers - set(COLLECT_SCENARIOS))
+    table = pd.read_csv(tmp_path / "out" / "destinations.csv")
+    bytes_row = table[table["destination"] == "collect_bytes"].iloc[0]
+    assert (bytes_row["batches"], bytes_row["by_bytes"], bytes_row["by_delay"]) == (2, 1, 1)
+    trend = pd.read_csv(tmp_path / "out" / "batch_trends.csv")
+    assert trend["batches"].sum() == len(batches)
+    page = (tmp_path / "out" / "report.html").read_text()
+    collector = batches["collector"].iloc[0]
+    assert f'id="collector-{collector}"' in page and "collect_released" in page
+    assert (tmp_path / "out" / "charts" / f"collector-{collector}.png").stat().st_size > 0
+    assert f"{len(batches)} collector batches of" in format_summary(result)
+
+
+async def test_an_exported_collector_run_gives_its_batches(temporal_env, spark, tmp_path):
+    from analytics.job import analyze
+
+    client = temporal_env.client
+    async with collecting(client, tmp_path, run_bridge=False) as c:
+        c.rule("Export", "CMAOUT.FR", max_messages=2)
+        c.start_bridge()  # type: ignore[attr-defined]
+        for n in range(4):
+            c.send("Export", order(f"export {n}"))
+        await until(lambda: c.status("Export"), lambda st: st.batches == 2)
+        handle = client.get_workflow_handle(collector_id(c.spec.name, "Export"))
+        await handle.terminate("closed for the export")  # as a continue-as-new would
+    out = tmp_path / "export"
+    for _ in range(100):  # the visibility store may list the close a moment later
+        done = await export_histories(client, out)
+        lines = [json.loads(line) for f in done.files for line in f.read_text().splitlines()]
+        if any(line["workflowId"] == handle.id for line in lines):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the collector run was not exported")
+    await asyncio.to_thread(analyze, spark, [out], tmp_path / "out")
+    batches = pd.read_parquet(tmp_path / "out" / "batch_facts")
+    ours = batches[batches["collector"] == c.spec.name]
+    assert list(ours.sort_values("batch")["messages"]) == [2, 2]
+    assert set(ours["destination"]) == {"Export"}
