@@ -61,6 +61,7 @@ postgres:
 bench: bytecode
 	$(BIN)/python -m bench.mq_throughput
 	$(BIN)/python -m bench.gather_throughput
+	$(BIN)/python -m bench.collector_throughput
 	$(BIN)/python -m bench.analytics_scale
 	$(BIN)/python -m bench.chaos
 

@@ -10,6 +10,7 @@ the reason, to the collector's failure queue in the same unit of work.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import xml.etree.ElementTree as ET
@@ -26,6 +27,7 @@ from bridge.mq.models import MQMessage, QueueAttributes
 from bridge.mq.transport import Transport
 from mqgather.ccsid import CCSIDError
 from mqgather.collector_config import CollectorRule, CollectorSpec
+from mqgather.constants import COLLECT_BATCH_SIZE
 from mqgather.names import SIGNAL_COLLECT
 from mqgather.routing import Destination
 from mqgather.runtime.rules import BadRule, RuleCache
@@ -97,7 +99,7 @@ class CollectorBridge(QueueBridge):
         rules: RuleCache | None = None,
         **options: Any,
     ) -> None:
-        options.setdefault("batch_size", 200)
+        options.setdefault("batch_size", COLLECT_BATCH_SIZE)
         super().__init__(client, connect, **options)
         self.spec = spec
         self.rules = rules or RuleCache(spec)
@@ -175,8 +177,17 @@ class CollectorBridge(QueueBridge):
                 moves.append(Move(Destination.FAILURE, failure, message, problem))
                 continue
             groups.setdefault(destination, (rule, []))[1].append(item)
-        for destination, (rule, items) in groups.items():
-            rest, error = await self._send(destination, rule, items)
+        # Destinations are signalled side by side: each is its own workflow, and one MQ
+        # batch spans many of them. A failure still backs out the whole batch, once
+        # every signal has settled (a redelivery is recognised by the workflow).
+        sent = await asyncio.gather(
+            *(self._send(d, rule, items) for d, (rule, items) in groups.items()),
+            return_exceptions=True,
+        )
+        for outcome in sent:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            rest, error = outcome
             reason = f"Temporal refused the signal: {error}"
             moves += [Move(Destination.FAILURE, failure, i.message, reason) for i in rest]
         if moves:

@@ -24,6 +24,7 @@ from mqgather.cli.options import (
 from mqgather.cli.processes import metrics_port_option, serve_bridge
 from mqgather.collector_config import FORMATS, CollectorSpec
 from mqgather.config import load_config
+from mqgather.constants import COLLECT_BATCH_SIZE
 from mqgather.errors import MQGatherError
 from mqgather.runtime.rules import BadRule, RuleStore, check_rule
 
@@ -49,7 +50,12 @@ def collector() -> None:
 @mq_option
 @config_option
 @task_queue_option
-@click.option("--batch-size", default=200, show_default=True, help="Messages per MQ unit of work.")
+@click.option(
+    "--batch-size",
+    default=COLLECT_BATCH_SIZE,
+    show_default=True,
+    help="Messages per MQ unit of work (at most; fewer when fewer are waiting).",
+)
 @fail_fast_option
 @metrics_port_option
 def run_(
