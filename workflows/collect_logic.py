@@ -65,23 +65,33 @@ def close(state: CollectorState, now: datetime, reason: CloseReason) -> None:
     state.open = None
 
 
-def _open(state: CollectorState, signal: CollectInput, now: datetime) -> OpenBatch:
-    batch = OpenBatch(
-        number=state.next_batch,
-        rule=signal.rule,
-        opened_at=now,
-        closes_at=now + timedelta(seconds=signal.rule.max_delay_seconds),
-    )
+def _open(
+    state: CollectorState, signal: CollectInput, item: Item, now: datetime, from_arrival: bool
+) -> OpenBatch:
+    delay = timedelta(seconds=signal.rule.max_delay_seconds)
+    # From the bridge's receipt of the first message, so the time it took to reach the
+    # workflow counts too; never later than from now (a bridge clock ahead of ours).
+    closes_at = min(item.received_at + delay, now + delay) if from_arrival else now + delay
+    batch = OpenBatch(number=state.next_batch, rule=signal.rule, opened_at=now,
+                      closes_at=closes_at)  # fmt: skip
     state.next_batch += 1
     state.open = batch
     return batch
 
 
-def take(state: CollectorState, signal: CollectInput, now: datetime, remember: int) -> None:
+def take(
+    state: CollectorState,
+    signal: CollectInput,
+    now: datetime,
+    remember: int,
+    from_arrival: bool = True,
+) -> None:
     """Add a bridge batch's messages to the open batch, closing batches as they fill.
 
     A message seen before (its bridge died between signal and MQCMIT) is a redelivery
     and changes nothing. ``remember`` bounds how many recent messages are remembered.
+    A new batch's delay counts from when the bridge got its first message
+    (``from_arrival``; collectors that started before that rule count from ``now``).
     """
     seen = _seen(state)
     for item in signal.items:
@@ -98,7 +108,7 @@ def take(state: CollectorState, signal: CollectInput, now: datetime, remember: i
             close(state, now, "bytes")
             batch = None
         if batch is None:
-            batch = _open(state, signal, now)
+            batch = _open(state, signal, item, now, from_arrival)
         batch.items.append(item)
         batch.size_bytes += size
         if len(batch.items) >= batch.rule.max_messages:

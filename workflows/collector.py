@@ -38,6 +38,9 @@ PUT_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=2
 )
 PUT_TIMEOUT = timedelta(seconds=60)
+#: A batch's delay counts from the bridge's receipt of its first message, not from the
+#: workflow task that took it in. Collectors recorded before replay as they ran.
+PATCH_DELAY_FROM_ARRIVAL = "delay-from-arrival"
 
 
 @workflow.defn(name=names.COLLECT_WORKFLOW)
@@ -55,7 +58,8 @@ class CollectorWorkflow:
     @workflow.signal(name=names.SIGNAL_COLLECT)
     def collect(self, signal: CollectInput) -> None:
         """Messages for this destination from one bridge batch."""
-        logic.take(self.s, signal, workflow.now(), self.spec.remembered_msg_ids)
+        logic.take(self.s, signal, workflow.now(), self.spec.remembered_msg_ids,
+                   from_arrival=workflow.patched(PATCH_DELAY_FROM_ARRIVAL))  # fmt: skip
         self._wake = True
 
     @workflow.query(name=names.QUERY_STATUS)

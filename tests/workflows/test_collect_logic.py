@@ -107,3 +107,19 @@ def test_every_message_lands_in_exactly_one_batch_within_its_limits(sizes, count
     for b in state.ready:
         assert len(b.items) <= count
         assert sum(len(i.message.body) for i in b.items) <= limit
+
+
+def test_the_delay_counts_from_the_bridges_receipt_never_from_a_clock_ahead():
+    late = T0 + timedelta(seconds=3)  # the signal reached the workflow 3 s after receipt
+    state = CollectorState()
+    logic.take(state, CollectInput(rule=rule(max_delay_seconds=15), items=items(1)), late, 100)
+    assert state.open.closes_at == T0 + timedelta(seconds=15)
+    assert logic.next_timer(state, late) == 12.0
+    early = T0 - timedelta(seconds=3)  # the bridge's clock runs ahead of the workflow's
+    ahead = CollectorState()
+    logic.take(ahead, CollectInput(rule=rule(max_delay_seconds=15), items=items(1)), early, 100)
+    assert ahead.open.closes_at == early + timedelta(seconds=15)
+    before = CollectorState()  # a collector that started before the rule: from the task
+    logic.take(before, CollectInput(rule=rule(max_delay_seconds=15), items=items(1)), late, 100,
+               from_arrival=False)  # fmt: skip
+    assert before.open.closes_at == late + timedelta(seconds=15)

@@ -10,6 +10,7 @@ gather issues fails here, naming the set, the gather and the event.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from analytics.replay import ReplayReport, read_histories, replay
 from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW
 from tests.workers.gather_v2 import CollectorV2, GatherV2
 from tests.workflows.record import COLLECT_SCENARIOS, HISTORIES, SCENARIOS
+from workflows.collector import PATCH_DELAY_FROM_ARRIVAL
 
 SETS = sorted(p for p in HISTORIES.iterdir() if p.is_dir())
 FILES = sorted(HISTORIES.glob("*/*.json"))
@@ -42,13 +44,29 @@ def test_the_recorded_sets_cover_every_path():
     report = ReplayReport()
     read_histories([HISTORIES / LATEST], report)
     assert report.kinds[COLLECT_WORKFLOW] == len(list((HISTORIES / LATEST).glob("collect_*")))
+    # Both sides of the collector's patch are recorded: without it, and with it.
+    assert not patches(FIRST_COLLECTORS) and patches(LATEST) == {PATCH_DELAY_FROM_ARRIVAL}
+
+
+def patches(name: str) -> set[str]:
+    """The patches the collector histories of a set carry."""
+    found = set()
+    for path in (HISTORIES / name).glob("collect_*.json"):
+        for event in WorkflowHistory.from_json(path.stem, path.read_text()).events:
+            if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+                details = event.marker_recorded_event_attributes.details
+                for payload in details["patch-data"].payloads if "patch-data" in details else ():
+                    found.add(json.loads(payload.data)["id"])
+    return found
 
 
 #: The first set written by ``tests.workflows.record`` (every later one covers as much).
 RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
 #: The newest set: every path the recorder knows, gathers over a logical group and the
 #: collector's among them.
-LATEST = "0.1.0-200b488af0f8"
+LATEST = "0.1.0-df265dd3ea98"
+#: The first set with collectors, before their delay counted from the bridge's receipt.
+FIRST_COLLECTORS = "0.1.0-200b488af0f8"
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
