@@ -1,21 +1,27 @@
-"""Gather throughput: the whole pipeline against the bare Temporal ceiling.
+"""Gather throughput: the whole pipeline against the bare Temporal ceiling, with open
+gathers in the background.
 
-In one run against one dev server (SQLite file, WAL), with worker and bridge as their
-own processes:
+In one run against one dev server (SQLite file, WAL), with workers and bridges as their
+own processes, at each level of open gathers (each holding 1 of its 3 legs):
 
-(a) end-to-end gathers/s: 3 legs of 1 KB per gather put on GATHER.IN, bridge, worker,
-    merge and PUT, until every response is on ORDER.RESPONSE;
-(b) the ceiling: trivial workflows created by signal-with-start, no MQ at all;
-(c) latency from the last reply's PUT to the response's PUT at half the ceiling rate;
-(d) worker RSS with 1,000 and 5,000 open gathers.
+(a) end-to-end gathers/s: 3 legs of 1 KB per gather put on GATHER.IN, bridges, workers,
+    merge and PUT, until every response is on ORDER.RESPONSE; CPU ms per gather of each
+    process, and the workers' RSS;
+(b) the ceiling at the same open count: trivial workflows created by signal-with-start,
+    no MQ at all;
+(c) latency from the last reply's PUT to the response's PUT at half the ceiling rate,
+    and where it goes: bridge wake-up and get, the signal reaching the server, workflow
+    task pickup, workflow code, the local activity's merge and PUT, its commit.
 
-    python bench/gather_throughput.py [--gathers N] [--open N]
+    python bench/gather_throughput.py [--gathers N] [--open 0,10000,50000]
+        [--workers N] [--bridges M] [--max-cached-gathers N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import shutil
 import socket
@@ -24,17 +30,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
-from mqgather.names import GATHER_WORKFLOW, LEGS_RECEIVED
+from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
+from mqgather.names import GATHER_WORKFLOW, LEGS_RECEIVED, SIGNAL_REPLIES
 from mqgather.runtime.temporal import dev_server_args, ensure_search_attributes
 from tests.harness import prepare_queues
+from workflows.models import ReplyBatch, gather_id
+
+CONVERTER = pydantic_data_converter.payload_converter
 
 BODY = b'{"pad":"' + b"x" * 1000 + b'"}'
 LEGS = ("CREDIT", "STOCK", "TAX")
@@ -108,8 +120,6 @@ class Bench:
 
 
 async def ceiling(bench: Bench, client: Client, n: int) -> float:
-    bench.spawn([sys.executable, "-m", "bench.trivial", "--address", bench.address,
-                 "--task-queue", "trivial"])  # fmt: skip
     gate = asyncio.Semaphore(64)
     run = f"{time.time_ns()}"
 
@@ -145,60 +155,133 @@ async def wait_depth(qm: LocalQueueManager, queue: str, depth: int, limit: float
         await asyncio.sleep(0.05)
 
 
-async def pipeline(bench: Bench, qm: LocalQueueManager, n: int) -> float:
+async def pipeline(bench: Bench, qm: LocalQueueManager, prefix: str, n: int) -> float:
+    base = qm.inquire("ORDER.RESPONSE").curdepth
     start = time.perf_counter()
-    put_gathers(qm, "E2E-", n, LEGS)
-    await wait_depth(qm, "ORDER.RESPONSE", n)
+    put_gathers(qm, prefix, n, LEGS)
+    await wait_depth(qm, "ORDER.RESPONSE", base + n)
     return n / (time.perf_counter() - start)
 
 
-async def latency(qm: LocalQueueManager, n: int, rate: float) -> list[float]:
-    """ms from the last reply's PUT to the response's PUT, gathers paced at ``rate``."""
-    last_put: dict[bytes, datetime] = {}
+async def latency(qm: LocalQueueManager, prefix: str, n: int, rate: float) -> dict[bytes, float]:
+    """Put ``n`` gathers' 3 replies at ``rate`` gathers/s; the PUT time (epoch s) of each
+    gather's last reply, by CorrelId, once every response is there."""
+    last_put: dict[bytes, float] = {}
     base = qm.inquire("ORDER.RESPONSE").curdepth
     start = time.monotonic()
     for i in range(n):
         await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))  # pacing
         for leg in LEGS:
-            reply = MQMessage(correl_id=f"LAT-{i}".encode(), properties={"leg": leg}, body=BODY)
+            reply = MQMessage(correl_id=f"{prefix}{i}".encode(), properties={"leg": leg}, body=BODY)
             done = qm.put("GATHER.IN", reply, PutOptions(syncpoint=False))
         assert done.put_date_time is not None
-        last_put[done.correl_id] = done.put_date_time
+        last_put[done.correl_id] = done.put_date_time.timestamp()
     await wait_depth(qm, "ORDER.RESPONSE", base + n)
-    out = []
-    for m in qm.browse("ORDER.RESPONSE"):
-        if m.correl_id in last_put and m.put_date_time:
-            out.append((m.put_date_time - last_put[m.correl_id]).total_seconds() * 1000)
-    return out
+    return last_put
 
 
-async def open_rss(client: Client, qm: LocalQueueManager, worker: int, sizes: list[int]) -> dict:
-    rss = {}
-    opened = 0
-    for size in sizes:
-        put_gathers(qm, "OPEN-", size - opened, ("CREDIT",)) if opened == 0 else None
-        if opened:
-            for i in range(opened, size):
-                qm.put("GATHER.IN", MQMessage(correl_id=f"OPEN-{i}".encode(),
-                                              properties={"leg": "CREDIT"}, body=BODY))  # fmt: skip
-                if i % 100 == 99:
-                    qm.commit()
+#: The stages of last reply -> response, in order, as the breakdown names them.
+STAGES = (
+    "bridge wake-up + get",
+    "bridge -> signal at server",
+    "workflow task pickup",
+    "workflow code",
+    "merge + PUT (local activity)",
+    "commit",
+)
+
+
+def _seconds(stamp: dict) -> float:
+    return float(stamp["seconds"]) + float(stamp.get("nanos", 0)) / 1e9
+
+
+async def breakdown(
+    client: Client, qm: LocalQueueManager, last_put: dict[bytes, float]
+) -> tuple[list[float], dict[str, list[float]]]:
+    """ms from the last reply's PUT to the response's PUT per gather, and per stage: read
+    from each gather's history, its replies' receipt times and the PUT's marker."""
+    responses = {
+        m.correl_id: m.put_date_time.timestamp()
+        for m in qm.browse("ORDER.RESPONSE")
+        if m.correl_id in last_put and m.put_date_time is not None
+    }
+    totals: list[float] = []
+    stages: dict[str, list[float]] = {name: [] for name in STAGES}
+    for correl, put in last_put.items():
+        if correl not in responses:
+            continue
+        totals.append((responses[correl] - put) * 1000)
+        events = (
+            await client.get_workflow_handle(gather_id("bench", correl)).fetch_history()
+        ).events
+        signal_at = received = started = scheduled = completed = None
+        for e in events:
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                attrs = e.workflow_execution_signaled_event_attributes
+                if attrs.signal_name == SIGNAL_REPLIES:
+                    batch = CONVERTER.from_payloads(attrs.input.payloads, [ReplyBatch])[0]
+                    received = max(r.received_at.timestamp() for r in batch.replies)
+                    signal_at, started = e.event_time.ToDatetime(UTC).timestamp(), None
+            elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and started is None:
+                started = e.event_time.ToDatetime(UTC).timestamp()
+            elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+                details = e.marker_recorded_event_attributes.details
+                if "data" in details:
+                    data = CONVERTER.from_payloads(details["data"].payloads)[0]
+                    scheduled = _seconds(data["original_schedule_time"])
+                    completed = _seconds(data["complete_time"])
+        if None in (signal_at, received, started, scheduled, completed):
+            continue
+        marks = (put, received, signal_at, started, scheduled, responses[correl], completed)
+        for name, (a, b) in zip(STAGES, itertools.pairwise(marks), strict=True):
+            stages[name].append((b - a) * 1000)  # type: ignore[operator]
+    return totals, stages
+
+
+async def open_to(client: Client, qm: LocalQueueManager, opened: int, level: int) -> None:
+    """Open gathers until ``level`` hold one leg each (the first ``opened`` are open)."""
+    for i in range(opened, level):
+        qm.put("GATHER.IN", MQMessage(correl_id=f"OPEN-{i}".encode(),
+                                      properties={"leg": "CREDIT"}, body=BODY))  # fmt: skip
+        if i % 100 == 99:
             qm.commit()
-        opened = size
-        query = (
-            f'WorkflowType = "{GATHER_WORKFLOW}" AND ExecutionStatus = "Running" '
-            f"AND {LEGS_RECEIVED.name} = 1"
-        )
-        deadline = time.monotonic() + 900
-        while (await client.count_workflows(query)).count < size:
-            if time.monotonic() > deadline:
-                raise TimeoutError("gathers did not open")
-            await asyncio.sleep(0.5)
-        rss[size] = _rss_mb(worker)
-    return rss
+    qm.commit()
+    query = (
+        f'WorkflowType = "{GATHER_WORKFLOW}" AND ExecutionStatus = "Running" '
+        f"AND {LEGS_RECEIVED.name} = 1"
+    )
+    deadline = time.monotonic() + 3600
+    shown = time.monotonic()
+    while (count := (await client.count_workflows(query)).count) < level:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {count} of {level} gathers opened")
+        if time.monotonic() - shown > 30:
+            print(f"    {count:,} of {level:,} open …", flush=True)
+            shown = time.monotonic()
+        await asyncio.sleep(1)
 
 
-async def main(n: int, open_max: int) -> None:
+@dataclass
+class Level:
+    """The figures at one number of open gathers."""
+
+    open: int
+    e2e: float
+    bare: float
+    cpu: dict[str, float]
+    rss: list[float]
+    totals: list[float]
+    stages: dict[str, list[float]]
+
+
+def _q(values: list[float], pct: int) -> float:
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+async def main(n: int, levels: list[int], workers: int, bridges: int, cache: int) -> None:
+    results: list[Level] = []
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
         try:
@@ -210,45 +293,82 @@ async def main(n: int, open_max: int) -> None:
                 if os.environ.get("BENCH_PROFILE")
                 else []
             )
-            worker = bench.spawn([sys.executable, *prof, "-m", "mqgather.cli", "worker"], bench.env)
-            bridge = bench.spawn([*me, "bridge"], bench.env)
-            parts = {"server": bench.procs[0].pid, "worker": worker.pid, "bridge": bridge.pid}
+            roles: dict[str, list[int]] = {"server": [bench.procs[0].pid], "workers": [],
+                                           "bridges": []}  # fmt: skip
+            for _ in range(workers):
+                args = [sys.executable, *prof, "-m", "mqgather.cli", "worker",
+                        "--max-cached-gathers", str(cache)]  # fmt: skip
+                roles["workers"].append(bench.spawn(args, bench.env).pid)
+            for _ in range(bridges):
+                roles["bridges"].append(bench.spawn([*me, "bridge"], bench.env).pid)
+            bench.spawn([sys.executable, "-m", "bench.trivial", "--address", bench.address,
+                         "--task-queue", "trivial"])  # fmt: skip
             qm = LocalQueueManager(bench.qm_path)
-            print("warming up …", flush=True)
-            await pipeline(bench, qm, 20)
-            print(f"(b) ceiling: {n} trivial signal-with-start workflows …", flush=True)
-            bare = await ceiling(bench, client, n)
-            print(f"(a) pipeline: {n} gathers of 3 legs …", flush=True)
-            before = {k: _cpu_seconds(pid) for k, pid in parts.items()}
-            cpu_start = time.process_time()
-            e2e = await pipeline(bench, qm, n)
-            cpu = {k: _cpu_seconds(pid) - before[k] for k, pid in parts.items()}
-            cpu["bench (puts)"] = time.process_time() - cpu_start
-            print(f"(c) latency at {bare / 2:.0f} gathers/s …", flush=True)
-            lat = await latency(qm, min(n, 300), bare / 2)
-            print("(d) worker RSS with open gathers …", flush=True)
-            rss = await open_rss(client, qm, worker.pid, [1000, open_max])
+            print(f"{workers} worker(s), {bridges} bridge(s), cache {cache} gathers; "
+                  "warming up …", flush=True)  # fmt: skip
+            await pipeline(bench, qm, "WARM-", 20)
+            await ceiling(bench, client, 20)
+            opened = 0
+            for level in sorted(levels):
+                if level > opened:
+                    print(f"opening gathers up to {level:,} …", flush=True)
+                    await open_to(client, qm, opened, level)
+                    opened = level
+                print(f"[{level:,} open] (b) ceiling: {n} trivial workflows …", flush=True)
+                bare = await ceiling(bench, client, n)
+                print(f"[{level:,} open] (a) pipeline: {n} gathers …", flush=True)
+                pids = [pid for group in roles.values() for pid in group]
+                before = {pid: _cpu_seconds(pid) for pid in pids}
+                e2e = await pipeline(bench, qm, f"E2E-{level}-", n)
+                cpu = {
+                    role: sum(_cpu_seconds(pid) - before[pid] for pid in group)
+                    for role, group in roles.items()
+                }
+                print(f"[{level:,} open] (c) latency at {bare / 2:.0f} gathers/s …", flush=True)
+                last_put = await latency(qm, f"LAT-{level}-", min(n, 300), bare / 2)
+                totals, stages = await breakdown(client, qm, last_put)
+                rss = [_rss_mb(pid) for pid in roles["workers"]]
+                results.append(Level(level, e2e, bare, cpu, rss, totals, stages))
             qm.close()
         finally:
             bench.close()
-    q = statistics.quantiles(lat, n=100, method="inclusive")
+    report(results, n, workers, bridges, cache)
+
+
+def report(results: list[Level], n: int, workers: int, bridges: int, cache: int) -> None:
+    """The tables: per level, then the stage breakdown per level."""
     print()
-    print(f"(a) end-to-end gathers/s           {e2e:8.1f}")
-    print(f"(b) bare signal-with-start wf/s    {bare:8.1f}")
-    print(f"    ratio (a)/(b)                  {e2e / bare:8.2f}")
-    print("    CPU ms per gather during (a)   " +
-          "  ".join(f"{k} {1000 * v / n:.1f}" for k, v in cpu.items()))  # fmt: skip
-    print(f"(c) last reply -> response, ms     p50 {q[49]:.0f}  p99 {q[98]:.0f}  "
-          f"(at {bare / 2:.0f} gathers/s)")  # fmt: skip
-    sizes = sorted(rss)
-    print("(d) worker RSS MB                  " +
-          "  ".join(f"{s} open: {rss[s]:.0f}" for s in sizes) +
-          f"  (change {100 * (rss[sizes[-1]] / rss[sizes[0]] - 1):+.0f} %)")  # fmt: skip
+    print(f"{workers} worker(s) x {bridges} bridge(s), --max-cached-gathers {cache}, "
+          f"{n} gathers per measure")  # fmt: skip
+    print(f"{'open':>7} {'e2e/s':>7} {'bare/s':>7} {'ratio':>6} {'vs 0 open':>9} "
+          f"{'p50 ms':>7} {'p99 ms':>7} {'worker RSS MB':>14}  CPU ms per gather")  # fmt: skip
+    base = results[0].e2e
+    for r in results:
+        cpu = "  ".join(f"{k} {1000 * v / n:.1f}" for k, v in r.cpu.items())
+        rss = "+".join(f"{x:.0f}" for x in r.rss)
+        print(f"{r.open:>7,} {r.e2e:>7.1f} {r.bare:>7.1f} {r.e2e / r.bare:>6.2f} "
+              f"{r.e2e / base:>9.2f} {_q(r.totals, 50):>7.0f} {_q(r.totals, 99):>7.0f} "
+              f"{rss:>14}  {cpu}")  # fmt: skip
+    print()
+    print("last reply -> response, per stage (ms, p50 / p99):")
+    print(f"{'stage':<30}" + "".join(f"{f'{r.open:,} open':>16}" for r in results))
+    for name in STAGES:
+        cells = "".join(
+            f"{f'{_q(r.stages[name], 50):.1f} / {_q(r.stages[name], 99):.1f}':>16}" for r in results
+        )
+        print(f"{name:<30}{cells}")
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--gathers", type=int, default=1000)
-    parser.add_argument("--open", type=int, default=5000)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gathers", type=int, default=1000, help="gathers per measure")
+    parser.add_argument("--open", default="0,10000,50000",
+                        help="levels of open gathers, comma-separated")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--bridges", type=int, default=1)
+    parser.add_argument("--max-cached-gathers", type=int, default=DEFAULT_MAX_CACHED_GATHERS)
     ns = parser.parse_args()
-    asyncio.run(main(ns.gathers, ns.open))
+    levels = [int(x) for x in ns.open.split(",") if x.strip()]
+    asyncio.run(main(ns.gathers, levels, ns.workers, ns.bridges, ns.max_cached_gathers))

@@ -42,5 +42,9 @@ COLLECT_BATCH_SIZE = 1000
 #: The collector's rules, embedded: a SQLite file in the state directory.
 DEFAULT_RULES_DB = f"{STATE_DIR}/collector-rules.db"
 
+#: Gathers (and collectors) a worker keeps in memory between their workflow tasks. One
+#: that is not cached is replayed from its history when its next reply or timer comes:
+#: more CPU then, and memory bounded by this many whatever the number of open gathers.
+DEFAULT_MAX_CACHED_GATHERS = 1000
 #: The worker deployment gather workers join when versioning is on and none is named.
 DEFAULT_DEPLOYMENT = "mqgather"

@@ -74,6 +74,7 @@ ENV_METRICS_PORT = "MQGATHER_METRICS_PORT"
 #: Worker versioning: the worker deployment and this worker's build id.
 ENV_DEPLOYMENT = "MQGATHER_DEPLOYMENT"
 ENV_BUILD_ID = "MQGATHER_BUILD_ID"
+ENV_MAX_CACHED_GATHERS = "MQGATHER_MAX_CACHED_GATHERS"
 #: Temporal's own client settings, which mqgather honours and sets for its children.
 ENV_TEMPORAL_ADDRESS = "TEMPORAL_ADDRESS"
 ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"

@@ -16,6 +16,7 @@ import workflows
 from activities.batch import CollectorActivities
 from bridge.mq.transport import Transport
 from mqgather import __version__
+from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
 from mqgather.names import TASK_QUEUE
 from workflows.collector import AutoUpgradeCollectorWorkflow, CollectorWorkflow
 from workflows.gather import GatherWorkflow
@@ -48,6 +49,7 @@ def build_worker(
     activity_threads: int = 8,
     version: WorkerDeploymentVersion | None = None,
     workflow_class: type = GatherWorkflow,
+    max_cached_gathers: int = DEFAULT_MAX_CACHED_GATHERS,
 ) -> Worker:
     """A worker for the gather and collector workflows; each activity thread keeps one MQ
     connection.
@@ -60,6 +62,8 @@ def build_worker(
         version: With a version, the worker joins that worker deployment and its gathers
             are pinned to it; without, it is an unversioned worker as before.
         workflow_class: The gather workflow class (another only to test a rollout).
+        max_cached_gathers: Workflows kept in memory between tasks; one not kept is
+            replayed from its history at its next task.
     """
     # One class serves gathers and collectors: each activity thread keeps one connection.
     acts = CollectorActivities(connect)
@@ -81,4 +85,5 @@ def build_worker(
         activity_executor=ThreadPoolExecutor(activity_threads, thread_name_prefix="mq-activity"),
         max_concurrent_activities=activity_threads,
         deployment_config=deployment,
+        max_cached_workflows=max_cached_gathers,
     )

@@ -25,8 +25,8 @@ from mqgather.cli.options import (
     task_queue_option,
 )
 from mqgather.config import load_config
-from mqgather.constants import DEFAULT_DEPLOYMENT
-from mqgather.names import ENV_BUILD_ID, ENV_DEPLOYMENT, ENV_METRICS_PORT
+from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_MAX_CACHED_GATHERS
+from mqgather.names import ENV_BUILD_ID, ENV_DEPLOYMENT, ENV_MAX_CACHED_GATHERS, ENV_METRICS_PORT
 from mqgather.runtime import telemetry
 from mqgather.runtime.prometheus import MetricsEndpoint
 from mqgather.runtime.temporal import (
@@ -131,6 +131,18 @@ async def wait_for_parts(
     help=f"This worker's version in the deployment [env {ENV_BUILD_ID}; default: the "
     "package version and a hash of the gather code].",
 )
+@click.option(
+    "--max-cached-gathers",
+    envvar=ENV_MAX_CACHED_GATHERS,
+    default=DEFAULT_MAX_CACHED_GATHERS,
+    show_default=True,
+    type=click.IntRange(min=1),
+    metavar="N",
+    help=f"Gathers kept in memory between their workflow tasks [env "
+    f"{ENV_MAX_CACHED_GATHERS}]. Memory stays bounded by N however many gathers are open; "
+    "a gather not kept is replayed from its history when its next reply or timer comes "
+    "(CPU and server reads). Raise it when most open gathers get replies soon.",
+)
 @fail_fast_option
 @metrics_port_option
 def worker(
@@ -140,6 +152,7 @@ def worker(
     threads: int,
     deployment: str | None,
     build_id: str | None,
+    max_cached_gathers: int,
     fail_fast: bool,
     metrics_port: int | None,
 ) -> None:
@@ -170,7 +183,7 @@ def worker(
             )
         w = build_worker(
             client, connector(mq), task_queue=task_queue, activity_threads=threads,
-            version=version,
+            version=version, max_cached_gathers=max_cached_gathers,
         )  # fmt: skip
         where = (
             f"version {version.build_id} of deployment {version.deployment_name}"
