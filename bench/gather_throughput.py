@@ -11,7 +11,8 @@ own processes, at each level of open gathers (each holding 1 of its 3 legs):
     no MQ at all;
 (c) latency from the last reply's PUT to the response's PUT at half the ceiling rate,
     and where it goes: bridge wake-up and get, the signal reaching the server, workflow
-    task pickup, workflow code, the local activity's merge and PUT, its commit.
+    task pickup, workflow code, the local activity's merge and PUT, then (after the
+    response is on its queue) the commit and the task's completion.
 
     python bench/gather_throughput.py [--gathers N] [--open 0,10000,50000]
         [--workers N] [--bridges M] [--max-cached-gathers N]
@@ -187,7 +188,7 @@ STAGES = (
     "workflow task pickup",
     "workflow code",
     "merge + PUT (local activity)",
-    "commit",
+    "commit, task completes",
 )
 
 
@@ -229,7 +230,8 @@ async def breakdown(
                 if "data" in details:
                     data = CONVERTER.from_payloads(details["data"].payloads)[0]
                     scheduled = _seconds(data["original_schedule_time"])
-                    completed = _seconds(data["complete_time"])
+                    # The marker is written when the task that ran the PUT completes.
+                    completed = e.event_time.ToDatetime(UTC).timestamp()
         if None in (signal_at, received, started, scheduled, completed):
             continue
         marks = (put, received, signal_at, started, scheduled, responses[correl], completed)
