@@ -282,7 +282,9 @@ def _q(values: list[float], pct: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
 
 
-async def main(n: int, levels: list[int], workers: int, bridges: int, cache: int) -> None:
+async def main(
+    n: int, levels: list[int], workers: int, bridges: int, cache: int, sandbox: bool
+) -> None:
     results: list[Level] = []
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
@@ -299,15 +301,16 @@ async def main(n: int, levels: list[int], workers: int, bridges: int, cache: int
                                            "bridges": []}  # fmt: skip
             for _ in range(workers):
                 args = [sys.executable, *prof, "-m", "mqgather.cli", "worker",
-                        "--max-cached-gathers", str(cache)]  # fmt: skip
+                        "--max-cached-gathers", str(cache),
+                        "--sandbox" if sandbox else "--no-sandbox"]  # fmt: skip
                 roles["workers"].append(bench.spawn(args, bench.env).pid)
             for _ in range(bridges):
                 roles["bridges"].append(bench.spawn([*me, "bridge"], bench.env).pid)
             bench.spawn([sys.executable, "-m", "bench.trivial", "--address", bench.address,
                          "--task-queue", "trivial"])  # fmt: skip
             qm = LocalQueueManager(bench.qm_path)
-            print(f"{workers} worker(s), {bridges} bridge(s), cache {cache} gathers; "
-                  "warming up …", flush=True)  # fmt: skip
+            print(f"{workers} worker(s), {bridges} bridge(s), cache {cache} gathers, "
+                  f"sandbox {'on' if sandbox else 'off'}; warming up …", flush=True)  # fmt: skip
             await pipeline(bench, qm, "WARM-", 20)
             await ceiling(bench, client, 20)
             opened = 0
@@ -334,14 +337,14 @@ async def main(n: int, levels: list[int], workers: int, bridges: int, cache: int
             qm.close()
         finally:
             bench.close()
-    report(results, n, workers, bridges, cache)
+    report(results, n, f"{workers} worker(s) x {bridges} bridge(s), --max-cached-gathers "
+           f"{cache}, sandbox {'on' if sandbox else 'off'}, {n} gathers per measure")  # fmt: skip
 
 
-def report(results: list[Level], n: int, workers: int, bridges: int, cache: int) -> None:
+def report(results: list[Level], n: int, title: str) -> None:
     """The tables: per level, then the stage breakdown per level."""
     print()
-    print(f"{workers} worker(s) x {bridges} bridge(s), --max-cached-gathers {cache}, "
-          f"{n} gathers per measure")  # fmt: skip
+    print(title)
     print(f"{'open':>7} {'e2e/s':>7} {'bare/s':>7} {'ratio':>6} {'vs 0 open':>9} "
           f"{'p50 ms':>7} {'p99 ms':>7} {'worker RSS MB':>14}  CPU ms per gather")  # fmt: skip
     base = results[0].e2e
@@ -371,6 +374,8 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--bridges", type=int, default=1)
     parser.add_argument("--max-cached-gathers", type=int, default=DEFAULT_MAX_CACHED_GATHERS)
+    parser.add_argument("--sandbox", action="store_true", help="workers run the sandbox")
     ns = parser.parse_args()
     levels = [int(x) for x in ns.open.split(",") if x.strip()]
-    asyncio.run(main(ns.gathers, levels, ns.workers, ns.bridges, ns.max_cached_gathers))
+    asyncio.run(main(ns.gathers, levels, ns.workers, ns.bridges, ns.max_cached_gathers,
+                     ns.sandbox))  # fmt: skip

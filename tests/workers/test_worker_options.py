@@ -1,11 +1,16 @@
-"""The worker's gather cache (``--max-cached-gathers``): a gather pushed out of it is
-replayed from its history at its next task, and still completes exactly once."""
+"""The worker's options: its gather cache (``--max-cached-gathers``: a gather pushed out
+of it is replayed from its history at its next task, and still completes exactly once)
+and the workflow sandbox (on in the suite, off in production unless asked)."""
 
 from __future__ import annotations
+
+import uuid
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
+from temporalio.worker import UnsandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
@@ -59,3 +64,20 @@ async def test_a_gather_out_of_the_cache_is_replayed_and_completes_once(temporal
         temporal_env, spec, DEFAULT_MAX_CACHED_GATHERS, tmp_path / "default"
     )
     assert held >= 2 and evicted == 0
+
+
+async def test_the_suite_runs_the_workflows_sandboxed_and_production_need_not(temporal_env):
+    from click.testing import CliRunner
+
+    from mqgather.cli.processes import worker
+
+    def connect():
+        raise AssertionError("not connected in this test")
+
+    default = build_worker(temporal_env.client, connect, task_queue=f"unused-{uuid.uuid4()}")
+    bare = build_worker(temporal_env.client, connect, task_queue=f"unused-{uuid.uuid4()}",
+                        sandboxed=False)  # fmt: skip
+    assert isinstance(default.config()["workflow_runner"], SandboxedWorkflowRunner)
+    assert isinstance(bare.config()["workflow_runner"], UnsandboxedWorkflowRunner)
+    shown = CliRunner().invoke(worker, ["--help"], terminal_width=200).output
+    assert "--sandbox / --no-sandbox" in shown and "[default: no-sandbox]" in shown
