@@ -253,14 +253,17 @@ async def open_to(client: Client, qm: LocalQueueManager, opened: int, level: int
         f"AND {LEGS_RECEIVED.name} = 1"
     )
     deadline = time.monotonic() + 3600
-    shown = time.monotonic()
+    shown = began = time.monotonic()
+    last = opened
     while (count := (await client.count_workflows(query)).count) < level:
         if time.monotonic() > deadline:
             raise TimeoutError(f"only {count} of {level} gathers opened")
         if time.monotonic() - shown > 30:
-            print(f"    {count:,} of {level:,} open …", flush=True)
-            shown = time.monotonic()
-        await asyncio.sleep(1)
+            rate = (count - last) / (time.monotonic() - shown)
+            print(f"    {count:,} of {level:,} open, {rate:.0f} opened/s …", flush=True)
+            shown, last = time.monotonic(), count
+        await asyncio.sleep(2)
+    print(f"    {level:,} open after {time.monotonic() - began:.0f} s", flush=True)
 
 
 @dataclass
@@ -334,11 +337,21 @@ async def main(
                 totals, stages = await breakdown(client, qm, last_put)
                 rss = [_rss_mb(pid) for pid in roles["workers"]]
                 results.append(Level(level, e2e, bare, cpu, rss, totals, stages))
+                print(f"[{level:,} open] " + row(results[-1], results[0].e2e, n), flush=True)
             qm.close()
         finally:
             bench.close()
     report(results, n, f"{workers} worker(s) x {bridges} bridge(s), --max-cached-gathers "
            f"{cache}, sandbox {'on' if sandbox else 'off'}, {n} gathers per measure")  # fmt: skip
+
+
+def row(r: Level, base: float, n: int) -> str:
+    """One level's line of the table."""
+    cpu = "  ".join(f"{k} {1000 * v / n:.1f}" for k, v in r.cpu.items())
+    rss = "+".join(f"{x:.0f}" for x in r.rss)
+    return (f"{r.open:>7,} {r.e2e:>7.1f} {r.bare:>7.1f} {r.e2e / r.bare:>6.2f} "
+            f"{r.e2e / base:>9.2f} {_q(r.totals, 50):>7.0f} {_q(r.totals, 99):>7.0f} "
+            f"{rss:>14}  {cpu}")  # fmt: skip
 
 
 def report(results: list[Level], n: int, title: str) -> None:
@@ -347,13 +360,8 @@ def report(results: list[Level], n: int, title: str) -> None:
     print(title)
     print(f"{'open':>7} {'e2e/s':>7} {'bare/s':>7} {'ratio':>6} {'vs 0 open':>9} "
           f"{'p50 ms':>7} {'p99 ms':>7} {'worker RSS MB':>14}  CPU ms per gather")  # fmt: skip
-    base = results[0].e2e
     for r in results:
-        cpu = "  ".join(f"{k} {1000 * v / n:.1f}" for k, v in r.cpu.items())
-        rss = "+".join(f"{x:.0f}" for x in r.rss)
-        print(f"{r.open:>7,} {r.e2e:>7.1f} {r.bare:>7.1f} {r.e2e / r.bare:>6.2f} "
-              f"{r.e2e / base:>9.2f} {_q(r.totals, 50):>7.0f} {_q(r.totals, 99):>7.0f} "
-              f"{rss:>14}  {cpu}")  # fmt: skip
+        print(row(r, results[0].e2e, n))
     print()
     print("last reply -> response, per stage (ms, p50 / p99):")
     print(f"{'stage':<30}" + "".join(f"{f'{r.open:,} open':>16}" for r in results))
@@ -369,7 +377,7 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--gathers", type=int, default=1000, help="gathers per measure")
-    parser.add_argument("--open", default="0,10000,50000",
+    parser.add_argument("--open", default="0,1000,10000,50000",
                         help="levels of open gathers, comma-separated")  # fmt: skip
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--bridges", type=int, default=1)
