@@ -294,14 +294,15 @@ class LocalQueueManager(Transport):
     # ------------------------------------------------------------------ plumbing
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One short write transaction (BEGIN IMMEDIATE ... COMMIT)."""
+    def _write(self, read_only: bool = False) -> Iterator[sqlite3.Connection]:
+        """One short transaction: BEGIN IMMEDIATE ... COMMIT, or for a read (a browse, an
+        inquiry) a deferred one, which takes no write lock from the other connections."""
         with self._lock:
             if getattr(self, "_closed", False):
                 raise ConnectionBroken("the connection is closed")
             db = self._db
             try:
-                db.execute("BEGIN IMMEDIATE")
+                db.execute("BEGIN" if read_only else "BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
             try:
@@ -317,10 +318,11 @@ class LocalQueueManager(Transport):
                     db.execute("ROLLBACK")
                 raise _translate(exc, self.path) from exc
 
-    def _call(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn(db, *args)`` in a write transaction, translating SQLite errors."""
+    def _call(self, fn: Any, *args: Any, read_only: bool = False) -> Any:
+        """Run ``fn(db, *args)`` in a transaction (a write one unless ``read_only``),
+        translating SQLite errors."""
         try:
-            with self._write() as db:
+            with self._write(read_only) as db:
                 return fn(db, *args)
         except sqlite3.Error as exc:
             raise _translate(exc, self.path) from exc
@@ -592,7 +594,7 @@ class LocalQueueManager(Transport):
                 self._browse_pos.pop(queue, None)
             return got
 
-        return self._poll(queue, wait_ms, attempt)[0]
+        return self._poll(queue, wait_ms, attempt, read_only=browse is not None)[0]
 
     def get_batch(
         self, queue: str, max_messages: int, *, wait_ms: int = 0, match: Match | None = None
@@ -611,8 +613,10 @@ class LocalQueueManager(Transport):
         queue: str,
         wait_ms: int,
         attempt: Callable[[sqlite3.Connection], list[MQMessage]],
+        read_only: bool = False,
     ) -> list[MQMessage]:
-        """Run ``attempt`` until it finds messages or the wait ends."""
+        """Run ``attempt`` until it finds messages or the wait ends (``read_only``: it
+        changes nothing, as a browse)."""
         deadline = None if wait_ms == WAIT_UNLIMITED else time.monotonic() + wait_ms / 1000
         pause = 0.001
 
@@ -624,7 +628,7 @@ class LocalQueueManager(Transport):
 
         while True:
             self._sweep()
-            got, version = self._call(first_try)
+            got, version = self._call(first_try, read_only=read_only)
             if got:
                 return got
             # Wait until another connection commits something, or the wait ends.
@@ -833,7 +837,7 @@ class LocalQueueManager(Transport):
             self._got_pending = False
 
     def inquire(self, queue: str) -> QueueAttributes:
-        row = self._call(self._queue_row, queue)
+        row = self._call(self._queue_row, queue, read_only=True)
         keys = ("name", "maxdepth", "maxmsgl", "bothresh", "boqname", "descr", "curdepth")
         return QueueAttributes(**dict(zip(keys, row, strict=True)))
 
@@ -851,14 +855,16 @@ class LocalQueueManager(Transport):
                 "SELECT name, maxdepth, maxmsgl, bothresh, boqname, descr, curdepth FROM queues "
                 "WHERE name LIKE ? ESCAPE '\\' ORDER BY name",
                 (like,),
-            ).fetchall()
+            ).fetchall(),
+            read_only=True,
         )
         keys = ("name", "maxdepth", "maxmsgl", "bothresh", "boqname", "descr", "curdepth")
         return [QueueAttributes(**dict(zip(keys, row, strict=True))) for row in rows]
 
     def dead_letter_queue(self) -> str:
         row = self._call(
-            lambda db: db.execute("SELECT value FROM qmgr WHERE key = 'deadq'").fetchone()
+            lambda db: db.execute("SELECT value FROM qmgr WHERE key = 'deadq'").fetchone(),
+            read_only=True,
         )
         return str(row[0]) if row else ""
 
