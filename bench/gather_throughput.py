@@ -14,7 +14,7 @@ own processes, at each level of open gathers (each holding 1 of its 3 legs):
     task pickup, workflow code, the local activity's merge and PUT, then (after the
     response is on its queue) the commit and the task's completion.
 
-    python bench/gather_throughput.py [--gathers N] [--open 0,10000,50000]
+    python bench/gather_throughput.py [--gathers N] [--open 0,1000,10000,50000]
         [--workers N] [--bridges M] [--max-cached-gathers N]
 """
 
@@ -377,8 +377,10 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--gathers", type=int, default=1000, help="gathers per measure")
-    parser.add_argument("--open", default="0,1000,10000,50000",
-                        help="levels of open gathers, comma-separated")  # fmt: skip
+    # 50,000 is the target level; opening that many takes the dev server here over an hour.
+    parser.add_argument("--open", default="0,1000,10000",
+                        help="levels of open gathers, comma-separated (e.g. "
+                             "0,1000,10000,50000)")  # fmt: skip
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--bridges", type=int, default=1)
     parser.add_argument("--max-cached-gathers", type=int, default=DEFAULT_MAX_CACHED_GATHERS)
