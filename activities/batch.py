@@ -13,6 +13,7 @@ import re
 
 from temporalio import activity
 
+from activities.merge import json_or_text
 from activities.mq import MQActivities
 from bridge.mq import ledger
 from bridge.mq.forward import forward
@@ -54,13 +55,7 @@ def format_batch(batch: ClosedBatch, wrapper: str) -> tuple[bytes, str, int]:
     rule = batch.rule
     messages = [item.message for item in batch.items]
     if rule.format == "json":
-        values = []
-        for message in messages:
-            text = message.decoded()
-            try:
-                values.append(json.loads(text))
-            except ValueError:
-                values.append(text)
+        values = [json_or_text(message.decoded()) for message in messages]
         body = json.dumps(values, ensure_ascii=False, allow_nan=False)
         return body.encode(), MQFMT_STRING, CCSID_UTF8
     if rule.format == "xml":

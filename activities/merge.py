@@ -6,6 +6,7 @@ response in the aggregate's ``response_ccsid``; blob joins the bytes as they are
 from __future__ import annotations
 
 import json
+import math
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -72,6 +73,27 @@ def _written(text: str, ccsid: int) -> Merged:
 def _ordered(legs: Sequence[LegBodies]) -> list[LegBodies]:
     # Sequence order (IA72 SequenceNumber); equal numbers keep leg order.
     return sorted(legs, key=lambda leg: leg.sequence)
+
+
+def _not_json(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
+def _finite(token: str) -> float:
+    value = float(token)
+    if math.isinf(value):
+        raise ValueError(f"{token} is out of JSON's range")
+    return value
+
+
+def json_or_text(text: str) -> Any:
+    """A body's JSON value, or its text when it is not strict JSON: NaN, Infinity, a
+    number out of range or nesting too deep to read are text, so the document written
+    from it is always valid JSON."""
+    try:
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return text
 
 
 def _json_value(leg: str, text: str) -> Any:
@@ -146,12 +168,7 @@ def merge_folders(legs: Sequence[LegBodies], *, ccsid: int = CCSID_UTF8) -> Merg
     """
     folders: dict[str, Any] = {}
     for leg in legs:
-        values = []
-        for text in leg.texts("text", lenient=True):
-            try:
-                values.append(json.loads(text))
-            except json.JSONDecodeError:
-                values.append(text)
+        values = [json_or_text(text) for text in leg.texts("text", lenient=True)]
         folders[leg.name] = values if len(values) > 1 else values[0]
     doc = {"ComIbmAggregateReplyBody": folders}
     return _written(json.dumps(doc, separators=(",", ":"), ensure_ascii=False), ccsid)
