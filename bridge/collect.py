@@ -150,6 +150,7 @@ class CollectorBridge(QueueBridge):
         failure = self.spec.failure_queue
         moves: list[Move] = []
         groups: dict[str, tuple[CollectorRule, list[Item]]] = {}
+        sizes: dict[int, int] = {}
         for message in batch:
             routed = self._route(message)
             if isinstance(routed, str):
@@ -166,7 +167,7 @@ class CollectorBridge(QueueBridge):
                 moves.append(Move(kind, target, message, reason))
                 continue
             item = Item(message=message, received_at=now)
-            problem, _ = self._carried(
+            problem, size = self._carried(
                 item,
                 CollectInput(rule=rule, items=[item]),
                 lambda box: box.items[0],
@@ -176,12 +177,16 @@ class CollectorBridge(QueueBridge):
             if problem:
                 moves.append(Move(Destination.FAILURE, failure, message, problem))
                 continue
+            sizes[id(item)] = size
             groups.setdefault(destination, (rule, []))[1].append(item)
         # Destinations are signalled side by side: each is its own workflow, and one MQ
         # batch spans many of them. A failure still backs out the whole batch, once
         # every signal has settled (a redelivery is recognised by the workflow).
         sent = await asyncio.gather(
-            *(self._send(d, rule, items) for d, (rule, items) in groups.items()),
+            *(
+                self._send(d, rule, items, lambda i: sizes[id(i)])
+                for d, (rule, items) in groups.items()
+            ),
             return_exceptions=True,
         )
         for outcome in sent:
@@ -194,11 +199,16 @@ class CollectorBridge(QueueBridge):
             await call(self._move, transport, queue, moves)
 
     async def _send(
-        self, destination: str, rule: CollectorRule, items: list[Item]
+        self,
+        destination: str,
+        rule: CollectorRule,
+        items: list[Item],
+        size_of: Callable[[Item], int],
     ) -> tuple[list[Item], BaseException | None]:
-        """Signal a destination's messages in chunks; the items Temporal refused for their
-        content, and why (any other failure raises: the whole batch is backed out)."""
-        chunks = chunk_replies(items)
+        """Signal a destination's messages in chunks of at most a signal's size (by their
+        encoded size: properties count as much as bodies); the items Temporal refused for
+        their content, and why (any other failure raises: the whole batch is backed out)."""
+        chunks = chunk_replies(items, size_of=size_of)
         for index, chunk in enumerate(chunks):
             try:
                 await self.client.start_workflow(

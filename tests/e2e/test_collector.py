@@ -21,7 +21,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.collect import CollectorBridge
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import QueueAttributes
+from bridge.mq.models import MQMessage, QueueAttributes
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.names import PROP_BATCH_REASON, PROP_REASON
 from tests.collecting import OUT, SPEC, Collecting, collecting, order
@@ -267,3 +267,26 @@ async def test_hostile_properties_and_bodies_end_in_one_place_each(temporal_env,
     assert (failed.msg_id, failed.body) == (broken.msg_id, broken.body)
     assert "batches json" in str(failed.properties[PROP_REASON])
     assert left == (0, 0)
+
+
+async def test_a_flood_of_large_properties_is_signalled_in_pieces_and_batched_whole(
+    temporal_env, tmp_path
+):
+    """30 messages whose properties are 100 KB each, in one MQ batch for one destination:
+    more than Temporal takes in one signal, so the bridge splits them by encoded size
+    (not body size); every one ends in the batch, none on the failure queue."""
+    async with collecting(temporal_env.client, tmp_path, run_bridge=False) as c:
+        c.rule("Big", "CMAOUT.FR", max_messages=30, max_delay_seconds=60, format="blob")
+        sent = [
+            c.qm.put(c.spec.input_queue, MQMessage(
+                properties={"destination": "Big", "note": f"{n:03d}" + "x" * 100_000},
+                body=b"%03d" % n))
+            for n in range(30)
+        ]  # fmt: skip
+        c.qm.commit()
+        c.start_bridge()  # type: ignore[attr-defined]
+        batch = await c.take("CMAOUT.FR")
+        seen = await c.status("Big")
+        left = (c.depth(c.spec.failure_queue), c.depth("CMAIN"))
+    assert batch.body == b"".join(m.body for m in sent)
+    assert seen.messages == 30 and left == (0, 0)
