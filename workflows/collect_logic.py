@@ -18,7 +18,7 @@ from workflows.collect_models import (
     OpenBatch,
     ReleaseBatchResult,
 )
-from workflows.logic import MAX_ROUND_DELAY
+from workflows.logic import attempt_failed, attempt_succeeded
 
 
 def digest_of(msg_id: bytes) -> str:
@@ -153,16 +153,15 @@ def put_done(state: CollectorState, facts: BatchFacts) -> None:
     state.ready.pop(0)
     state.batches += 1
     state.last_batch = facts
-    state.last_error, state.failing_since, state.failed_rounds = "", None, 0
+    attempt_succeeded(state)
 
 
 def put_failed(state: CollectorState, error: str, now: datetime) -> float:
-    """Record a failed round of PUT attempts; the seconds to wait before the next."""
-    state.failed_rounds += 1
-    state.last_error = error
-    if state.failing_since is None:
-        state.failing_since = now
-    return min(2.0**state.failed_rounds, MAX_ROUND_DELAY)
+    """Record a failed round of PUT attempts of the first ready batch; the seconds to
+    wait before the next (as a gather's MQ work: :func:`workflows.logic.attempt_failed`)."""
+    batch = state.ready[0]
+    return attempt_failed(state, f"PUT of batch {batch.number} to {batch.rule.target_queue}",
+                          error, now)  # fmt: skip
 
 
 def status(collector: str, destination: str, state: CollectorState) -> BatchStatus:

@@ -5,6 +5,7 @@ it is compiled once per worker rather than once per gather."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from bridge.mq.models import NONE_ID
 from mqgather.config import AggregateSpec, LegSpec
@@ -425,7 +426,15 @@ MAX_ROUND_DELAY = 30.0
 TEMPORAL_CANCEL_REASON = "cancel requested through Temporal"
 
 
-def attempt_failed(state: GatherState, work: str, error: str, now: datetime) -> float:
+class FailureRecord(Protocol):
+    """The state of work retried in rounds (a gather's, a collector's)."""
+
+    last_error: str
+    failing_since: datetime | None
+    failed_rounds: int
+
+
+def attempt_failed(state: FailureRecord, work: str, error: str, now: datetime) -> float:
     """Record a failed round of MQ work; return the seconds to wait before the next one."""
     state.failed_rounds += 1
     state.last_error = f"{work}: {error}"
@@ -440,7 +449,7 @@ def failed_attempts(state: GatherState) -> int:
     return state.failed_rounds * ATTEMPTS_PER_ROUND
 
 
-def attempt_succeeded(state: GatherState) -> bool:
+def attempt_succeeded(state: FailureRecord) -> bool:
     """Clear the failure record; True when there was one (the UI needs refreshing)."""
     had = bool(state.last_error)
     state.last_error, state.failing_since = "", None

@@ -123,3 +123,16 @@ def test_the_delay_counts_from_the_bridges_receipt_never_from_a_clock_ahead():
     logic.take(before, CollectInput(rule=rule(max_delay_seconds=15), items=items(1)), late, 100,
                from_arrival=False)  # fmt: skip
     assert before.open.closes_at == late + timedelta(seconds=15)
+
+
+def test_failed_put_rounds_back_off_and_a_put_clears_the_record():
+    state = CollectorState()
+    logic.take(state, CollectInput(rule=rule(max_messages=1), items=items(1)), T0, 100)
+    later = T0 + timedelta(seconds=2)
+    assert logic.put_failed(state, "MQRC_Q_FULL (2053)", T0) == 2.0
+    assert logic.put_failed(state, "MQRC_Q_FULL (2053)", later) == 4.0
+    assert state.last_error == "PUT of batch 1 to OUT: MQRC_Q_FULL (2053)"
+    assert state.failing_since == T0 and state.failed_rounds == 2
+    logic.put_done(state, state.ready[0].facts())
+    assert (state.last_error, state.failing_since, state.failed_rounds) == ("", None, 0)
+    assert state.batches == 1 and not state.ready
