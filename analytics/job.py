@@ -28,6 +28,7 @@ from analytics.transforms import (
     RAW_SCHEMA,
     aggregate_summary,
     batch_facts,
+    batch_summary,
     batch_trends,
     dedupe_histories,
     destination_summary,
@@ -129,14 +130,14 @@ def analyze(
     batches = batch_facts(histories).cache()
     batches_dir = out / "batch_facts"
     batches.write.mode("overwrite").parquet(str(batches_dir))
-    batch_totals = batches.agg(
-        F.count("*").alias("batches"),
-        F.sum("messages").alias("messages"),
-        F.countDistinct("collector", "destination").alias("destinations"),
-        F.min("put_at").alias("first_put"),
-        F.max("put_at").alias("last_put"),
-        F.expr("percentile(wait_ms, array(0.5, 0.95, 0.99))").alias("p"),
-        *(F.sum((F.col("reason") == r).cast("long")).alias(r) for r in CLOSE_REASONS),
+    batch_totals = batch_summary(
+        batches,
+        [],
+        {
+            "destinations": F.countDistinct("collector", "destination"),
+            "first_put": F.min("put_at"),
+            "last_put": F.max("put_at"),
+        },
     ).first()
     assert batch_totals is not None
     histories.unpersist()
@@ -204,10 +205,8 @@ def analyze(
         "batches": int(batch_totals["batches"] or 0),
         "batched_messages": int(batch_totals["messages"] or 0),
         "destinations": int(batch_totals["destinations"] or 0),
-        "batch_reasons": {r: int(batch_totals[r] or 0) for r in CLOSE_REASONS},
-        "batch_wait_ms": dict(
-            zip(("p50", "p95", "p99"), batch_totals["p"] or (None,) * 3, strict=True)
-        ),
+        "batch_reasons": {r: int(batch_totals[f"by_{r}"] or 0) for r in CLOSE_REASONS},
+        "batch_wait_ms": {p: batch_totals[f"wait_{p}_ms"] for p in ("p50", "p95", "p99")},
         "seconds": round(trends_done - started, 2),
         "skipped_files": len(skipped),
         "duplicate_histories_dropped": found.duplicates_dropped,

@@ -296,8 +296,8 @@ def gather_facts(histories: DataFrame) -> DataFrame:
     )
 
 
-def _window_start(window: str) -> Column:
-    return F.window("end_time", window).getField("start").alias("window_start")
+def _window_start(window: str, column: str = "end_time") -> Column:
+    return F.window(column, window).getField("start").alias("window_start")
 
 
 def _percentiles(column: str, qs: tuple[float, ...]) -> Column:
@@ -525,13 +525,18 @@ def batch_facts(histories: DataFrame) -> DataFrame:
     )
 
 
-def _batch_summary(frame: DataFrame, keys: list[str]) -> DataFrame:
-    """Per group of ``keys``: batches, messages, the failed ones, messages per batch, bytes,
-    batches per close reason, exact p50/p95/p99 and the longest wait."""
-    return (
+def batch_summary(
+    frame: DataFrame, keys: list[str], extra: dict[str, Column] | None = None
+) -> DataFrame:
+    """Per group of ``keys`` (one row for none): batches, messages, the failed ones,
+    messages per batch, bytes, batches per close reason, exact p50/p95/p99 and the longest
+    wait (and the ``extra`` aggregations, after the keys)."""
+    extra = extra or {}
+    summary = (
         frame.groupBy(*keys)
         .agg(
             F.count("*").alias("batches"),
+            *(column.alias(name) for name, column in extra.items()),
             F.sum("messages").alias("messages"),
             F.sum("failed").alias("failed"),
             F.avg("messages").alias("messages_per_batch"),
@@ -542,6 +547,7 @@ def _batch_summary(frame: DataFrame, keys: list[str]) -> DataFrame:
         )
         .select(
             *keys,
+            *extra,
             "batches",
             "messages",
             "failed",
@@ -553,20 +559,19 @@ def _batch_summary(frame: DataFrame, keys: list[str]) -> DataFrame:
             F.col("p")[2].alias("wait_p99_ms"),
             "max_wait_ms",
         )
-        .orderBy(*keys)
     )
+    return summary.orderBy(*keys) if keys else summary
 
 
 def batch_trends(batches: DataFrame, window: str = "1 hour") -> DataFrame:
     """Per time window (of the PUT), collector and destination: what
     :func:`destination_summary` gives over all the data."""
     keys = ["window_start", "collector", "destination"]
-    windowed = batches.withColumn("window_start", F.window("put_at", window).getField("start"))
-    return _batch_summary(windowed, keys)
+    return batch_summary(batches.withColumn("window_start", _window_start(window, "put_at")), keys)
 
 
 def destination_summary(batches: DataFrame) -> DataFrame:
     """Per collector and destination: batches, messages (failed ones apart), messages per
     batch, bytes, batches closed by count / bytes / delay / release, and the wait of the
     first message (arrival at the bridge to the PUT): p50/p95/p99 and longest."""
-    return _batch_summary(batches, ["collector", "destination"])
+    return batch_summary(batches, ["collector", "destination"])
