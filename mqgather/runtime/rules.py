@@ -8,6 +8,7 @@ reason and its messages go to the failure queue, never into a batch under a wron
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ from pydantic import ValidationError
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.config import is_state_dir, state_file
 from mqgather.errors import ConfigError
+
+log = logging.getLogger("mqgather.collector")
 
 COLUMNS = (
     "destination",
@@ -171,24 +174,49 @@ class RuleStore:
 
 class RuleCache:
     """The rules a bridge applies, read again from the database every
-    ``rule_refresh_seconds``: a change reaches new batches within that time."""
+    ``rule_refresh_seconds``: a change reaches new batches within that time. While the
+    database cannot be read, the rules last read stay in force."""
 
     def __init__(self, spec: CollectorSpec, store: RuleStore | None = None) -> None:
         self.spec = spec
         self.store = store or RuleStore(spec.rules_db)
         self._rules: dict[str, CollectorRule | BadRule] = {}
-        self._loaded = -1e9
+        self._loaded: float | None = None
+        self._failing = False
 
     def refresh(self, force: bool = False) -> None:
-        """Read the table again if the copy is older than the refresh interval."""
+        """Read the table again if the copy is older than the refresh interval.
+
+        Raises:
+            ConfigError: the table has never been read and cannot be now.
+        """
         now = time.monotonic()
-        if not force and now - self._loaded < self.spec.rule_refresh_seconds:
+        fresh = self._loaded is not None and now - self._loaded < self.spec.rule_refresh_seconds
+        if fresh and not force:
             return
-        self._rules = {r.destination: r for r in self.store.rows(self.spec.name)}
-        self._loaded = now
+        try:
+            rows = self.store.rows(self.spec.name)
+        except ConfigError as exc:
+            if self._loaded is None:
+                raise
+            # Batching goes on by the last rules; the next look is an interval away.
+            if not self._failing:
+                log.warning("rules of collector %s not read, the last ones stay: %s",
+                            self.spec.name, exc)  # fmt: skip
+            self._failing, self._loaded = True, now
+            return
+        if self._failing:
+            log.warning("rules of collector %s read again", self.spec.name)
+        self._rules = {r.destination: r for r in rows}
+        self._loaded, self._failing = now, False
 
     def rule_for(self, destination: str) -> CollectorRule | BadRule:
         """The destination's rule as of the last :meth:`refresh` (no database read here:
         the bridge refreshes once per MQ batch), the default rule when it has none, or
         why its row is invalid."""
-        return self._rules.get(destination) or self.spec.default_rule(destination)
+        rule = self._rules.get(destination)
+        if rule is None:
+            # Kept until the next refresh, so a busy destination without a row does not
+            # build its default rule for every message.
+            rule = self._rules[destination] = self.spec.default_rule(destination)
+        return rule

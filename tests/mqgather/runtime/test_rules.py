@@ -66,3 +66,18 @@ def test_a_missing_directory_or_unreachable_server_is_a_config_error(tmp_path):
         RuleStore(str(tmp_path / "nowhere" / "rules.db"))
     with pytest.raises(ConfigError, match="rules_db"):
         RuleStore("postgresql://nobody@127.0.0.1:1/none")
+
+
+def test_an_unreadable_database_keeps_the_last_rules_in_force(tmp_path, caplog):
+    path = tmp_path / "r.db"
+    spec = CollectorSpec(name="c", rules_db=str(path), rule_refresh_seconds=0.2)
+    cache = RuleCache(spec)
+    cache.store.set("c", CollectorRule(destination="UK", target_queue="OUT.UK"))
+    cache.refresh()
+    path.write_bytes(b"not a database at all" * 100)  # an operator's mistake, a bad disk
+    cache.refresh(force=True)  # no error: the bridge goes on batching
+    assert cache.rule_for("UK").target_queue == "OUT.UK"
+    assert "rules of collector c not read, the last ones stay" in caplog.text
+    assert str(path) in caplog.text
+    with pytest.raises(ConfigError, match="rules_db"):  # never read: nothing to go by
+        RuleCache(spec, store=cache.store).refresh()
