@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from temporalio.common import WorkerDeploymentVersion
+from temporalio.worker import Worker
 
 from bridge.collect import CollectorBridge
 from bridge.mq.local_qm import LocalQueueManager
@@ -30,10 +31,27 @@ def order(text: str) -> bytes:
 
 
 class Collecting:
-    def __init__(self, client, path: Path, spec: CollectorSpec, task_queue: str) -> None:
+    """A collector under test: its worker, its bridges (started on demand), its rules and
+    queues."""
+
+    def __init__(self, client, path: Path, spec: CollectorSpec, task_queue: str,
+                 worker: Worker | None = None) -> None:  # fmt: skip
         self.client, self.path, self.spec, self.task_queue = client, path, spec, task_queue
         self.qm = LocalQueueManager(path)
         self.store = RuleStore(spec.rules_db)
+        self.worker = worker
+        self.stop = asyncio.Event()
+        # Without a worker here, the test runs its own (in processes, say).
+        self.tasks = [asyncio.create_task(worker.run())] if worker else []
+
+    def connect(self) -> LocalQueueManager:
+        return LocalQueueManager(self.path)
+
+    def start_bridge(self) -> None:
+        """Start a bridge for the collector (one more when one runs already)."""
+        bridge = CollectorBridge(self.client, self.connect, self.spec,
+                                 task_queue=self.task_queue, wait_ms=100)  # fmt: skip
+        self.tasks.append(asyncio.create_task(bridge.run(self.stop)))
 
     def rule(self, destination: str, queue: str, **changes) -> None:
         self.store.set(
@@ -86,27 +104,16 @@ async def collecting(
     with LocalQueueManager(path) as qm:
         qm.define(QueueAttributes(name=spec.input_queue, maxdepth=100_000, bothresh=3))
     task_queue = f"collect-{uuid.uuid4().hex[:10]}"
-
-    def connect() -> LocalQueueManager:
-        return LocalQueueManager(path)
-
-    worker = build_worker(client, connect, task_queue=task_queue, version=version)
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(worker.run())]
-    c = Collecting(client, path, spec, task_queue)
-    c.worker = worker  # type: ignore[attr-defined]
-
-    def start_bridge() -> None:
-        bridge = CollectorBridge(client, connect, spec, task_queue=task_queue, wait_ms=100)
-        tasks.append(asyncio.create_task(bridge.run(stop)))
-
-    c.start_bridge = start_bridge  # type: ignore[attr-defined]
+    worker = build_worker(
+        client, lambda: LocalQueueManager(path), task_queue=task_queue, version=version
+    )
+    c = Collecting(client, path, spec, task_queue, worker)
     if run_bridge:
-        start_bridge()
+        c.start_bridge()
     try:
         yield c
     finally:
-        stop.set()
+        c.stop.set()
         await worker.shutdown()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*c.tasks, return_exceptions=True)
         c.qm.close()

@@ -76,7 +76,7 @@ async def test_an_exported_collector_run_gives_its_batches(temporal_env, spark, 
     client = temporal_env.client
     async with collecting(client, tmp_path, run_bridge=False) as c:
         c.rule("Export", "CMAOUT.FR", max_messages=2)
-        c.start_bridge()  # type: ignore[attr-defined]
+        c.start_bridge()
         for n in range(4):
             c.send("Export", order(f"export {n}"))
         await until(lambda: c.status("Export"), lambda st: st.batches == 2)

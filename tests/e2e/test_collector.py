@@ -284,7 +284,7 @@ async def test_a_flood_of_large_properties_is_signalled_in_pieces_and_batched_wh
             for n in range(30)
         ]  # fmt: skip
         c.qm.commit()
-        c.start_bridge()  # type: ignore[attr-defined]
+        c.start_bridge()
         batch = await c.take("CMAOUT.FR")
         seen = await c.status("Big")
         left = (c.depth(c.spec.failure_queue), c.depth("CMAIN"))

@@ -211,10 +211,7 @@ async def test_a_collector_moves_to_the_new_version_and_never_holds_the_old(temp
         c.send("Roll", b"<a/>")
         await until(lambda: c.status("Roll"), lambda s: s.open_messages == 1)
 
-        def connect() -> LocalQueueManager:
-            return LocalQueueManager(c.path)
-
-        v2 = build_worker(client, connect, task_queue=c.task_queue,
+        v2 = build_worker(client, c.connect, task_queue=c.task_queue,
                           version=WorkerDeploymentVersion(deployment, "v2"))  # fmt: skip
         async with v2:
             await known(client, deployment, "v2")
@@ -222,6 +219,7 @@ async def test_a_collector_moves_to_the_new_version_and_never_holds_the_old(temp
                        deployment).returncode == 0  # fmt: skip
             check = cli(client, "deploy", "drain-check", "v1", "--deployment", deployment)
             assert check.returncode == 0, check.stdout  # the open collector does not hold v1
+            assert c.worker is not None
             await c.worker.shutdown()  # v1 is gone: only v2 can take the next task
             c.send("Roll", b"<b/>")
             batch = await c.take("CMAOUT.FR")

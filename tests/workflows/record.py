@@ -325,7 +325,7 @@ async def record_collectors(env: WorkflowEnvironment, out: Path) -> list[Path]:
             for name, (queue, rule, _) in COLLECT_SCENARIOS.items():
                 c.rule(name, queue, **rule)
             c.qm.define(QueueAttributes(name="CMAOUT.FULL", maxdepth=1), replace=True)
-            c.start_bridge()  # type: ignore[attr-defined]
+            c.start_bridge()
             for name, (_, _, scenario) in COLLECT_SCENARIOS.items():
                 await scenario(c, name)
             # Collectors never end: each is terminated once its scenario is over.
