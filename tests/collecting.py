@@ -47,10 +47,10 @@ class Collecting:
     def connect(self) -> LocalQueueManager:
         return LocalQueueManager(self.path)
 
-    def start_bridge(self) -> None:
-        """Start a bridge for the collector (one more when one runs already)."""
-        bridge = CollectorBridge(self.client, self.connect, self.spec,
-                                 task_queue=self.task_queue, wait_ms=100)  # fmt: skip
+    def start_bridge(self, kind: type[CollectorBridge] = CollectorBridge) -> None:
+        """Start a bridge (of ``kind``) for the collector (one more when one runs)."""
+        bridge = kind(self.client, self.connect, self.spec, task_queue=self.task_queue,
+                      wait_ms=100)  # fmt: skip
         self.tasks.append(asyncio.create_task(bridge.run(self.stop)))
 
     def rule(self, destination: str, queue: str, **changes) -> None:

@@ -290,3 +290,46 @@ async def test_a_flood_of_large_properties_is_signalled_in_pieces_and_batched_wh
         left = (c.depth(c.spec.failure_queue), c.depth("CMAIN"))
     assert batch.body == b"".join(m.body for m in sent)
     assert seen.messages == 30 and left == (0, 0)
+
+
+class _OneSignalFailsOnce(CollectorBridge):
+    """Temporal fails destination B's first signal (not for its content); the others of
+    the same MQ batch are accepted."""
+
+    failed: set[str] = set()
+
+    async def _send(self, destination, *args, **kwargs):
+        if destination.startswith("B-") and destination not in self.failed:
+            self.failed.add(destination)
+            raise RuntimeError("Temporal unavailable")
+        return await super()._send(destination, *args, **kwargs)
+
+
+async def test_one_destination_failing_backs_out_the_batch_and_nothing_is_batched_twice(
+    temporal_env, tmp_path
+):
+    """Destinations are signalled side by side: when one fails, the whole MQ batch is
+    backed out; the destinations already signalled take the redelivery once."""
+    a, b = f"A-{uuid.uuid4().hex[:6]}", f"B-{uuid.uuid4().hex[:6]}"
+    async with collecting(temporal_env.client, tmp_path, run_bridge=False) as c:
+        c.rule(a, "CMAOUT.FR", max_messages=3, format="blob", separator="|")
+        c.rule(b, "CMAOUT.UK", max_messages=3, format="blob", separator="|")
+        for n in range(3):
+            for destination in (a, b):
+                c.qm.put(
+                    c.spec.input_queue,
+                    MQMessage(
+                        properties={"destination": destination}, body=f"{destination}-{n}".encode()
+                    ),
+                )
+        c.qm.commit()  # one MQ batch for both destinations
+        c.start_bridge(_OneSignalFailsOnce)
+        batches = {q: await c.take(q) for q in ("CMAOUT.FR", "CMAOUT.UK")}
+        seen_a = await until(lambda: c.status(a), lambda s: s.redeliveries == 3)
+        seen_b = await c.status(b)
+        left = [c.depth(q) for q in ("CMAIN", "CMAOUT.FR", "CMAOUT.UK", c.spec.failure_queue)]
+    assert batches["CMAOUT.FR"].body == f"{a}-0|{a}-1|{a}-2".encode()
+    assert batches["CMAOUT.UK"].body == f"{b}-0|{b}-1|{b}-2".encode()
+    assert (seen_a.messages, seen_a.batches) == (3, 1)
+    assert (seen_b.messages, seen_b.batches, seen_b.redeliveries) == (3, 1, 0)
+    assert left == [0, 0, 0, 0]
