@@ -113,9 +113,18 @@ CREATE TABLE IF NOT EXISTS messages (
     appl_origin_data TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS messages_order ON messages (queue, state, priority DESC, id);
-CREATE INDEX IF NOT EXISTS messages_correl ON messages (queue, correl_id);
-CREATE INDEX IF NOT EXISTS messages_msgid ON messages (queue, msg_id);
-CREATE INDEX IF NOT EXISTS messages_group ON messages (queue, group_id);
+-- A get that matches an id finds it through its own index, in queue order, however deep
+-- the queue (the ledger's check before every PUT is one). Files from before these indexes
+-- had ones without the order, which the planner passed over for messages_order.
+DROP INDEX IF EXISTS messages_correl;
+DROP INDEX IF EXISTS messages_msgid;
+DROP INDEX IF EXISTS messages_group;
+CREATE INDEX IF NOT EXISTS messages_correl_order
+    ON messages (queue, correl_id, state, priority DESC, id);
+CREATE INDEX IF NOT EXISTS messages_msgid_order
+    ON messages (queue, msg_id, state, priority DESC, id);
+CREATE INDEX IF NOT EXISTS messages_group_order
+    ON messages (queue, group_id, state, priority DESC, id);
 CREATE INDEX IF NOT EXISTS messages_owner ON messages (owner) WHERE owner IS NOT NULL;
 CREATE INDEX IF NOT EXISTS messages_expiry ON messages (expiry_at) WHERE expiry_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS connections (conn_id TEXT PRIMARY KEY, pid INTEGER, started REAL);
