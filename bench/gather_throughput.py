@@ -79,15 +79,15 @@ def _rss_mb(pid: int) -> float:
 
 
 class Bench:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, server_args: list[str] | None = None) -> None:
         self.tmp = tmp
         self.port = _port()
         self.address = f"localhost:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = []
         binary = shutil.which("temporal")
         assert binary, "run through `make bench` so the temporal CLI is on PATH"
-        extra = os.environ.get("BENCH_SERVER_ARGS", "").split()
-        self.spawn([binary, *dev_server_args(str(tmp / "t.db"), self.port, _port()), "--headless", *extra])
+        server = dev_server_args(str(tmp / "t.db"), self.port, _port())
+        self.spawn([binary, *server, "--headless", *(server_args or [])])
         self.qm_path = tmp / "qm.db"
         prepare_queues(self.qm_path, bothresh=0)
         (tmp / "bench.toml").write_text(CONFIG)
@@ -289,11 +289,17 @@ def _q(values: list[float], pct: int) -> float:
 
 
 async def main(
-    n: int, levels: list[int], workers: int, bridges: int, cache: int, sandbox: bool
+    n: int,
+    levels: list[int],
+    workers: int,
+    bridges: int,
+    cache: int,
+    sandbox: bool,
+    server_args: list[str] | None = None,
 ) -> None:
     results: list[Level] = []
     with tempfile.TemporaryDirectory() as tmp:
-        bench = Bench(Path(tmp))
+        bench = Bench(Path(tmp), server_args)
         try:
             client = await bench.client()
             await ensure_search_attributes(client)
@@ -388,7 +394,11 @@ if __name__ == "__main__":
     parser.add_argument("--bridges", type=int, default=1)
     parser.add_argument("--max-cached-gathers", type=int, default=DEFAULT_MAX_CACHED_GATHERS)
     parser.add_argument("--sandbox", action="store_true", help="workers run the sandbox")
+    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument of `temporal server start-dev` (repeat it), "
+                             "e.g. --server-arg=--dynamic-config-value "
+                             "--server-arg=KEY=VALUE")  # fmt: skip
     ns = parser.parse_args()
     levels = [int(x) for x in ns.open.split(",") if x.strip()]
     asyncio.run(main(ns.gathers, levels, ns.workers, ns.bridges, ns.max_cached_gathers,
-                     ns.sandbox))  # fmt: skip
+                     ns.sandbox, ns.server_arg))  # fmt: skip
