@@ -12,7 +12,11 @@ own processes, at each level of open gathers (each holding 1 of its 3 legs):
 (c) latency from the last reply's PUT to the response's PUT at half the ceiling rate,
     and where it goes: bridge wake-up and get, the signal reaching the server, workflow
     task pickup, workflow code, the local activity's merge and PUT, then (after the
-    response is on its queue) the commit and the task's completion.
+    response is on its queue) the commit and the task's completion;
+(d) the floor at the same rate: workflows of the gather's shape without MQ and without
+    mqgather's code (signal-with-start, one local activity that does nothing, done), their
+    worker's CPU per workflow and their time from the signal at the server to the task's
+    completion, the same span as stages 3 to 6 of the gather.
 
     python bench/gather_throughput.py [--gathers N] [--open 0,1000,10000,50000]
         [--workers N] [--bridges M] [--max-cached-gathers N]
@@ -139,6 +143,34 @@ async def ceiling(bench: Bench, client: Client, n: int) -> float:
     start = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(n)))
     return n / (time.perf_counter() - start)
+
+
+async def floor(client: Client, pid: int, n: int, rate: float) -> tuple[float, list[float]]:
+    """Start ``n`` TrivialLocal workflows at ``rate``/s: their worker's CPU ms per workflow
+    and, per workflow, ms from the signal at the server to the task's completion."""
+    run = f"{time.time_ns()}"
+
+    async def one(i: int) -> float:
+        handle = await client.start_workflow(
+            "TrivialLocal", id=f"floor-{run}-{i}", task_queue="trivial",
+            start_signal="go", start_signal_args=["x"],
+        )  # fmt: skip
+        await handle.result()
+        stamps = {
+            e.event_type: e.event_time.ToDatetime(UTC).timestamp()
+            for e in (await handle.fetch_history()).events
+        }
+        signalled = stamps[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+        return (stamps[EventType.EVENT_TYPE_MARKER_RECORDED] - signalled) * 1000
+
+    before = _cpu_seconds(pid)
+    start = time.monotonic()
+    runs = []
+    for i in range(n):
+        await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))  # pacing
+        runs.append(asyncio.create_task(one(i)))
+    spans = list(await asyncio.gather(*runs))
+    return 1000 * (_cpu_seconds(pid) - before) / n, spans
 
 
 def put_gathers(qm: LocalQueueManager, prefix: str, n: int, legs: tuple[str, ...]) -> None:
@@ -280,6 +312,13 @@ class Level:
     rss: list[float]
     totals: list[float]
     stages: dict[str, list[float]]
+    floor_cpu: float
+    floor_ms: list[float]
+
+    def in_temporal(self) -> list[float]:
+        """Per gather, ms from the signal at the server to the task's completion."""
+        spans = [self.stages[name] for name in STAGES[2:]]
+        return [sum(parts) for parts in zip(*spans, strict=True)]
 
 
 def _q(values: list[float], pct: int) -> float:
@@ -318,8 +357,9 @@ async def main(
                 roles["workers"].append(bench.spawn(args, bench.env).pid)
             for _ in range(bridges):
                 roles["bridges"].append(bench.spawn([*me, "bridge"], bench.env).pid)
-            bench.spawn([sys.executable, "-m", "bench.trivial", "--address", bench.address,
-                         "--task-queue", "trivial"])  # fmt: skip
+            trivial = bench.spawn([sys.executable, "-m", "bench.trivial", "--address",
+                                   bench.address, "--task-queue", "trivial",
+                                   *(["--sandbox"] if sandbox else [])]).pid  # fmt: skip
             qm = LocalQueueManager(bench.qm_path)
             print(f"{workers} worker(s), {bridges} bridge(s), cache {cache} gathers, "
                   f"sandbox {'on' if sandbox else 'off'}; warming up …", flush=True)  # fmt: skip
@@ -344,8 +384,12 @@ async def main(
                 print(f"[{level:,} open] (c) latency at {bare / 2:.0f} gathers/s …", flush=True)
                 last_put = await latency(qm, f"LAT-{level}-", min(n, 300), bare / 2)
                 totals, stages = await breakdown(client, qm, last_put)
+                print(f"[{level:,} open] (d) floor at {bare / 2:.0f} workflows/s …", flush=True)
+                floor_cpu, floor_ms = await floor(client, trivial, min(n, 300), bare / 2)
                 rss = [_rss_mb(pid) for pid in roles["workers"]]
-                results.append(Level(level, e2e, bare, cpu, rss, totals, stages))
+                results.append(
+                    Level(level, e2e, bare, cpu, rss, totals, stages, floor_cpu, floor_ms)
+                )
                 print(f"[{level:,} open] " + row(results[-1], results[0].e2e, n), flush=True)
             qm.close()
         finally:
@@ -379,6 +423,22 @@ def report(results: list[Level], n: int, title: str) -> None:
             f"{f'{_q(r.stages[name], 50):.1f} / {_q(r.stages[name], 99):.1f}':>16}" for r in results
         )
         print(f"{name:<30}{cells}")
+    print()
+    print("floor: the gather's shape without MQ and without mqgather's code (signal-with-start,")
+    print("one local activity that does nothing), at the same rate:")
+    print(f"{'':<30}" + "".join(f"{f'{r.open:,} open':>16}" for r in results))
+    rows = {
+        "worker CPU ms, gather": [f"{1000 * r.cpu['workers'] / n:.1f}" for r in results],
+        "worker CPU ms, floor": [f"{r.floor_cpu:.1f}" for r in results],
+        "signal -> done, gather": [
+            f"{_q(r.in_temporal(), 50):.0f} / {_q(r.in_temporal(), 99):.0f}" for r in results
+        ],
+        "signal -> done, floor": [
+            f"{_q(r.floor_ms, 50):.0f} / {_q(r.floor_ms, 99):.0f}" for r in results
+        ],
+    }
+    for label, values in rows.items():
+        print(f"{label:<30}" + "".join(f"{v:>16}" for v in values))
 
 
 if __name__ == "__main__":

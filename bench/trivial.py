@@ -1,14 +1,23 @@
-"""The bare ceiling's workflow: started by signal-with-start, done on its signal."""
+"""The bare workflows the pipeline is measured against, and their worker.
+
+``Trivial`` is started by signal-with-start and done on its signal: the ceiling.
+``TrivialLocal`` is the gather's shape without MQ and without mqgather's code: started
+by signal-with-start, one local activity that does nothing, then done. Its worker CPU
+and latency are the floor the SDK and the server set for one gather.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
-from temporalio import workflow
+from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 
 @workflow.defn(name="Trivial")
@@ -30,9 +39,36 @@ class TrivialWorkflow:
         return True
 
 
-async def _serve(address: str, task_queue: str) -> None:
+@activity.defn(name="nothing")
+def nothing(payload: str) -> str:
+    """A local activity with no work in it, run on a thread as the gather's PUT is."""
+    return payload
+
+
+@workflow.defn(name="TrivialLocal")
+class TrivialLocalWorkflow(TrivialWorkflow):
+    """Waits for one signal, runs one local activity that does nothing, completes."""
+
+    @workflow.run
+    async def run(self) -> bool:
+        """Return once signalled and the local activity is done."""
+        await workflow.wait_condition(lambda: self.got)
+        await workflow.execute_local_activity(
+            nothing, "x", start_to_close_timeout=timedelta(seconds=30)
+        )
+        return True
+
+
+async def _serve(address: str, task_queue: str, sandbox: bool) -> None:
     client = await Client.connect(address, data_converter=pydantic_data_converter)
-    async with Worker(client, task_queue=task_queue, workflows=[TrivialWorkflow]):
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[TrivialWorkflow, TrivialLocalWorkflow],
+        activities=[nothing],
+        activity_executor=ThreadPoolExecutor(8),
+        workflow_runner=SandboxedWorkflowRunner() if sandbox else UnsandboxedWorkflowRunner(),
+    ):
         await asyncio.Event().wait()
 
 
@@ -40,5 +76,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--address", required=True)
     parser.add_argument("--task-queue", required=True)
+    parser.add_argument("--sandbox", action="store_true", help="as the gather workers run")
     ns = parser.parse_args()
-    asyncio.run(_serve(ns.address, ns.task_queue))
+    asyncio.run(_serve(ns.address, ns.task_queue, ns.sandbox))
