@@ -15,7 +15,7 @@ from activities.mq import MQActivities, response_msg_id
 from bridge.mq import dlh
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage
+from bridge.mq.models import MQMessage, QueueAttributes
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import DEAD_LETTER_QUEUE
 from mqgather.routing import Destination
@@ -69,6 +69,27 @@ def test_a_retried_put_after_the_response_was_consumed_puts_nothing(qm_path):
         assert drain(requester, "ORDER.RESPONSE") == []
     assert len(taken) == 1 and taken[0].msg_id == response_msg_id(GATHER, "COMPLETE")
     assert first == again
+
+
+def test_a_full_ledger_backs_the_put_out_and_the_retry_puts_once_there_is_room(qm_path):
+    # delivery_attempts=1: every attempt is the last, and still nothing is dead-lettered.
+    spec = AggregateSpec(name="t", legs=(LEG,), delivery_attempts=1)
+    with LocalQueueManager(qm_path) as qm:
+        qm.define(QueueAttributes(name=spec.ledger_queue, maxdepth=1), replace=True)
+        qm.put(spec.ledger_queue, MQMessage(body=b"an older marker"))
+        qm.commit()
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = ActivityEnvironment()
+    with pytest.raises(Exception, match="MQRC_Q_FULL"):
+        env.run(acts.put_response, response_input(spec))
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, "ORDER.RESPONSE") == [] and drain(qm, DEAD_LETTER_QUEUE) == []
+        assert [m.body for m in drain(qm, spec.ledger_queue)] == [b"an older marker"]
+    result = env.run(acts.put_response, response_input(spec))
+    with LocalQueueManager(qm_path) as qm:
+        responses = drain(qm, "ORDER.RESPONSE")
+    assert result.outcome == "COMPLETE"
+    assert [m.msg_id for m in responses] == [response_msg_id(GATHER, "COMPLETE")]
 
 
 def test_a_retried_forward_after_the_copy_was_consumed_forwards_nothing(qm_path):
