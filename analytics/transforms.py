@@ -300,9 +300,18 @@ def _window_start(window: str, column: str = "end_time") -> Column:
     return F.window(column, window).getField("start").alias("window_start")
 
 
+_P50_95 = (0.5, 0.95)
+_P50_95_99 = (0.5, 0.95, 0.99)
+
+
 def _percentiles(column: str, qs: tuple[float, ...]) -> Column:
     values = ", ".join(str(q) for q in qs)
     return F.expr(f"percentile({column}, array({values}))")
+
+
+def _percentile_columns(qs: tuple[float, ...], prefix: str = "") -> list[Column]:
+    """The array ``_percentiles(..., qs).alias("p")`` as columns ``<prefix>p50_ms``..."""
+    return [F.col("p")[i].alias(f"{prefix}p{round(q * 100)}_ms") for i, q in enumerate(qs)]
 
 
 def summarise(
@@ -327,7 +336,7 @@ def summarise(
                 F.sum((F.col("outcome") == o).cast("long")).alias(c)
                 for c, o in outcome_columns.items()
             ),
-            _percentiles("completed_ms", (0.5, 0.95, 0.99)).alias("p"),
+            _percentiles("completed_ms", _P50_95_99).alias("p"),
             F.sum("late").alias("late"),
             F.sum("duplicates").alias("duplicates"),
             F.sum("unknown").alias("unknown"),
@@ -338,9 +347,7 @@ def summarise(
             "gathers",
             *outcome_columns,
             (F.col("timed_out") / F.col("gathers")).alias("timeout_rate"),
-            F.col("p")[0].alias("p50_ms"),
-            F.col("p")[1].alias("p95_ms"),
-            F.col("p")[2].alias("p99_ms"),
+            *_percentile_columns(_P50_95_99),
             "late",
             "duplicates",
             "unknown",
@@ -391,15 +398,14 @@ def leg_trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
         .groupBy("window_start", "aggregate", "leg")
         .agg(
             F.count("*").alias("arrivals"),
-            _percentiles("latency_ms", (0.5, 0.95)).alias("p"),
+            _percentiles("latency_ms", _P50_95).alias("p"),
         )
         .select(
             "window_start",
             "aggregate",
             "leg",
             "arrivals",
-            F.col("p")[0].alias("p50_ms"),
-            F.col("p")[1].alias("p95_ms"),
+            *_percentile_columns(_P50_95),
         )
         .orderBy("window_start", "aggregate", "leg")
     )
@@ -542,7 +548,7 @@ def batch_summary(
             F.avg("messages").alias("messages_per_batch"),
             F.sum("size_bytes").alias("bytes"),
             *(F.sum((F.col("reason") == r).cast("long")).alias(f"by_{r}") for r in CLOSE_REASONS),
-            _percentiles("wait_ms", (0.5, 0.95, 0.99)).alias("p"),
+            _percentiles("wait_ms", _P50_95_99).alias("p"),
             F.max("wait_ms").alias("max_wait_ms"),
         )
         .select(
@@ -554,9 +560,7 @@ def batch_summary(
             "messages_per_batch",
             "bytes",
             *(f"by_{r}" for r in CLOSE_REASONS),
-            F.col("p")[0].alias("wait_p50_ms"),
-            F.col("p")[1].alias("wait_p95_ms"),
-            F.col("p")[2].alias("wait_p99_ms"),
+            *_percentile_columns(_P50_95_99, prefix="wait_"),
             "max_wait_ms",
         )
     )

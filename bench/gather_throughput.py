@@ -35,12 +35,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq.local_qm import LocalQueueManager
@@ -125,6 +126,21 @@ class Bench:
                 proc.kill()
 
 
+async def _start_trivial(client: Client, workflow: str, workflow_id: str) -> WorkflowHandle:
+    """Start one of ``bench.trivial``'s workflows by signal-with-start."""
+    return await client.start_workflow(
+        workflow, id=workflow_id, task_queue="trivial", start_signal="go", start_signal_args=["x"]
+    )
+
+
+async def paced(n: int, rate: float) -> AsyncIterator[int]:
+    """0 to ``n`` - 1, each at its time when ``rate`` of them start per second."""
+    start = time.monotonic()
+    for i in range(n):
+        await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+        yield i
+
+
 async def ceiling(bench: Bench, client: Client, n: int) -> float:
     gate = asyncio.Semaphore(64)
     run = f"{time.time_ns()}"
@@ -133,11 +149,7 @@ async def ceiling(bench: Bench, client: Client, n: int) -> float:
         # The wait for the result is inside the gate: the server limits the long polls
         # open at once per namespace.
         async with gate:
-            handle = await client.start_workflow(
-                "Trivial", id=f"trivial-{run}-{i}", task_queue="trivial",
-                start_signal="go", start_signal_args=["x"],
-            )  # fmt: skip
-            await handle.result()
+            await (await _start_trivial(client, "Trivial", f"trivial-{run}-{i}")).result()
 
     await one(-1)  # warm up the worker
     start = time.perf_counter()
@@ -145,32 +157,31 @@ async def ceiling(bench: Bench, client: Client, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+async def _signal_to_marker_ms(handle: WorkflowHandle) -> float:
+    stamps = {
+        e.event_type: e.event_time.ToDatetime(UTC).timestamp()
+        for e in (await handle.fetch_history()).events
+    }
+    signalled = stamps[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+    return (stamps[EventType.EVENT_TYPE_MARKER_RECORDED] - signalled) * 1000
+
+
 async def floor(client: Client, pid: int, n: int, rate: float) -> tuple[float, list[float]]:
     """Start ``n`` TrivialLocal workflows at ``rate``/s: their worker's CPU ms per workflow
     and, per workflow, ms from the signal at the server to the task's completion."""
     run = f"{time.time_ns()}"
 
-    async def one(i: int) -> float:
-        handle = await client.start_workflow(
-            "TrivialLocal", id=f"floor-{run}-{i}", task_queue="trivial",
-            start_signal="go", start_signal_args=["x"],
-        )  # fmt: skip
+    async def one(i: int) -> WorkflowHandle:
+        handle = await _start_trivial(client, "TrivialLocal", f"floor-{run}-{i}")
         await handle.result()
-        stamps = {
-            e.event_type: e.event_time.ToDatetime(UTC).timestamp()
-            for e in (await handle.fetch_history()).events
-        }
-        signalled = stamps[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
-        return (stamps[EventType.EVENT_TYPE_MARKER_RECORDED] - signalled) * 1000
+        return handle
 
     before = _cpu_seconds(pid)
-    start = time.monotonic()
-    runs = []
-    for i in range(n):
-        await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))  # pacing
-        runs.append(asyncio.create_task(one(i)))
-    spans = list(await asyncio.gather(*runs))
-    return 1000 * (_cpu_seconds(pid) - before) / n, spans
+    runs = [asyncio.create_task(one(i)) async for i in paced(n, rate)]
+    handles = await asyncio.gather(*runs)
+    cpu_ms = 1000 * (_cpu_seconds(pid) - before) / n
+    # Read once every run is done, as the gathers' are: reading would slow the server.
+    return cpu_ms, [await _signal_to_marker_ms(handle) for handle in handles]
 
 
 def put_gathers(qm: LocalQueueManager, prefix: str, n: int, legs: tuple[str, ...]) -> None:
@@ -204,9 +215,7 @@ async def latency(qm: LocalQueueManager, prefix: str, n: int, rate: float) -> di
     gather's last reply, by CorrelId, once every response is there."""
     last_put: dict[bytes, float] = {}
     base = qm.inquire("ORDER.RESPONSE").curdepth
-    start = time.monotonic()
-    for i in range(n):
-        await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))  # pacing
+    async for i in paced(n, rate):
         for leg in LEGS:
             reply = MQMessage(correl_id=f"{prefix}{i}".encode(), properties={"leg": leg}, body=BODY)
             done = qm.put("GATHER.IN", reply, PutOptions(syncpoint=False))
