@@ -50,7 +50,13 @@ def test_a_worker_that_loses_the_server_logs_the_cores_warnings_without_escape_c
     finally:
         server.kill()
         worker.terminate()
-        worker.wait(60)
+        try:
+            worker.wait(60)
+        except subprocess.TimeoutExpired:
+            # With no server the SDK's shutdown has outlasted a minute once, on a loaded
+            # machine (in CI). What this test checks is the log, already read.
+            worker.kill()
+            worker.wait(10)
         reader.join(10)
     text = "".join(lines)
     assert "\x1b[" not in text, "terminal escape codes in the log"
