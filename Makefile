@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 PACKAGES := mqgather bridge workflows activities workers analytics
 
-.PHONY: demo test lint typecheck unit bench bytecode install clean histories browser postgres
+.PHONY: demo test lint typecheck unit bench bench-scale bytecode install clean histories browser postgres
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ bench: bytecode
 	$(BIN)/python -m bench.collector_throughput
 	$(BIN)/python -m bench.analytics_scale
 	$(BIN)/python -m bench.chaos
+
+# The gather pipeline with up to 50,000 gathers open in the background: about 40 minutes
+# here, most of it opening them.
+bench-scale: bytecode
+	$(BIN)/python -m bench.gather_throughput --gathers 600 --open 0,1000,10000,50000
 
 # A new set of recorded gather histories (tests/workflows/histories/<build id>/) from the
 # current workflow code; commit it when a new workflow version ships.
