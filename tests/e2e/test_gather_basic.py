@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from bridge.mq.models import parse_id
+from temporalio.api.enums.v1 import EventType
+
+from bridge.mq.models import MQMessage, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline
 
@@ -33,3 +35,29 @@ async def test_three_leg_gather_completes_as_json(temporal_env, tmp_path):
     assert response.format == "MQSTR"
     assert result.state == "COMPLETE" and result.legs_missing == []
     assert response.msg_id.hex() == result.response_msg_id
+
+
+async def test_replies_that_come_together_cost_one_task_and_one_upsert(temporal_env, tmp_path):
+    # The server's cost per gather: what a trivial workflow records, plus one
+    # search-attribute upsert. An extra task, timer or upsert here costs every gather.
+    spec = AggregateSpec(name="lean", mode="static", legs=LEGS, timeout_seconds=30)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        correl = parse_id("LEAN-1")
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.qm.put(spec.reply_queue,
+                     MQMessage(correl_id=correl, properties={spec.leg_property: leg},
+                               body=b"{}"))  # fmt: skip
+        p.qm.commit()  # one unit of work: the bridge gets all three in one batch
+        await p.wait_message("ORDER.RESPONSE")
+        assert (await p.result(spec, correl)).state == "COMPLETE"
+        history = await p.handle(spec, correl).fetch_history()
+    assert [EventType.Name(e.event_type) for e in history.events] == [
+        "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED",
+        "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED",
+        "EVENT_TYPE_WORKFLOW_TASK_SCHEDULED",
+        "EVENT_TYPE_WORKFLOW_TASK_STARTED",
+        "EVENT_TYPE_WORKFLOW_TASK_COMPLETED",
+        "EVENT_TYPE_MARKER_RECORDED",
+        "EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES",
+        "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED",
+    ]
