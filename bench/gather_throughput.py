@@ -41,6 +41,7 @@ from datetime import UTC
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -78,8 +79,8 @@ def _cpu_seconds(pid: int) -> float:
 
 async def settle(pid: int, below: float = 0.15, limit: float = 180) -> None:
     """Wait until the server's CPU stays under ``below`` of a core for 2 s (or ``limit``
-    s pass): after thousands of gathers open, it still works off their tasks for a while,
-    and a measure taken meanwhile is a measure of that."""
+    s pass), so that no level is measured while the server still works off the opening
+    of its gathers. (Here it has been idle within 2 s; this is a guard.)"""
     began = time.monotonic()
     while time.monotonic() - began < limit:
         before = _cpu_seconds(pid)
@@ -170,11 +171,13 @@ async def ceiling(bench: Bench, client: Client, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+def _at(event: HistoryEvent) -> float:
+    """When the server recorded ``event``, epoch seconds."""
+    return event.event_time.ToDatetime(UTC).timestamp()
+
+
 async def _signal_to_marker_ms(handle: WorkflowHandle) -> float:
-    stamps = {
-        e.event_type: e.event_time.ToDatetime(UTC).timestamp()
-        for e in (await handle.fetch_history()).events
-    }
+    stamps = {e.event_type: _at(e) for e in (await handle.fetch_history()).events}
     signalled = stamps[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
     return (stamps[EventType.EVENT_TYPE_MARKER_RECORDED] - signalled) * 1000
 
@@ -279,16 +282,16 @@ async def breakdown(
                 if attrs.signal_name == SIGNAL_REPLIES:
                     batch = CONVERTER.from_payloads(attrs.input.payloads, [ReplyBatch])[0]
                     received = max(r.received_at.timestamp() for r in batch.replies)
-                    signal_at, started = e.event_time.ToDatetime(UTC).timestamp(), None
+                    signal_at, started = _at(e), None
             elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and started is None:
-                started = e.event_time.ToDatetime(UTC).timestamp()
+                started = _at(e)
             elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
                 details = e.marker_recorded_event_attributes.details
                 if "data" in details:
                     data = CONVERTER.from_payloads(details["data"].payloads)[0]
                     scheduled = _seconds(data["original_schedule_time"])
                     # The marker is written when the task that ran the PUT completes.
-                    completed = e.event_time.ToDatetime(UTC).timestamp()
+                    completed = _at(e)
         if None in (signal_at, received, started, scheduled, completed):
             continue
         marks = (put, received, signal_at, started, scheduled, responses[correl], completed)

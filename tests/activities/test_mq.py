@@ -13,7 +13,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.mq import MQActivities, response_msg_id
 from bridge.mq import dlh
-from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.errors import NoMessageAvailable, QueueFull
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, QueueAttributes
 from mqgather.config import AggregateSpec, LegSpec
@@ -80,7 +80,7 @@ def test_a_full_ledger_backs_the_put_out_and_the_retry_puts_once_there_is_room(q
         qm.commit()
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
     env = ActivityEnvironment()
-    with pytest.raises(Exception, match="MQRC_Q_FULL"):
+    with pytest.raises(QueueFull, match="MQRC_Q_FULL"):
         env.run(acts.put_response, response_input(spec))
     with LocalQueueManager(qm_path) as qm:
         assert drain(qm, "ORDER.RESPONSE") == [] and drain(qm, DEAD_LETTER_QUEUE) == []
