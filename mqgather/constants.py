@@ -46,5 +46,10 @@ DEFAULT_RULES_DB = f"{STATE_DIR}/collector-rules.db"
 #: that is not cached is replayed from its history when its next reply or timer comes:
 #: more CPU then, and memory bounded by this many whatever the number of open gathers.
 DEFAULT_MAX_CACHED_GATHERS = 1000
+#: How long a stopping worker may take to finish its activities before the process ends
+#: anyway. Ending then is a crash as far as MQ and Temporal know: the unit of work backs
+#: out and the activity is retried, so nothing is lost; a worker that never ends is never
+#: restarted by its supervisor.
+WORKER_STOP_GRACE_SECONDS = 10.0
 #: The worker deployment gather workers join when versioning is on and none is named.
 DEFAULT_DEPLOYMENT = "mqgather"

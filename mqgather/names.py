@@ -77,6 +77,7 @@ ENV_BUILD_ID = "MQGATHER_BUILD_ID"
 ENV_MAX_CACHED_GATHERS = "MQGATHER_MAX_CACHED_GATHERS"
 #: Temporal's own client settings, which mqgather honours and sets for its children.
 ENV_TEMPORAL_ADDRESS = "TEMPORAL_ADDRESS"
+ENV_TEMPORAL_NAMESPACE = "TEMPORAL_NAMESPACE"
 ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"
 
 # ------------------------------------------------------ MQ message properties

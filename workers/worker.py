@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,13 +18,18 @@ import workflows
 from activities.batch import CollectorActivities
 from bridge.mq.transport import Transport
 from mqgather import __version__
-from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
+from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS, WORKER_STOP_GRACE_SECONDS
+from mqgather.errors import MQGatherError
 from mqgather.names import TASK_QUEUE
 from workflows.collector import AutoUpgradeCollectorWorkflow, CollectorWorkflow
 from workflows.gather import GatherWorkflow
 
 #: The packages whose code a gather runs: a change to any of them is a new build.
 VERSIONED_PACKAGES = (workflows, activities)
+
+
+class WorkerStopped(MQGatherError):
+    """The worker ended without being asked to, or did not finish stopping in time."""
 
 
 def default_build_id() -> str:
@@ -93,3 +99,54 @@ def build_worker(
         max_cached_workflows=max_cached_gathers,
         workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
     )
+
+
+async def serve(
+    worker: Worker, stop: asyncio.Event, grace: float = WORKER_STOP_GRACE_SECONDS
+) -> None:
+    """Run ``worker`` until ``stop`` is set, then stop it within ``grace`` seconds.
+
+    Asked to stop while it still checks its namespace with the server (at start, or while
+    the server is gone), the worker is abandoned at once: nothing has started yet.
+
+    Raises:
+        WorkerStopped: The worker failed on its own (the message names the cause), or its
+            activities had not finished ``grace`` seconds after ``stop`` was set.
+    """
+    running = asyncio.create_task(worker.run())
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if running.done():
+        raise WorkerStopped(f"the worker stopped on its own: {_cause(running)}")
+    if not worker.is_running:
+        running.cancel()
+        await asyncio.wait({running})
+        return
+    shutting_down = asyncio.create_task(worker.shutdown())
+    done, _ = await asyncio.wait({running}, timeout=grace)
+    if not done:
+        shutting_down.cancel()
+        raise WorkerStopped(
+            f"the worker had not stopped {grace:g}s after it was asked to; ending anyway "
+            "(activities it was running are retried, their MQ units of work backed out)"
+        )
+    await shutting_down
+    if not running.cancelled() and running.exception() is not None:
+        raise WorkerStopped(f"the worker failed while stopping: {_cause(running)}")
+
+
+def _cause(task: asyncio.Task[None]) -> str:
+    """What ended ``task``: its exception and the exceptions behind it, in one line."""
+    if task.cancelled():
+        return "cancelled"
+    reasons: list[str] = []
+    exc: BaseException | None = task.exception()
+    if exc is None:
+        return "it returned without being asked to stop"
+    while exc is not None and len(reasons) < 5:
+        reasons.append(str(exc) or type(exc).__name__)
+        exc = exc.__cause__ or exc.__context__
+    return ": ".join(reasons)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from typing import Any
 
 import click
@@ -53,6 +54,9 @@ def main() -> None:
         cli(prog_name="mqgather")
     except SystemExit as exc:
         code = exc.code
+    except BaseException:  # noqa: BLE001 - anything else still ends the process below
+        traceback.print_exc()
+        code = 1
     telemetry.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -61,7 +65,8 @@ def main() -> None:
         code = 1
     # Every command has closed its connections by now. Ending here skips interpreter
     # finalisation, during which the Temporal client's native threads can abort the
-    # process (SIGABRT) after the command has already succeeded.
+    # process (SIGABRT) after the command has already succeeded, or deadlock with it when
+    # they log while the client is released (a worker whose server had gone hung so).
     os._exit(code or 0)
 
 

@@ -174,7 +174,7 @@ def worker(
     """
     from temporalio.common import WorkerDeploymentVersion
 
-    from workers.worker import build_worker, default_build_id
+    from workers.worker import build_worker, default_build_id, serve
 
     load_config(config_path)  # fail at start on a bad file
     setup_logging()
@@ -201,8 +201,7 @@ def worker(
             else "unversioned"
         )
         log.info("worker on task queue %s (%s), MQ %s", task_queue, where, mq)
-        async with w:
-            await stop.wait()
+        await serve(w, stop)
         if counting is not None:
             await counting
 

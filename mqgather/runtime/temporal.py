@@ -32,10 +32,15 @@ from temporalio.runtime import (
     TelemetryConfig,
     TelemetryFilter,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from mqgather.errors import ConfigError, MQGatherError
-from mqgather.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_CONFIG_FILE, SEARCH_ATTRIBUTES
+from mqgather.names import (
+    ENV_TEMPORAL_ADDRESS,
+    ENV_TEMPORAL_CONFIG_FILE,
+    ENV_TEMPORAL_NAMESPACE,
+    SEARCH_ATTRIBUTES,
+)
 from mqgather.runtime.telemetry import client_interceptors
 
 DEFAULT_ADDRESS = "localhost:7233"
@@ -107,10 +112,24 @@ async def connect(address: str | None = None, runtime: Runtime | None = None) ->
 
 
 async def ensure_search_attributes(client: Client) -> None:
-    """Register the gather's search attributes on the namespace if any is missing."""
-    existing = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
-    )
+    """Register the gather's search attributes on the namespace if any is missing.
+
+    Raises:
+        ConfigError: the namespace does not exist on the server (names the setting).
+    """
+    try:
+        existing = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        raise ConfigError(
+            ENV_TEMPORAL_NAMESPACE,
+            f"namespace {client.namespace!r} does not exist on Temporal at "
+            f"{client.service_client.config.target_host}; create it (`temporal operator "
+            f"namespace create --namespace {client.namespace}`) or name one that exists",
+        ) from exc
     missing = {
         key.name: IndexedValueType.ValueType(key.indexed_value_type)
         for key in SEARCH_ATTRIBUTES

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -85,3 +86,59 @@ def test_fail_fast_exits_at_once_naming_what_is_missing(tmp_path):
     )  # fmt: skip
     assert out.returncode == 1
     assert f"Temporal at localhost:{port} is not reachable" in out.stderr.decode()
+
+
+async def test_a_namespace_that_does_not_exist_is_named_in_one_line(temporal_env, tmp_path):
+    namespace = "no-such-namespace"
+    env = _env(0)
+    env["TEMPORAL_ADDRESS"] = temporal_env.client.service_client.config.target_host
+    env["TEMPORAL_NAMESPACE"] = namespace
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "mqgather.cli", "worker", "--fail-fast", "--mq",
+         f"local:{tmp_path / 'qm.db'}"],
+        cwd=tmp_path, env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    err = out.stderr.decode()
+    assert out.returncode == 1, err
+    assert "Traceback" not in err
+    assert f"TEMPORAL_NAMESPACE: namespace '{namespace}' does not exist" in err
+    assert f"temporal operator namespace create --namespace {namespace}" in err
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_whose_server_went_away_ends_when_asked(tmp_path):
+    """The server dies as the worker starts (as when `mqgather dev` is killed): asked to
+    stop, the worker ends cleanly instead of hanging or dying with a traceback."""
+    port = free_port()
+    binary = shutil.which("temporal")
+    assert binary is not None
+    server = subprocess.Popen(
+        [binary, *dev_server_args(str(tmp_path / "t.db"), port, free_port())],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqgather.cli", "worker", "--mq", f"local:{tmp_path / 'qm.db'}"],
+        cwd=tmp_path, env=_env(port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        # Read here, not in a thread: the kill follows the line at once, while the worker
+        # is most likely still asking the server for its namespace.
+        while not any("worker on task queue" in x for x in lines):
+            line = proc.stdout.readline().decode(errors="replace")
+            assert line, "the worker exited: " + "".join(lines)
+            lines.append(line)
+    finally:
+        server.kill()
+        server.wait(60)
+        proc.send_signal(signal.SIGTERM)
+    try:
+        rest, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # hung: fail, but leave nothing running
+        raise
+    lines.append(rest.decode(errors="replace"))
+    assert proc.returncode == 0, "".join(lines)
+    assert not any("Traceback" in x for x in lines), "".join(lines)
