@@ -44,6 +44,15 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
     raise AssertionError(f"{what} did not happen within {timeout}s")
 
 
+def _dev_server(tmp_path, port: int) -> subprocess.Popen[bytes]:
+    binary = shutil.which("temporal")
+    assert binary is not None
+    return subprocess.Popen(
+        [binary, *dev_server_args(str(tmp_path / "t.db"), port, free_port())],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("role", ["worker", "bridge"])
 @pytest.mark.timeout(180)
 def test_a_process_waits_for_temporal_then_serves(tmp_path, role):
@@ -60,12 +69,7 @@ def test_a_process_waits_for_temporal_then_serves(tmp_path, role):
                   "two logged attempts")  # fmt: skip
         assert proc.poll() is None, "".join(lines)
         assert any(f"Temporal at localhost:{port}" in x for x in lines)
-        binary = shutil.which("temporal")
-        assert binary is not None
-        server = subprocess.Popen(
-            [binary, *dev_server_args(str(tmp_path / "t.db"), port, free_port())],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        server = _dev_server(tmp_path, port)
         ready = "worker on task queue" if role == "worker" else "bridge serving"
         _wait_for(lambda: any(ready in x for x in lines), 90, f"'{ready}'")
     finally:
@@ -111,12 +115,7 @@ def test_a_worker_whose_server_went_away_ends_when_asked(tmp_path):
     """The server dies as the worker starts (as when `mqgather dev` is killed): asked to
     stop, the worker ends cleanly instead of hanging or dying with a traceback."""
     port = free_port()
-    binary = shutil.which("temporal")
-    assert binary is not None
-    server = subprocess.Popen(
-        [binary, *dev_server_args(str(tmp_path / "t.db"), port, free_port())],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    server = _dev_server(tmp_path, port)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mqgather.cli", "worker", "--mq", f"local:{tmp_path / 'qm.db'}"],
         cwd=tmp_path, env=_env(port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
