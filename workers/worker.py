@@ -125,16 +125,16 @@ async def serve(
         running.cancel()
         await asyncio.wait({running})
         return
-    shutting_down = asyncio.create_task(worker.shutdown())
-    done, _ = await asyncio.wait({running}, timeout=grace)
-    if not done:
-        shutting_down.cancel()
+    try:
+        # On timeout only the wait is cancelled: the worker goes on stopping meanwhile.
+        await asyncio.wait_for(worker.shutdown(), grace)
+    except TimeoutError as exc:
         raise WorkerStopped(
             f"the worker had not stopped {grace:g}s after it was asked to; ending anyway "
             "(activities it was running are retried, their MQ units of work backed out)"
-        )
-    await shutting_down
-    if not running.cancelled() and running.exception() is not None:
+        ) from exc
+    await asyncio.wait({running})  # it ends just after marking the shutdown complete
+    if running.cancelled() or running.exception() is not None:
         raise WorkerStopped(f"the worker failed while stopping: {_cause(running)}")
 
 

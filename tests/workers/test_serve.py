@@ -63,7 +63,7 @@ async def test_a_worker_that_cannot_start_is_reported_with_the_cause(temporal_en
         temporal_env.client.service_client.config.target_host, namespace=namespace
     )
     with pytest.raises(WorkerStopped, match="stopped on its own") as raised:
-        await serve(_worker(client, "serve-missing"), asyncio.Event())
+        await serve(_worker(client, f"serve-{uuid.uuid4()}"), asyncio.Event())
     assert namespace in str(raised.value)
 
 
@@ -141,7 +141,7 @@ async def test_asked_to_stop_while_the_server_is_away_it_ends_at_once(temporal_e
     async with proxy as address:
         client = await Client.connect(address)
         proxy.sever()  # the server goes away after the connect, before the worker starts
-        worker = _worker(client, "serve-server-away")
+        worker = _worker(client, f"serve-{uuid.uuid4()}")
         stop = asyncio.Event()
         serving = asyncio.create_task(serve(worker, stop))
         await asyncio.wait_for(proxy.held.wait(), 30)  # the worker is asking for its namespace

@@ -17,9 +17,10 @@ from mqgather.runtime.temporal import dev_server_args
 from tests.harness import free_port
 
 
-def _env(port: int) -> dict[str, str]:
+def _env(port: int | str) -> dict[str, str]:
+    """This process's environment pointed at Temporal on a local port or at an address."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))}
-    env["TEMPORAL_ADDRESS"] = f"localhost:{port}"
+    env["TEMPORAL_ADDRESS"] = f"localhost:{port}" if isinstance(port, int) else port
     return env
 
 
@@ -94,8 +95,7 @@ def test_fail_fast_exits_at_once_naming_what_is_missing(tmp_path):
 
 async def test_a_namespace_that_does_not_exist_is_named_in_one_line(temporal_env, tmp_path):
     namespace = "no-such-namespace"
-    env = _env(0)
-    env["TEMPORAL_ADDRESS"] = temporal_env.client.service_client.config.target_host
+    env = _env(temporal_env.client.service_client.config.target_host)
     env["TEMPORAL_NAMESPACE"] = namespace
     out = await asyncio.to_thread(
         subprocess.run,
