@@ -10,6 +10,7 @@ promoted. Reads the same files as the analytics job: ``mqgather export`` NDJSON,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,12 +21,13 @@ from typing import Any
 from google.protobuf import json_format
 from temporalio.api.history.v1 import History
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, DefaultFailureConverter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig
 from temporalio.worker import Replayer
 
 from analytics.histories import BadHistoryFile, kind_of, read_cli_json, read_cloud_export
 from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW
+from mqgather.runtime.codec import converter_from_env
 from workflows.collector import CollectorWorkflow
 from workflows.gather import GatherWorkflow
 
@@ -99,7 +101,7 @@ class ReplayReport:
 
 
 @dataclass
-class _Item:
+class ReplayItem:
     history: WorkflowHistory
     source: str
 
@@ -138,10 +140,10 @@ def _files(paths: list[Path]) -> Iterator[Path]:
 
 def read_histories(
     paths: list[Path], report: ReplayReport, kinds: tuple[str, ...] = OURS
-) -> list[_Item]:
+) -> list[ReplayItem]:
     """Every history of the workflow types ``kinds`` under ``paths``; what cannot be read
     is noted in ``report``."""
-    items: list[_Item] = []
+    items: list[ReplayItem] = []
     for path in _files(paths):
         reader = _READERS.get(kind_of(path))
         if reader is None:
@@ -157,13 +159,13 @@ def read_histories(
                     continue
                 report.kinds[kind] = report.kinds.get(kind, 0) + 1
                 wrapped = WorkflowHistory(workflow_id or f"run:{run_id}", list(history.events))
-                items.append(_Item(wrapped, f"{path.name}"))
+                items.append(ReplayItem(wrapped, f"{path.name}"))
         except BadHistoryFile as exc:
             report.unreadable[str(path)] = str(exc)
     return items
 
 
-def _failure(item: _Item, error: Exception) -> ReplayFailure:
+def _failure(item: ReplayItem, error: Exception) -> ReplayFailure:
     text = str(error)
     inner = _MESSAGE.search(text)
     if inner:
@@ -191,20 +193,28 @@ def _failure(item: _Item, error: Exception) -> ReplayFailure:
 
 
 async def replay(
-    items: list[_Item],
+    items: list[ReplayItem],
     report: ReplayReport,
     *,
     workflow_class: type = GatherWorkflow,
     collector_class: type = CollectorWorkflow,
+    converter: DataConverter | None = None,
     on_progress: Callable[[int], object] = lambda n: None,
 ) -> ReplayReport:
     """Replay each history against this code (or other ``workflow_class`` and
-    ``collector_class`` code); count and describe the failures."""
+    ``collector_class`` code); count and describe the failures.
+
+    Sealed payloads are opened with ``converter``'s codec, by default with the key ring of
+    this process's environment; one it cannot open fails that history, naming the key id.
+    """
     # The SDK's core logs each failed task as a warning; the report says it once.
     quiet = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter="ERROR")))
     replayer = Replayer(
         workflows=[workflow_class, collector_class],
-        data_converter=pydantic_data_converter,
+        # Replay stores nothing: its failures stay readable, unsealed, for the report.
+        data_converter=dataclasses.replace(
+            converter or converter_from_env(), failure_converter_class=DefaultFailureConverter
+        ),
         runtime=quiet,
     )
     by_id = {id(item.history): item for item in items}

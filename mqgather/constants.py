@@ -53,3 +53,6 @@ DEFAULT_MAX_CACHED_GATHERS = 1000
 WORKER_STOP_GRACE_SECONDS = 10.0
 #: The worker deployment gather workers join when versioning is on and none is named.
 DEFAULT_DEPLOYMENT = "mqgather"
+#: Payloads larger than this are compressed (zlib) before they are sealed: bodies of text
+#: shrink several-fold, and below this the compressor's own cost outweighs the saving.
+COMPRESS_PAYLOADS_ABOVE_BYTES = 1024

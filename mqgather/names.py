@@ -75,6 +75,12 @@ ENV_METRICS_PORT = "MQGATHER_METRICS_PORT"
 ENV_DEPLOYMENT = "MQGATHER_DEPLOYMENT"
 ENV_BUILD_ID = "MQGATHER_BUILD_ID"
 ENV_MAX_CACHED_GATHERS = "MQGATHER_MAX_CACHED_GATHERS"
+#: Payload encryption: the key ring as JSON, or the path of a file holding it.
+ENV_KEYS = "MQGATHER_KEYS"
+ENV_KEYS_FILE = "MQGATHER_KEYS_FILE"
+#: The codec server's bearer token, or the path of a file holding it.
+ENV_CODEC_TOKEN = "MQGATHER_CODEC_TOKEN"
+ENV_CODEC_TOKEN_FILE = "MQGATHER_CODEC_TOKEN_FILE"
 #: Temporal's own client settings, which mqgather honours and sets for its children.
 ENV_TEMPORAL_ADDRESS = "TEMPORAL_ADDRESS"
 ENV_TEMPORAL_NAMESPACE = "TEMPORAL_NAMESPACE"

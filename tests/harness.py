@@ -199,3 +199,12 @@ def processes_mentioning(text: str) -> list[str]:
         if text in cmdline:
             found.append(cmdline)
     return found
+
+
+def with_keys(client: Client, ring: Any) -> Client:
+    """A client on the same connection whose payloads go through the codec with ``ring``
+    (a KeyRing, or None: the codec seals nothing)."""
+    from mqgather.runtime.codec import data_converter
+
+    return Client(client.service_client, namespace=client.namespace,
+                  data_converter=data_converter(ring))  # fmt: skip

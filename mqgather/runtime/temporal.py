@@ -22,7 +22,6 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import (
     LogForwardingConfig,
@@ -41,6 +40,7 @@ from mqgather.names import (
     ENV_TEMPORAL_NAMESPACE,
     SEARCH_ATTRIBUTES,
 )
+from mqgather.runtime.codec import converter_from_env
 from mqgather.runtime.telemetry import client_interceptors
 
 DEFAULT_ADDRESS = "localhost:7233"
@@ -91,16 +91,19 @@ def connect_config(address: str | None = None) -> dict[str, Any]:
 
 
 async def connect(address: str | None = None, runtime: Runtime | None = None) -> Client:
-    """A client with the pydantic data converter.
+    """A client with the pydantic data converter and the payload codec (sealing with the
+    key ring of ``MQGATHER_KEYS`` / ``MQGATHER_KEYS_FILE`` when one is set).
 
     Raises:
+        ConfigError: the key ring is set but unreadable.
         TemporalUnavailable: naming the address and how to start a server.
     """
     config = connect_config(address)
+    converter = converter_from_env()
     try:
         return await Client.connect(
             **config,
-            data_converter=pydantic_data_converter,
+            data_converter=converter,
             interceptors=client_interceptors(),
             runtime=runtime,
         )

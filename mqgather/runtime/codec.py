@@ -1,0 +1,365 @@
+"""Payload encryption: every payload leaves the process sealed with AES-256-GCM.
+
+A sealed payload's metadata says ``encoding: binary/encrypted``, which key sealed it
+(``encryption-key-id``) and whether the plaintext was compressed first
+(``encryption-compression``). Its data is a fresh 12-byte nonce followed by the
+ciphertext of the whole original payload (metadata and data), so the original encoding
+comes back with it. The associated data binds the ciphertext to the outer metadata: a
+payload whose key id, compression or encoding was altered does not open.
+
+The codec is installed on every client, sealed or not: with no key ring it seals nothing
+and stops, naming the key id, at a sealed payload it cannot open, instead of handing it
+on as data. A payload it did not seal (written before encryption was switched on) passes
+through, so one history may hold both.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import os
+import re
+import secrets
+import stat
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    PayloadCodec,
+)
+
+from mqgather.constants import COMPRESS_PAYLOADS_ABOVE_BYTES
+from mqgather.errors import ConfigError, MQGatherError
+from mqgather.names import ENV_KEYS, ENV_KEYS_FILE
+
+ENCODING = b"binary/encrypted"
+META_ENCODING = "encoding"
+META_KEY_ID = "encryption-key-id"
+META_COMPRESSION = "encryption-compression"
+COMPRESSION_NONE = b"none"
+COMPRESSION_ZLIB = b"zlib"
+NONCE_BYTES = 12
+KEY_BYTES = 32
+#: Key ids travel in every payload's metadata and in ``keys status``: short and plain.
+KEY_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_PAYLOAD = Payload.DESCRIPTOR.full_name
+
+
+class SealedPayloadError(MQGatherError):
+    """A sealed payload cannot be opened: its key is missing or does not fit."""
+
+
+class UnknownKey(SealedPayloadError):
+    """A payload was sealed with a key id that is not in the key ring."""
+
+
+class PayloadTampered(SealedPayloadError):
+    """A payload does not authenticate under the key its metadata names."""
+
+
+class KeyRingFile(BaseModel):
+    """The key ring as stored (``MQGATHER_KEYS`` or the file ``MQGATHER_KEYS_FILE``
+    names): the id of the key that seals, and every key by id, base64 of 32 bytes."""
+
+    active: str = Field(description="Id of the key new payloads are sealed with.")
+    keys: dict[str, str] = Field(
+        description="Every key by id (base64 of 32 random bytes); older ones still open."
+    )
+
+    @field_validator("keys")
+    @classmethod
+    def _keys_are_keys(cls, keys: dict[str, str]) -> dict[str, str]:
+        if not keys:
+            raise ValueError("the key ring holds no key")
+        for key_id, text in keys.items():
+            if not KEY_ID_PATTERN.match(key_id):
+                raise ValueError(
+                    f"key id {key_id!r}: letters, digits, '.', '_' and '-', at most 64"
+                )
+            try:
+                raw = base64.b64decode(text, validate=True)
+            except binascii.Error as exc:
+                raise ValueError(f"key {key_id!r} is not base64 ({exc})") from exc
+            if len(raw) != KEY_BYTES:
+                raise ValueError(f"key {key_id!r} is {len(raw)} bytes; AES-256 takes 32")
+        return keys
+
+    @model_validator(mode="after")
+    def _active_is_in_ring(self) -> KeyRingFile:
+        if self.active not in self.keys:
+            raise ValueError(f"active key {self.active!r} is not among the keys")
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyRing:
+    """Keys by id; ``active`` seals, every key opens what it sealed."""
+
+    active: str
+    keys: Mapping[str, bytes]
+
+    @classmethod
+    def from_file_model(cls, model: KeyRingFile) -> KeyRing:
+        """The ring a validated key-ring document describes."""
+        return cls(model.active, {k: base64.b64decode(v) for k, v in model.keys.items()})
+
+    def to_file_model(self) -> KeyRingFile:
+        """The ring as stored."""
+        return KeyRingFile(
+            active=self.active,
+            keys={k: base64.b64encode(v).decode() for k, v in self.keys.items()},
+        )
+
+
+def new_key() -> bytes:
+    """32 random bytes from the operating system's generator."""
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def parse_key_ring(text: str, source: str) -> KeyRing:
+    """A key ring from its JSON text.
+
+    Raises:
+        ConfigError: naming ``source`` (the variable or file) and what is wrong; never
+            the key material.
+    """
+    try:
+        model = KeyRingFile.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "document"
+        # The message, never the input: the input holds the keys.
+        raise ConfigError(source, f"not a key ring ({where}: {first['msg']})") from None
+    return KeyRing.from_file_model(model)
+
+
+def read_key_ring_file(path: Path) -> KeyRing:
+    """The key ring stored in ``path``.
+
+    Raises:
+        ConfigError: the file cannot be read, is readable by others, or is no key ring.
+    """
+    source = f"{ENV_KEYS_FILE} ({path})"
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(source, f"cannot read the key ring ({exc.strerror})") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            source, f"the key ring is readable by others (mode {stat.S_IMODE(mode):o}); "
+            f"chmod 600 {path}",
+        )  # fmt: skip
+    return parse_key_ring(text, source)
+
+
+def write_key_ring_file(path: Path, ring: KeyRing) -> None:
+    """Store ``ring`` in ``path`` (mode 600), replacing the file in one step."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(ring.to_file_model().model_dump_json(indent=1) + "\n")
+    tmp.replace(path)
+
+
+def load_key_ring(env: Mapping[str, str] | None = None) -> KeyRing | None:
+    """The key ring from ``MQGATHER_KEYS`` (its JSON) or ``MQGATHER_KEYS_FILE`` (a path),
+    or None when neither is set: encryption is off.
+
+    Raises:
+        ConfigError: both are set, or what is set is not a key ring.
+    """
+    env = os.environ if env is None else env
+    text, file = env.get(ENV_KEYS, ""), env.get(ENV_KEYS_FILE, "")
+    if text and file:
+        raise ConfigError(ENV_KEYS, f"set {ENV_KEYS} or {ENV_KEYS_FILE}, not both")
+    if file:
+        return read_key_ring_file(Path(file))
+    if text:
+        return parse_key_ring(text, ENV_KEYS)
+    return None
+
+
+def _meta(payload: Payload, key: str) -> bytes:
+    return payload.metadata.get(key, b"")
+
+
+def is_sealed(payload: Payload) -> bool:
+    """Whether ``payload`` is one this codec sealed."""
+    return _meta(payload, META_ENCODING) == ENCODING
+
+
+def key_id_of(payload: Payload) -> str | None:
+    """The id of the key that sealed ``payload``, or None if it is not sealed."""
+    if not is_sealed(payload):
+        return None
+    return _meta(payload, META_KEY_ID).decode("utf-8", "replace")
+
+
+def _associated(key_id: bytes, compression: bytes) -> bytes:
+    return b"\0".join((ENCODING, key_id, compression))
+
+
+class PayloadCipher:
+    """Seals and opens single payloads with a key ring (or none: then it seals nothing)."""
+
+    def __init__(
+        self, ring: KeyRing | None, compress_above: int = COMPRESS_PAYLOADS_ABOVE_BYTES
+    ) -> None:
+        self.ring = ring
+        self.compress_above = compress_above
+        self._aead = {k: AESGCM(v) for k, v in ring.keys.items()} if ring else {}
+
+    def seal(self, payload: Payload) -> Payload:
+        """``payload`` sealed with the active key (as it is when there is no key ring)."""
+        if self.ring is None:
+            return payload
+        plain = payload.SerializeToString()
+        compression = COMPRESSION_NONE
+        if len(plain) > self.compress_above:
+            packed = zlib.compress(plain, 1)
+            if len(packed) < len(plain):
+                plain, compression = packed, COMPRESSION_ZLIB
+        key_id = self.ring.active.encode()
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self._aead[self.ring.active].encrypt(
+            nonce, plain, _associated(key_id, compression)
+        )
+        return Payload(
+            metadata={
+                META_ENCODING: ENCODING,
+                META_KEY_ID: key_id,
+                META_COMPRESSION: compression,
+            },
+            data=nonce + sealed,
+        )
+
+    def open(self, payload: Payload) -> Payload:
+        """The original of a sealed payload; any other payload as it is.
+
+        Raises:
+            UnknownKey: the key id is not in the ring (the message names it).
+            PayloadTampered: it does not authenticate under that key.
+        """
+        if not is_sealed(payload):
+            return payload
+        key_id = _meta(payload, META_KEY_ID)
+        compression = _meta(payload, META_COMPRESSION)
+        name = key_id.decode("utf-8", "replace")
+        aead = self._aead.get(name)
+        if aead is None:
+            held = ", ".join(sorted(self._aead)) or "no key: encryption is off here"
+            raise UnknownKey(
+                f"a payload is sealed with key id {name!r}, which this process's key ring "
+                f"does not hold ({held}); add that key to {ENV_KEYS} / {ENV_KEYS_FILE} "
+                "and restart it"
+            )
+        data = payload.data
+        try:
+            plain = aead.decrypt(
+                data[:NONCE_BYTES], data[NONCE_BYTES:], _associated(key_id, compression)
+            )
+        except InvalidTag:
+            raise PayloadTampered(
+                f"a payload sealed with key id {name!r} does not open with the key of that "
+                "id here: the key ring holds a different key under that id, or the payload "
+                "was altered"
+            ) from None
+        try:
+            if compression == COMPRESSION_ZLIB:
+                plain = zlib.decompress(plain)
+            elif compression != COMPRESSION_NONE:
+                raise PayloadTampered(f"unknown compression {compression!r} (key id {name!r})")
+            return Payload.FromString(plain)
+        except (zlib.error, DecodeError) as exc:
+            raise PayloadTampered(f"a payload under key id {name!r} is corrupt ({exc})") from exc
+
+
+class EncryptionCodec(PayloadCodec):
+    """The Temporal payload codec over :class:`PayloadCipher`."""
+
+    def __init__(self, cipher: PayloadCipher) -> None:
+        self.cipher = cipher
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        """Seal each payload with the active key."""
+        return [self.cipher.seal(p) for p in payloads]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        """Open each sealed payload; pass the others through."""
+        return [self.cipher.open(p) for p in payloads]
+
+
+def data_converter(ring: KeyRing | None) -> DataConverter:
+    """The pydantic data converter with the codec; with a key ring, failures' messages
+    and stack traces are sealed too (they can quote message content)."""
+    codec = EncryptionCodec(PayloadCipher(ring))
+    if ring is None:
+        return dataclasses.replace(pydantic_data_converter, payload_codec=codec)
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_codec=codec,
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
+
+
+def converter_from_env() -> DataConverter:
+    """The data converter this process's key ring (environment) calls for."""
+    return data_converter(load_key_ring())
+
+
+#: Fields whose payloads never pass a codec: the server indexes search attributes, and
+#: headers (trace context) are not encoded by the clients.
+_NEVER_ENCODED = frozenset({"search_attributes", "header"})
+
+
+def payloads_in(message: Message) -> Iterator[Payload]:
+    """Every ``Payload`` a codec encodes inside a protobuf message (a history, an event, a
+    failure), as live references: replacing one's contents changes ``message``."""
+    for field, value in message.ListFields():
+        if field.type != FieldDescriptor.TYPE_MESSAGE or field.name in _NEVER_ENCODED:
+            continue
+        entry = field.message_type
+        assert entry is not None  # a message field always has its type
+        if entry.GetOptions().map_entry:
+            inner = entry.fields_by_name["value"]
+            items = list(value.values()) if inner.type == FieldDescriptor.TYPE_MESSAGE else []
+        elif field.is_repeated:
+            items = list(value)
+        else:
+            items = [value]
+        for item in items:
+            if item.DESCRIPTOR.full_name == _PAYLOAD:
+                yield item
+            else:
+                yield from payloads_in(item)
+
+
+def open_all(message: Message, cipher: PayloadCipher) -> int:
+    """Open every sealed payload inside ``message`` in place; how many were sealed."""
+    opened = 0
+    for payload in payloads_in(message):
+        if is_sealed(payload):
+            payload.CopyFrom(cipher.open(payload))
+            opened += 1
+    return opened
+
+
+def key_ids_in(message: Message) -> dict[str, int]:
+    """How many payloads inside ``message`` each key id sealed (``""``: not sealed)."""
+    counts: dict[str, int] = {}
+    for payload in payloads_in(message):
+        key_id = key_id_of(payload) or ""
+        counts[key_id] = counts.get(key_id, 0) + 1
+    return counts
