@@ -27,6 +27,7 @@ from temporalio.client import Client
 from analytics.histories import history_line
 from mqgather.errors import MQGatherError
 from mqgather.names import AGGREGATE_NAME, COLLECT_WORKFLOW, GATHER_WORKFLOW
+from mqgather.runtime.codec import PayloadCipher, open_all
 
 STATE_FILE = "_export_state.json"
 
@@ -78,6 +79,7 @@ async def export_histories(
     batch_size: int = 1000,
     overlap: timedelta = timedelta(minutes=10),
     concurrency: int = 16,
+    cipher: PayloadCipher | None = None,
     on_total: Callable[[int], None] = lambda _: None,
     on_progress: Callable[[int], None] = lambda _: None,
 ) -> ExportResult:
@@ -88,6 +90,10 @@ async def export_histories(
         aggregate: only this aggregate.
         since / until: close-time window; ``since`` defaults to the watermark - overlap.
         batch_size: histories per file.
+        cipher: opens sealed payloads before they are written; None keeps them sealed.
+
+    Raises:
+        SealedPayloadError: a payload is sealed with a key ``cipher`` does not hold.
     """
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / STATE_FILE
@@ -122,7 +128,10 @@ async def export_histories(
     async def fetch(workflow_id: str, run_id: str) -> str:
         async with gate:
             history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        return history_line(workflow_id, run_id, History(events=history.events))
+        events = History(events=history.events)
+        if cipher is not None:
+            open_all(events, cipher)
+        return history_line(workflow_id, run_id, events)
 
     pending: list[tuple[str, datetime, asyncio.Task[str]]] = []
 

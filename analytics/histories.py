@@ -5,6 +5,7 @@ Temporal's proto-JSON form, which the Spark job reads."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from temporalio.api.history.v1 import History
 from temporalio.client import WorkflowHistory
 
 from mqgather.errors import MQGatherError
+from mqgather.runtime.codec import ENCODING, PayloadCipher, SealedPayloadError, open_all
 from workflows.models import GatherInput, gather_id
 
 EXPORT_SUFFIXES = (".ndjson", ".jsonl")
@@ -115,13 +117,32 @@ def kind_of(path: Path) -> str:
     return "unknown"
 
 
-def collect(paths: list[Path], staging: Path) -> Inputs:
+#: How a sealed payload's encoding reads in proto-JSON (metadata values are base64).
+SEALED_MARK = base64.b64encode(ENCODING).decode()
+
+
+def _open_export(file: Path, cipher: PayloadCipher) -> Iterator[str]:
+    """The lines of an export file whose payloads were kept sealed, opened."""
+    with file.open() as lines:
+        for line in lines:
+            if SEALED_MARK not in line:
+                yield line.rstrip("\n")
+                continue
+            record = json.loads(line)
+            history = json_format.ParseDict(record["history"], History())
+            open_all(history, cipher)
+            yield history_line(record["workflowId"], record["runId"], history)
+
+
+def collect(paths: list[Path], staging: Path, cipher: PayloadCipher | None = None) -> Inputs:
     """Find the history files under ``paths``; turn CLI and Cloud files into NDJSON under
     ``staging`` (each workflow run once: Cloud exports are delivered at least once).
 
     Export NDJSON files are passed on as they are; Spark reads them and reports a corrupt
-    one by name.
+    one by name. Sealed payloads are opened with ``cipher`` (export files holding them
+    are staged opened); a file with a payload it cannot open is skipped, naming the key.
     """
+    cipher = cipher or PayloadCipher(None)
     found = Inputs()
     files: list[Path] = []
     for path in paths:
@@ -136,11 +157,21 @@ def collect(paths: list[Path], staging: Path) -> Inputs:
     staging.mkdir(parents=True, exist_ok=True)
     seen: set[tuple[str, str]] = set()
     staged = staging / "converted.ndjson"
+    wrote = False
     with staged.open("w") as out:
         for file in files:
             kind = kind_of(file)
             if kind == "export":
-                found.ndjson.append(str(file))
+                if not _holds(file, SEALED_MARK):
+                    found.ndjson.append(str(file))
+                    continue
+                try:
+                    opened = list(_open_export(file, cipher))
+                except (SealedPayloadError, ValueError, KeyError, json_format.ParseError) as exc:
+                    found.skipped[str(file)] = str(exc)
+                    continue
+                out.writelines(line + "\n" for line in opened)
+                wrote = wrote or bool(opened)
                 continue
             if kind == "unknown":
                 found.skipped[str(file)] = "not a history file (.ndjson, .json or .pb)"
@@ -148,7 +179,9 @@ def collect(paths: list[Path], staging: Path) -> Inputs:
             reader = read_cli_json if kind == "cli" else read_cloud_export
             try:
                 histories = list(reader(file))
-            except BadHistoryFile as exc:
+                for _, _, history in histories:
+                    open_all(history, cipher)
+            except (BadHistoryFile, SealedPayloadError) as exc:
                 found.skipped[str(file)] = str(exc)
                 continue
             for workflow_id, run_id, history in histories:
@@ -157,6 +190,18 @@ def collect(paths: list[Path], staging: Path) -> Inputs:
                     continue
                 seen.add((workflow_id, run_id))
                 out.write(history_line(workflow_id, run_id, history) + "\n")
-    if seen:
+                wrote = True
+    if wrote:
         found.ndjson.append(str(staged))
     return found
+
+
+def _holds(file: Path, text: str) -> bool:
+    """Whether ``file`` contains ``text`` (read in blocks, never whole)."""
+    tail = ""
+    with file.open() as data:
+        while block := data.read(1 << 20):
+            if text in tail + block:
+                return True
+            tail = block[-len(text) :]
+    return False

@@ -40,6 +40,7 @@ from analytics.transforms import (
     summarise,
     trends,
 )
+from mqgather.runtime.codec import PayloadCipher, load_key_ring
 
 
 @dataclass
@@ -116,7 +117,7 @@ def analyze(
     out.mkdir(parents=True, exist_ok=True)
     staging = out / "_staging"
     progress("reading inputs")
-    found = collect(inputs, staging)
+    found = collect(inputs, staging, PayloadCipher(load_key_ring()))
     if not found.ndjson:
         raise FileNotFoundError(f"no readable history files under {', '.join(map(str, inputs))}")
     raw, corrupt = read_histories(spark, found.ndjson)

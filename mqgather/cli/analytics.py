@@ -29,8 +29,18 @@ def _when(text: str | None, option: str) -> datetime | None:
 @click.option("--since", default=None, help="Closed at or after (ISO); default: last run.")
 @click.option("--until", default=None, help="Closed at or before (ISO).")
 @click.option("--batch-size", default=1000, show_default=True, help="Histories per file.")
+@click.option(
+    "--keep-encrypted", is_flag=True,
+    help="Write sealed payloads as they are [default: open them with the key ring of "
+    "MQGATHER_KEYS / MQGATHER_KEYS_FILE; `analyze` opens them then].",
+)  # fmt: skip
 def export(
-    out: Path, aggregate: str | None, since: str | None, until: str | None, batch_size: int
+    out: Path,
+    aggregate: str | None,
+    since: str | None,
+    until: str | None,
+    batch_size: int,
+    keep_encrypted: bool,
 ) -> None:
     """Export closed gather and collector histories to OUT (NDJSON, one history per line,
     by close date).
@@ -39,7 +49,10 @@ def export(
     collector's run closes when it continues as new; with --aggregate, gathers only.
     """
     from analytics.export import export_histories
+    from mqgather.runtime.codec import PayloadCipher, load_key_ring
     from mqgather.runtime.temporal import connect
+
+    cipher = None if keep_encrypted else PayloadCipher(load_key_ring())
 
     console = Console(stderr=True)
 
@@ -52,7 +65,7 @@ def export(
             bar = progress.add_task("export", total=None)
             result = await export_histories(
                 client, out, aggregate=aggregate, since=_when(since, "--since"),
-                until=_when(until, "--until"), batch_size=batch_size,
+                until=_when(until, "--until"), batch_size=batch_size, cipher=cipher,
                 on_total=lambda n: progress.update(bar, total=n),
                 on_progress=lambda n: progress.update(bar, completed=n),
             )  # fmt: skip

@@ -11,7 +11,16 @@ import click
 from pydantic import ValidationError
 
 from mqgather import __version__
-from mqgather.cli import analytics, collector, deploy, devdemo, operators, processes, queues
+from mqgather.cli import (
+    analytics,
+    collector,
+    deploy,
+    devdemo,
+    keys,
+    operators,
+    processes,
+    queues,
+)
 from mqgather.errors import MQGatherError
 from mqgather.runtime import telemetry
 
@@ -40,7 +49,7 @@ def cli() -> None:
     """
 
 
-for _module in (processes, operators, collector, devdemo, analytics, deploy):
+for _module in (processes, operators, collector, devdemo, analytics, deploy, keys):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 cli.add_command(queues.queues)

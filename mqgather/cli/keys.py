@@ -1,0 +1,219 @@
+"""``mqgather keys ...`` (the key ring) and ``mqgather codec-server``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from mqgather.cli.options import setup_logging
+from mqgather.errors import ConfigError, MQGatherError
+from mqgather.names import ENV_CODEC_TOKEN, ENV_CODEC_TOKEN_FILE, ENV_KEYS, ENV_KEYS_FILE
+from mqgather.runtime.codec import (
+    KEY_ID_PATTERN,
+    KeyRing,
+    PayloadCipher,
+    load_key_ring,
+    new_key,
+    read_key_ring_file,
+    write_key_ring_file,
+)
+
+_FILE_HELP = f"The key-ring file [env {ENV_KEYS_FILE}]."
+
+
+def _file_option(fn):  # type: ignore[no-untyped-def]
+    return click.option(
+        "--file", "path", envvar=ENV_KEYS_FILE, required=True,
+        type=click.Path(dir_okay=False, path_type=Path), help=_FILE_HELP,
+    )(fn)  # fmt: skip
+
+
+@click.group()
+def keys() -> None:
+    """The key ring that seals every payload sent to Temporal.
+
+    Encryption is on when MQGATHER_KEYS (the ring as JSON) or MQGATHER_KEYS_FILE (a file
+    of mode 600 holding it) is set for the worker, bridge and every other command. The
+    ring's active key seals; every key in it opens. Rotate: `keys add --activate`,
+    restart the processes with the new ring, wait until `keys status` no longer lists
+    the old key, then `keys retire` it. Keys never appear on the command line or in logs.
+    """
+
+
+@keys.command()
+@_file_option
+@click.option("--id", "key_id", default=None, help="The new key's id [default: k<n>].")
+@click.option("--activate/--no-activate", default=True, show_default=True,
+              help="Seal new payloads with it.")  # fmt: skip
+def add(path: Path, key_id: str | None, activate: bool) -> None:
+    """Add a fresh random key to the ring (the file is created, mode 600, if missing)."""
+    ring = read_key_ring_file(path) if path.exists() else None
+    held = dict(ring.keys) if ring else {}
+    if key_id is None:
+        key_id = next(f"k{n}" for n in range(len(held) + 1, len(held) + 10_000)
+                      if f"k{n}" not in held)  # fmt: skip
+    elif key_id in held:
+        raise ConfigError("--id", f"{key_id!r} is in the ring already; keys are never replaced")
+    if not KEY_ID_PATTERN.match(key_id):
+        raise ConfigError("--id", f"{key_id!r}: letters, digits, '.', '_' and '-', at most 64")
+    held[key_id] = new_key()
+    active = key_id if activate or ring is None else ring.active
+    write_key_ring_file(path, KeyRing(active, held))
+    click.echo(f"added key {key_id} to {path}; active key: {active}")
+    if ring is not None and active != ring.active:
+        click.echo("restart the worker, bridge and collector with this ring to seal with it")
+
+
+@keys.command()
+@_file_option
+@click.argument("key_id")
+def activate(path: Path, key_id: str) -> None:
+    """Seal new payloads with KEY_ID (already in the ring)."""
+    ring = read_key_ring_file(path)
+    if key_id not in ring.keys:
+        raise ConfigError(str(path), f"no key {key_id!r} in the ring ({', '.join(ring.keys)})")
+    write_key_ring_file(path, KeyRing(key_id, ring.keys))
+    click.echo(f"active key: {key_id}; restart the processes with this ring")
+
+
+def _usage(query: str | None) -> dict[str, int]:
+    from mqgather.runtime.keyuse import open_key_usage
+    from mqgather.runtime.temporal import connect
+
+    console = Console(stderr=True)
+
+    async def main() -> dict[str, int]:
+        client = await connect()
+        with Progress(
+            TextColumn("reading open histories"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console, transient=True,
+        ) as progress:  # fmt: skip
+            bar = progress.add_task("read", total=None)
+            usage = await open_key_usage(
+                client, query=query,
+                on_total=lambda n: progress.update(bar, total=n),
+                on_progress=lambda n: progress.update(bar, completed=n),
+            )  # fmt: skip
+        return {"": usage.workflows, **usage.workflows_by_key}
+
+    return asyncio.run(main())
+
+
+@keys.command()
+@click.option("--query", default=None, help="Narrow to these open workflows (visibility).")
+def status(query: str | None) -> None:
+    """Which key ids the open gathers' and collectors' histories use.
+
+    A key may be retired once no open workflow uses it (closed histories that are still
+    read, by `export` or `replay`, need it as long as they are kept).
+    """
+    ring = load_key_ring()
+    usage = _usage(query)
+    total = usage.pop("")
+    click.echo(f"{total} open gather(s) and collector(s)")
+    known = dict.fromkeys(ring.keys if ring else [], 0) | usage
+    if not known:
+        click.echo("no key ring here and no sealed payload in the open histories")
+    for key_id, count in sorted(known.items()):
+        marks = []
+        if ring and key_id == ring.active:
+            marks.append("active")
+        if not ring or key_id not in ring.keys:
+            marks.append("NOT IN THIS RING")
+        note = f" ({', '.join(marks)})" if marks else ""
+        verdict = "in use" if count else "may be retired"
+        click.echo(f"  {key_id}{note}: {count} open workflow(s) — {verdict}")
+
+
+@keys.command()
+@_file_option
+@click.argument("key_id")
+@click.option("--force", is_flag=True, help="Retire it even though open workflows use it.")
+def retire(path: Path, key_id: str, force: bool) -> None:
+    """Take KEY_ID out of the ring, once no open gather or collector uses it."""
+    ring = read_key_ring_file(path)
+    if key_id not in ring.keys:
+        raise ConfigError(str(path), f"no key {key_id!r} in the ring ({', '.join(ring.keys)})")
+    if key_id == ring.active:
+        raise MQGatherError(f"{key_id} is the active key: activate another one first")
+    using = _usage(None).get(key_id, 0)
+    if using and not force:
+        raise MQGatherError(
+            f"refused: {using} open workflow(s) hold payloads sealed with {key_id}; without "
+            "it they cannot go on. Wait until `mqgather keys status` shows none (or --force)"
+        )
+    write_key_ring_file(path, KeyRing(ring.active, {k: v for k, v in ring.keys.items()
+                                                    if k != key_id}))  # fmt: skip
+    click.echo(f"retired {key_id}; restart the processes with this ring")
+
+
+def codec_tokens() -> list[str]:
+    """The codec server's bearer tokens (one per line in the file, or comma-separated in
+    the variable).
+
+    Raises:
+        ConfigError: none is set, or one is too short to be a secret.
+    """
+    text, file = os.environ.get(ENV_CODEC_TOKEN, ""), os.environ.get(ENV_CODEC_TOKEN_FILE, "")
+    source = ENV_CODEC_TOKEN
+    if file:
+        source = ENV_CODEC_TOKEN_FILE
+        try:
+            text = Path(file).read_text()
+        except OSError as exc:
+            raise ConfigError(ENV_CODEC_TOKEN_FILE, f"cannot read {file} ({exc.strerror})") from exc
+    tokens = [t.strip() for t in text.replace(",", "\n").splitlines() if t.strip()]
+    if not tokens:
+        raise ConfigError(
+            ENV_CODEC_TOKEN,
+            f"the codec server needs a bearer token: set {ENV_CODEC_TOKEN} or "
+            f"{ENV_CODEC_TOKEN_FILE} (e.g. `openssl rand -hex 32`)",
+        )
+    if any(len(t) < 16 for t in tokens):
+        raise ConfigError(source, "a token must be at least 16 characters")
+    return tokens
+
+
+@click.command("codec-server")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8081, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--ui-origin", "origins", multiple=True, metavar="URL",
+              help="A Web UI origin allowed to call it from the browser (repeatable), "
+              "e.g. http://localhost:8233.")  # fmt: skip
+@click.option("--namespace", "namespaces", multiple=True,
+              help="Serve only these namespaces (repeatable) [default: any].")  # fmt: skip
+def codec_server(
+    host: str, port: int, origins: tuple[str, ...], namespaces: tuple[str, ...]
+) -> None:
+    """Open and seal payloads for the Temporal Web UI and CLI with this key ring.
+
+    Point the UI at it (its codec endpoint setting; `temporal server start-dev
+    --ui-codec-endpoint URL`) and the CLI (`temporal workflow show --codec-endpoint URL
+    --codec-auth "Bearer $TOKEN"`). Every request needs a bearer token from
+    MQGATHER_CODEC_TOKEN or MQGATHER_CODEC_TOKEN_FILE; the key ring comes from
+    MQGATHER_KEYS / MQGATHER_KEYS_FILE.
+    """
+    from mqgather.runtime.codec_server import CodecServer
+
+    setup_logging()
+    ring = load_key_ring()
+    if ring is None:
+        raise ConfigError(ENV_KEYS, f"the codec server needs the key ring: set {ENV_KEYS} "
+                          f"or {ENV_KEYS_FILE}")  # fmt: skip
+    server = CodecServer((host, port), PayloadCipher(ring), codec_tokens(), origins, namespaces)
+    click.echo(f"codec server on {server.url} (keys: {', '.join(ring.keys)}; active "
+               f"{ring.active}); UI origins: {', '.join(origins) or 'none'}", err=True)  # fmt: skip
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+COMMANDS = [keys, codec_server]

@@ -1,0 +1,156 @@
+"""A codec server: the Temporal Web UI and the ``temporal`` CLI send it sealed payloads
+and get them back opened (and the reverse), so authorised people read gathers.
+
+Protocol (Temporal's): ``POST /encode`` and ``POST /decode`` (also under
+``/<namespace>/``), body ``{"payloads": [<proto-JSON Payload>, ...]}``, the same shape
+back; the namespace may come in the ``X-Namespace`` header.
+
+Access: every request but the CORS preflight carries ``Authorization: Bearer <token>``
+with one of the configured tokens (compared in constant time). The ``temporal`` CLI sends
+it with ``--codec-auth``; the Web UI forwards the signed-in user's access token when its
+codec setting "pass access token" is on, so the token the UI's identity provider issues
+for it is configured here. CORS answers only the configured Web UI origins.
+
+Nothing of a payload is logged: a request line names the path, the status and the
+number of payloads.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payload
+
+from mqgather.runtime.codec import PayloadCipher, SealedPayloadError
+
+log = logging.getLogger("mqgather.codec")
+
+#: A request body larger than this is refused: the UI sends one event's payloads at once.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+_PATH = re.compile(r"^(?:/(?P<namespace>[A-Za-z0-9._-]+))?/(?P<op>encode|decode)/?$")
+
+
+class CodecServer(ThreadingHTTPServer):
+    """The HTTP server; ``handle_request`` threads share the cipher (it is stateless)."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        cipher: PayloadCipher,
+        tokens: Sequence[str],
+        origins: Sequence[str] = (),
+        namespaces: Sequence[str] = (),
+    ) -> None:
+        if not tokens or any(len(t) < 16 for t in tokens):
+            raise ValueError("the codec server needs tokens of at least 16 characters")
+        self.cipher = cipher
+        self.tokens = [t.encode() for t in tokens]
+        self.origins = frozenset(o.rstrip("/") for o in origins)
+        self.namespaces = frozenset(namespaces)
+        super().__init__(address, _Handler)
+
+    @property
+    def url(self) -> str:
+        """The server's base URL."""
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> threading.Thread:
+        """Serve in a background thread (for tests and embedding)."""
+        thread = threading.Thread(target=self.serve_forever, name="codec-server", daemon=True)
+        thread.start()
+        return thread
+
+    def authorised(self, header: str | None) -> bool:
+        """Whether an ``Authorization`` header carries one of the tokens."""
+        if not header or not header.startswith("Bearer "):
+            return False
+        given = header[len("Bearer ") :].strip().encode()
+        # Every token is compared, so the time taken tells nothing about which matched.
+        return sum(hmac.compare_digest(given, t) for t in self.tokens) > 0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: CodecServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.client_address[0], *args)
+
+    def _cors(self) -> None:
+        origin = (self.headers.get("Origin") or "").rstrip("/")
+        if origin and origin in self.server.origins:
+            self.send_header("Access-Control-Allow-Origin", origin)
+            self.send_header("Access-Control-Allow-Credentials", "true")
+            self.send_header("Access-Control-Allow-Methods", "POST, OPTIONS")
+            self.send_header(
+                "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Namespace"
+            )
+            self.send_header("Access-Control-Max-Age", "600")
+            self.send_header("Vary", "Origin")
+
+    def _answer(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self._cors()
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_OPTIONS(self) -> None:
+        """The CORS preflight: no credentials are sent with it, so none are asked for."""
+        self.send_response(HTTPStatus.NO_CONTENT)
+        self._cors()
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        """``/encode`` or ``/decode``, optionally under ``/<namespace>``."""
+        match = _PATH.match(self.path.split("?", 1)[0])
+        if match is None:
+            self._answer(HTTPStatus.NOT_FOUND, {"error": "POST /encode or /decode"})
+            return
+        if not self.server.authorised(self.headers.get("Authorization")):
+            self._answer(HTTPStatus.UNAUTHORIZED, {"error": "a valid bearer token is required"})
+            return
+        namespace = match["namespace"] or self.headers.get("X-Namespace") or ""
+        if self.server.namespaces and namespace not in self.server.namespaces:
+            self._answer(HTTPStatus.FORBIDDEN, {"error": f"namespace {namespace!r} not served"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self._answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
+            return
+        try:
+            document = json.loads(self.rfile.read(length) or b"{}")
+            payloads = [
+                json_format.ParseDict(item, Payload()) for item in document.get("payloads", [])
+            ]
+        except (ValueError, AttributeError, json_format.ParseError) as exc:
+            self._answer(HTTPStatus.BAD_REQUEST, {"error": f"not a payloads document ({exc})"})
+            return
+        cipher = self.server.cipher
+        try:
+            if match["op"] == "encode":
+                out = [cipher.seal(p) for p in payloads]
+            else:
+                out = [cipher.open(p) for p in payloads]
+        except SealedPayloadError as exc:
+            # The UI shows the payload as it is when decoding fails: say why, keep serving.
+            self._answer(HTTPStatus.UNPROCESSABLE_ENTITY, {"error": str(exc)})
+            return
+        log.info("%s %s: %d payload(s)", match["op"], namespace or "-", len(out))
+        self._answer(HTTPStatus.OK, {"payloads": [json_format.MessageToDict(p) for p in out]})
