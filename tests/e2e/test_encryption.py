@@ -4,13 +4,20 @@ histories that switch encryption on half-way complete and replay."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import os
+import secrets
+import subprocess
 import uuid
+from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 
+from analytics.export import export_histories
+from analytics.histories import collect
 from analytics.replay import ReplayItem, ReplayReport, replay
 from bridge.mq.models import parse_id
 from mqgather.config import AggregateSpec, LegSpec
@@ -22,16 +29,32 @@ from mqgather.runtime.codec import (
     key_ids_in,
     new_key,
     payloads_in,
+    read_key_ring_file,
+    write_key_ring_file,
 )
+from mqgather.runtime.codec_server import CodecServer
 from mqgather.runtime.keyuse import open_key_usage
 from tests.harness import pipeline, status, until, with_keys
 from workers.worker import build_worker
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
-A = KeyRing("a", {"a": new_key()})
-B_WITH_A = KeyRing("b", {"a": A.keys["a"], "b": new_key()})
-STRANGER = KeyRing("c", {"c": new_key()})
+#: Key ids unique to this run: `keys status` reads every open gather on the server.
+RUN = uuid.uuid4().hex[:6]
+A = KeyRing(f"a-{RUN}", {f"a-{RUN}": new_key()})
+B_WITH_A = KeyRing(f"b-{RUN}", {A.active: A.keys[A.active], f"b-{RUN}": new_key()})
+STRANGER = KeyRing(f"c-{RUN}", {f"c-{RUN}": new_key()})
+TOKEN = secrets.token_hex(16)
+
+
+def _cli(temporal_env, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``mqgather ARGS`` in a process of its own, against the session's server."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))}
+    address = temporal_env.client.service_client.config.target_host
+    return subprocess.run(
+        ["mqgather", *args], env={**clean, "TEMPORAL_ADDRESS": address, **env},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
 
 
 def _spec(**kw) -> AggregateSpec:
@@ -78,7 +101,7 @@ async def test_a_sealed_gather_leaves_no_message_content_on_the_server(temporal_
     # local activity (sequence, type, times); search attributes are never encoded.
     unsealed = [pl for pl in payloads_in(History.FromString(raw)) if key_id_of(pl) is None]
     assert all(set(json.loads(pl.data)) >= {"seq", "activity_type"} for pl in unsealed)
-    assert set(key_ids_in(History.FromString(raw))) <= {"a", ""}
+    assert set(key_ids_in(History.FromString(raw))) <= {A.active, ""}
 
 
 async def test_a_worker_without_the_key_stalls_the_gather_visibly_until_one_with_it_runs(
@@ -106,7 +129,7 @@ async def test_a_worker_without_the_key_stalls_the_gather_visibly_until_one_with
         failure = event.workflow_task_failed_event_attributes.failure
         # The failure was written by the worker that lacks the key, sealed with its own.
         error = await data_converter(STRANGER).decode_failure(failure)
-        assert "key id 'a'" in str(error), error
+        assert f"key id {A.active!r}" in str(error), error
         right = build_worker(sealed, p.connect, task_queue=p.task_queue)
         async with right:
             response = await p.wait_message("ORDER.RESPONSE", timeout=60)
@@ -134,7 +157,21 @@ async def test_keys_rotate_while_gathers_are_open_and_the_old_key_stays_until_th
             await until(lambda s=sent: status(p.handle(spec, s.correl_id)),
                         lambda s: s.legs_received == ["CREDIT"])  # fmt: skip
         usage = await open_key_usage(client, query=f"AggregateName = '{spec.name}'")
-        assert usage.workflows_by_key == {"a": 2}
+        assert usage.workflows_by_key == {A.active: 2}
+        ring_file = tmp_path / "keys.json"
+        write_key_ring_file(ring_file, B_WITH_A)
+        shown = await asyncio.to_thread(
+            _cli, temporal_env, "keys", "status", "--query", f"AggregateName = '{spec.name}'",
+            MQGATHER_KEYS_FILE=str(ring_file),
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        assert f"{A.active}: 2 open workflow(s) — in use" in shown.stdout
+        assert f"{B_WITH_A.active} (active): 0 open workflow(s) — may be retired" in shown.stdout
+        refused = await asyncio.to_thread(
+            _cli, temporal_env, "keys", "retire", A.active, "--file", str(ring_file)
+        )
+        assert refused.returncode == 1 and "refused" in refused.stderr, refused.stderr
+        assert A.active in read_key_ring_file(ring_file).keys
         # Rotation: B made active, A kept to open the older payloads. (A process does this
         # by restarting with the new ring; swapping the cipher is the same for the codec.)
         codec.cipher = PayloadCipher(B_WITH_A)  # type: ignore[union-attr]
@@ -147,15 +184,40 @@ async def test_keys_rotate_while_gathers_are_open_and_the_old_key_stays_until_th
     assert [r.state for r in results] == ["COMPLETE", "COMPLETE"]
     for history in histories:
         ids = key_ids_in(History(events=history.events))
-        assert ids.get("a") and ids.get("b"), ids
+        assert ids.get(A.active) and ids.get(B_WITH_A.active), ids
     assert after.workflows_by_key == {}  # closed: A may go
+    retired = await asyncio.to_thread(
+        _cli, temporal_env, "keys", "retire", A.active, "--file", str(ring_file)
+    )
+    assert retired.returncode == 0, retired.stderr
+    assert set(read_key_ring_file(ring_file).keys) == {B_WITH_A.active}
     report = ReplayReport()
     await replay([_item(h) for h in histories], report, converter=data_converter(B_WITH_A))
     assert (report.replayed, report.clean) == (2, 2), [f.describe() for f in report.failures]
     without_a = ReplayReport()
-    await replay([_item(h) for h in histories], without_a,
-                 converter=data_converter(KeyRing("b", {"b": B_WITH_A.keys["b"]})))  # fmt: skip
-    assert without_a.clean == 0 and "key id 'a'" in without_a.failures[0].error
+    only_b = KeyRing(B_WITH_A.active, {B_WITH_A.active: B_WITH_A.keys[B_WITH_A.active]})
+    await replay([_item(h) for h in histories], without_a, converter=data_converter(only_b))
+    assert without_a.clean == 0 and f"key id {A.active!r}" in without_a.failures[0].error
+
+
+def _payload_texts(shown: str) -> str:
+    """The data of every payload in proto-JSON histories (``temporal workflow show -o
+    json`` output, or export NDJSON), decoded."""
+    found: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if "metadata" in node and "data" in node:
+                found.append(base64.b64decode(node["data"]).decode("utf-8", "replace"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for line in shown.splitlines() if shown.startswith('{"workflowId') else [shown]:
+        walk(json.loads(line))
+    return "\n".join(found)
 
 
 def _item(history) -> ReplayItem:
@@ -182,7 +244,63 @@ async def test_a_history_that_switches_encryption_on_half_way_completes_and_repl
     assert result.state == "COMPLETE"
     assert json.loads(response.body)["legs"]["credit"] == {"before": 1}
     ids = key_ids_in(History(events=history.events))
-    assert ids.get("a") and ids.get(""), ids
+    assert ids.get(A.active) and ids.get(""), ids
     report = ReplayReport()
     await replay([_item(history)], report, converter=data_converter(A))
     assert report.clean == 1, [f.describe() for f in report.failures]
+
+
+async def test_operators_read_a_sealed_gather_through_the_codec_server_and_in_exports(
+    temporal_env, tmp_path
+):
+    client = with_keys(temporal_env.client, A)
+    spec = _spec(mode="static")
+    marker = f"SECRET{uuid.uuid4().hex[:8]}"
+    correl = parse_id(f"CODEC-{RUN}")
+    async with pipeline(client, tmp_path, [spec]) as p:
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, correl, leg, _marked(marker, leg))
+        await p.wait_message("ORDER.RESPONSE")
+        await p.result(spec, correl)
+    gid = p.handle(spec, correl).id
+    server = CodecServer(("127.0.0.1", 0), PayloadCipher(A), [TOKEN])
+    server.start()
+    try:
+
+        def show(*extra: str) -> subprocess.CompletedProcess[str]:
+            address = temporal_env.client.service_client.config.target_host
+            return subprocess.run(
+                ["temporal", "workflow", "show", "-w", gid, "--address", address,
+                 "--output", "json", *extra],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+
+        opened = await asyncio.to_thread(
+            show, "--codec-endpoint", server.url, "--codec-auth", f"Bearer {TOKEN}"
+        )
+        sealed = await asyncio.to_thread(show)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert opened.returncode == 0, opened.stderr
+    # A reply's body is base64 inside the JSON of its payload's data.
+    body = base64.b64encode(_marked(marker, "CREDIT")).decode()
+    assert body in _payload_texts(opened.stdout)
+    assert body not in _payload_texts(sealed.stdout)
+    # Exports: opened with the key ring by default, or kept sealed; analyze opens those.
+    await until(lambda: client.count_workflows(f"WorkflowId = '{gid}' AND "
+                                               "ExecutionStatus != 'Running'"),
+                lambda c: c.count == 1)  # fmt: skip
+    kept, plain = tmp_path / "kept", tmp_path / "plain"
+    await export_histories(client, kept, aggregate=spec.name)
+    await export_histories(client, plain, aggregate=spec.name, cipher=PayloadCipher(A))
+
+    def text(folder: Path) -> str:
+        return "".join(_payload_texts(f.read_text()) for f in folder.rglob("*.ndjson"))
+
+    assert body in text(plain) and body not in text(kept)
+    found = collect([kept], tmp_path / "staging", PayloadCipher(A))
+    assert [Path(f).name for f in found.ndjson] == ["converted.ndjson"]
+    assert body in text(tmp_path / "staging")
+    lacking = collect([kept], tmp_path / "staging2", PayloadCipher(None))
+    assert A.active in next(iter(lacking.skipped.values()))
