@@ -103,6 +103,12 @@ class AggregateSpec(BaseModel):
         description='where duplicate replies go; "" counts them and discards the copy',
     )
     max_reply_bytes: int = Field(default=256 * 1024, gt=0)
+    correl_id_text: bool = Field(
+        default=True,
+        description="index a printable CorrelId as text (CorrelIdText) for searches; false "
+        "keeps message-derived text out of search attributes, which Temporal never "
+        "encrypts (the hex CorrelId and the workflow id stay)",
+    )
     response_ccsid: int = Field(
         default=1208,
         description="CodedCharSetId the text of json, xml and folders responses "

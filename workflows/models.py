@@ -246,7 +246,7 @@ def gather_id(aggregate: str, correl_id: bytes) -> str:
 def start_options(spec: AggregateSpec, correl_id: bytes) -> dict[str, Any]:
     """Start arguments of a gather: the summary and details the Temporal UI shows, and the
     search attributes that find it from its first moment (by text or hex CorrelId)."""
-    text = id_text(correl_id)
+    text = id_text(correl_id) if spec.correl_id_text else None
     pairs: list[SearchAttributePair[Any]] = [
         SearchAttributePair(AGGREGATE_NAME, spec.name),
         SearchAttributePair(CORREL_ID, correl_id.hex()),

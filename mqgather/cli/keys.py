@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from pathlib import Path
 
 import click
@@ -67,6 +68,26 @@ def add(path: Path, key_id: str | None, activate: bool) -> None:
     click.echo(f"added key {key_id} to {path}; active key: {active}")
     if ring is not None and active != ring.active:
         click.echo("restart the worker, bridge and collector with this ring to seal with it")
+
+
+@keys.command()
+@_file_option
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also make a codec-server bearer token here (mode 600) if missing.")  # fmt: skip
+def init(path: Path, token_file: Path | None) -> None:
+    """Make a key ring with one key, unless the file exists (for a stack's first start;
+    run again, it changes nothing)."""
+    if path.exists():
+        ring = read_key_ring_file(path)
+        click.echo(f"{path}: key ring present (active key {ring.active}); unchanged")
+    else:
+        write_key_ring_file(path, KeyRing("k1", {"k1": new_key()}))
+        click.echo(f"{path}: key ring made (active key k1)")
+    if token_file is not None and not token_file.exists():
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32) + "\n")
+        click.echo(f"{token_file}: codec-server token made")
 
 
 @keys.command()

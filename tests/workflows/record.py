@@ -13,6 +13,10 @@ a worker and the embedded queue manager on a dev server of its own, and writes e
 run's history to ``tests/workflows/histories/SET/<path>.json`` (SET defaults to the
 worker's build id). Recorded sets are kept: the suite replays every one of them against
 the current code.
+
+With ``--sealed`` every payload is sealed by the codec, with a key ring made for the set
+and kept beside it as ``_keys.json`` (a test key that seals nothing else), so the suite
+replays sealed histories too.
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
 from bridge.mq.models import Match, MQMessage, MsgFlags, QueueAttributes, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import SEARCH_ATTRIBUTES
+from mqgather.runtime.codec import KeyRing, data_converter, new_key
 from tests.collecting import Collecting, collecting, order
 from tests.harness import Pipeline, pipeline, status, until
 from workers.worker import default_build_id
@@ -336,12 +341,16 @@ async def record_collectors(env: WorkflowEnvironment, out: Path) -> list[Path]:
     return written
 
 
-async def record(out: Path) -> list[Path]:
+#: Beside a sealed set: the key ring its payloads were sealed with.
+KEYS_FILE = "_keys.json"
+
+
+async def record(out: Path, converter: DataConverter | None = None) -> list[Path]:
     """Run every scenario and write each run of each gather and collector to ``out``."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=shutil.which("temporal"),
         search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
+        data_converter=converter or data_converter(None),
         dev_server_log_level="error",
         dev_server_extra_args=[
             "--dynamic-config-value",
@@ -369,12 +378,20 @@ async def record(out: Path) -> list[Path]:
 def main() -> None:
     """Command line: the set's name (default: the worker's build id)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("set", nargs="?", default=default_build_id(), help="set name")
+    parser.add_argument("set", nargs="?", default=None, help="set name")
+    parser.add_argument("--sealed", action="store_true", help="seal every payload")
     args = parser.parse_args()
-    out = HISTORIES / args.set
+    name = args.set or default_build_id() + ("-sealed" if args.sealed else "")
+    out = HISTORIES / name
     if out.exists():
         sys.exit(f"{out} exists; recorded sets are kept as they are: name a new set")
-    written = asyncio.run(record(out))
+    ring = None
+    if args.sealed:
+        key_id = f"rec-{new_key().hex()[:8]}"  # unique: the suite joins every set's keys
+        ring = KeyRing(key_id, {key_id: new_key()})
+        out.mkdir(parents=True)
+        (out / KEYS_FILE).write_text(ring.to_file_model().model_dump_json(indent=1) + "\n")
+    written = asyncio.run(record(out, data_converter(ring)))
     print(f"{len(written)} histories in {out}; commit them with the code they came from")
 
 

@@ -441,3 +441,16 @@ def test_a_failing_round_is_recorded_backs_off_and_clears_on_success():
         0,
         None,
     )
+
+
+def test_correl_id_text_can_be_kept_out_of_the_search_attributes():
+    from mqgather.names import CORREL_ID, CORREL_ID_TEXT
+    from workflows.models import start_options
+
+    correl = b"ORDER-123".ljust(24, b"\x00")
+    shown = start_options(AggregateSpec(name="a"), correl)
+    assert shown["search_attributes"].get(CORREL_ID_TEXT) == "ORDER-123"
+    hidden = start_options(AggregateSpec(name="b", correl_id_text=False), correl)
+    assert hidden["search_attributes"].get(CORREL_ID_TEXT) is None
+    assert hidden["search_attributes"].get(CORREL_ID) == correl.hex()
+    assert "ORDER-123" not in hidden["static_summary"]

@@ -19,12 +19,27 @@ from temporalio.client import WorkflowHistory
 
 from analytics.replay import ReplayReport, read_histories, replay
 from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW
+from mqgather.runtime.codec import KeyRing, data_converter, parse_key_ring
 from tests.workers.gather_v2 import CollectorV2, GatherV2
-from tests.workflows.record import COLLECT_SCENARIOS, HISTORIES, SCENARIOS
+from tests.workflows.record import COLLECT_SCENARIOS, HISTORIES, KEYS_FILE, SCENARIOS
 from workflows.collector import PATCH_DELAY_FROM_ARRIVAL
 
 SETS = sorted(p for p in HISTORIES.iterdir() if p.is_dir())
-FILES = sorted(HISTORIES.glob("*/*.json"))
+FILES = sorted(p for p in HISTORIES.glob("*/*.json") if not p.name.startswith("_"))
+
+
+def _recorded_keys() -> KeyRing | None:
+    """Every sealed set's test key in one ring (None when no set is sealed)."""
+    rings = [
+        parse_key_ring(f.read_text(), str(f)) for f in sorted(HISTORIES.glob(f"*/{KEYS_FILE}"))
+    ]
+    if not rings:
+        return None
+    return KeyRing(rings[0].active, {k: v for r in rings for k, v in r.keys.items()})
+
+
+#: Opens the sealed sets' payloads; passes the others through.
+CONVERTER = data_converter(_recorded_keys())
 
 
 def test_the_recorded_sets_cover_every_path():
@@ -74,7 +89,7 @@ async def test_recorded_history_replays(path: Path):
     report = ReplayReport()
     items = read_histories([path], report)
     assert len(items) == 1 and not report.unreadable, report.unreadable
-    await replay(items, report)
+    await replay(items, report, converter=CONVERTER)
     assert report.clean == 1, f"{path.parent.name}/{path.name}: {report.failures[0].describe()}"
 
 
@@ -82,7 +97,7 @@ async def test_an_incompatible_change_fails_replay_naming_the_gather_and_event()
     report = ReplayReport()
     items = read_histories([HISTORIES], report, kinds=(GATHER_WORKFLOW,))
     gathers = [f for f in FILES if not f.stem.startswith("collect_")]
-    await replay(items, report, workflow_class=GatherV2)
+    await replay(items, report, workflow_class=GatherV2, converter=CONVERTER)
     assert report.replayed == len(gathers) and report.clean == 0
     for failure in report.failures:
         assert failure.workflow_id.startswith("gather:")
@@ -94,9 +109,24 @@ async def test_an_incompatible_change_fails_replay_naming_the_gather_and_event()
 async def test_an_incompatible_collector_change_fails_replay_naming_the_collector():
     report = ReplayReport()
     items = read_histories([HISTORIES], report, kinds=(COLLECT_WORKFLOW,))
-    await replay(items, report, collector_class=CollectorV2)
+    await replay(items, report, collector_class=CollectorV2, converter=CONVERTER)
     collectors = [f for f in FILES if f.stem.startswith("collect_")]
     assert len(collectors) >= len(COLLECT_SCENARIOS)
     assert report.replayed == len(collectors) and report.clean == 0
     assert all(f.workflow_id.startswith("collect:") for f in report.failures)
     assert all("Nondeterminism" in f.error for f in report.failures)
+
+
+def test_a_sealed_set_is_among_those_replayed():
+    from temporalio.api.history.v1 import History
+
+    from mqgather.runtime.codec import key_ids_in
+
+    sealed = [s for s in SETS if (s / KEYS_FILE).exists()]
+    assert sealed, "a set recorded with --sealed"
+    for path in sorted(sealed[0].glob("*.json")):
+        if path.name.startswith("_"):
+            continue
+        events = WorkflowHistory.from_json(path.stem, path.read_text()).events
+        keys = key_ids_in(History(events=events))
+        assert set(keys) - {""}, f"{path.name} holds no sealed payload"

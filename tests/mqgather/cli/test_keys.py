@@ -1,0 +1,61 @@
+"""``mqgather keys`` on files: init, add, activate, retire's refusals that need no server."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from mqgather.cli.main import cli
+from mqgather.runtime.codec import read_key_ring_file
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_init_makes_a_private_ring_and_token_once(tmp_path):
+    ring, token = tmp_path / "keys.json", tmp_path / "token"
+    first = _run("keys", "init", "--file", str(ring), "--token-file", str(token))
+    assert first.exit_code == 0, first.output
+    made = read_key_ring_file(ring)
+    secret = token.read_text()
+    assert (ring.stat().st_mode & 0o777, token.stat().st_mode & 0o777) == (0o600, 0o600)
+    assert len(secret.strip()) == 64
+    again = _run("keys", "init", "--file", str(ring), "--token-file", str(token))
+    assert again.exit_code == 0 and "unchanged" in again.output
+    assert read_key_ring_file(ring) == made and token.read_text() == secret
+    # No key material on the terminal.
+    for key in made.keys.values():
+        assert key.hex() not in first.output + again.output
+    assert secret.strip() not in first.output
+
+
+def test_add_activate_and_the_refusals_that_keep_a_ring_whole(tmp_path):
+    ring = tmp_path / "keys.json"
+    assert _run("keys", "add", "--file", str(ring)).exit_code == 0
+    assert _run("keys", "add", "--file", str(ring), "--no-activate").exit_code == 0
+    made = read_key_ring_file(ring)
+    assert made.active == "k1" and set(made.keys) == {"k1", "k2"}
+    assert _run("keys", "activate", "--file", str(ring), "k2").exit_code == 0
+    assert read_key_ring_file(ring).active == "k2"
+    assert read_key_ring_file(ring).keys == made.keys  # no key replaced
+    dup = _run("keys", "add", "--file", str(ring), "--id", "k1")
+    assert dup.exit_code != 0 and "never replaced" in dup.output
+    active = _run("keys", "retire", "--file", str(ring), "k2")
+    assert active.exit_code != 0 and "active key" in active.output
+    missing = _run("keys", "activate", "--file", str(ring), "k9")
+    assert missing.exit_code != 0 and "k9" in missing.output
+
+
+def test_the_codec_server_refuses_to_start_without_a_token_or_a_ring(tmp_path, monkeypatch):
+    for name in ("MQGATHER_KEYS", "MQGATHER_KEYS_FILE", "MQGATHER_CODEC_TOKEN",
+                 "MQGATHER_CODEC_TOKEN_FILE"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    no_ring = _run("codec-server")
+    assert no_ring.exit_code != 0 and "MQGATHER_KEYS" in no_ring.output
+    _run("keys", "init", "--file", str(tmp_path / "k.json"))
+    monkeypatch.setenv("MQGATHER_KEYS_FILE", str(tmp_path / "k.json"))
+    no_token = _run("codec-server")
+    assert no_token.exit_code != 0 and "MQGATHER_CODEC_TOKEN" in no_token.output
+    monkeypatch.setenv("MQGATHER_CODEC_TOKEN", "short")
+    short = _run("codec-server")
+    assert short.exit_code != 0 and "16 characters" in short.output
