@@ -39,7 +39,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
  && rm -rf /var/lib/apt/lists/* \
  && pip install --no-cache-dir '.[analytics]' \
- && useradd --uid 1001 --create-home mqgather
+ && useradd --uid 1001 --create-home mqgather \
+ && install -d -o 1001 -m 700 /var/lib/mqgather/keys
 USER 1001
 ENTRYPOINT ["mqgather"]
 CMD ["analyze", "--help"]

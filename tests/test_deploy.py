@@ -17,11 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Every part the stack must run, and how many of each.
 PARTS = {"ibmmq": 1, "postgresql": 1, "temporal": 1, "temporal-ui": 1, "worker": 2,
          "bridge": 2, "otel-collector": 1, "prometheus": 1, "grafana": 1, "spark-master": 1,
-         "spark-worker": 1}  # fmt: skip
+         "spark-worker": 1, "codec-server": 1}  # fmt: skip
 #: Services without a health check, and why.
 UNWATCHED = {
     "otel-collector": "its image has no shell to run a check in",
     "queues": "a one-shot job; the workers wait for it to complete",
+    "keys": "a one-shot job; the workers and the codec server wait for it to complete",
     "analytics": "an on-demand job",
 }
 
@@ -57,6 +58,32 @@ def test_the_stack_has_every_part_with_health_checks_and_the_environment_it_need
     for name in ("worker", "bridge"):
         depends = services[name]["depends_on"]
         assert depends["queues"]["condition"] == "service_completed_successfully"
+
+
+def test_the_stack_runs_encrypted_with_the_ui_reading_through_the_codec_server():
+    services = _compose()["services"]
+    ring = "/var/lib/mqgather/keys/keys.json"
+    assert ring.endswith(
+        services["keys"]["command"][services["keys"]["command"].index("--file") + 1]
+    )
+    for name in ("worker", "bridge", "codec-server", "analytics"):
+        assert services[name]["environment"]["MQGATHER_KEYS_FILE"] == ring, name
+        assert any(v.startswith("mqgather-keys:") and v.endswith(":ro")
+                   for v in services[name]["volumes"]), name  # fmt: skip
+        assert services[name]["depends_on"]["keys"]["condition"] == (
+            "service_completed_successfully"
+        ), name
+    codec = services["codec-server"]
+    command = codec["command"]
+    port = command[command.index("--port") + 1]
+    assert services["temporal-ui"]["environment"]["TEMPORAL_CODEC_ENDPOINT"].endswith(f":{port}")
+    assert codec["environment"]["MQGATHER_CODEC_TOKEN_FILE"].startswith("/var/lib/mqgather/keys/")
+    ui_port = services["temporal-ui"]["ports"][0].split(":")[0]
+    assert f"http://localhost:{ui_port}" in command
+    # Reachable from this host only.
+    assert all(p.startswith("127.0.0.1:") for p in codec["ports"])
+    # The image makes the keys' directory for its own user, so a fresh volume is theirs.
+    assert "install -d -o 1001 -m 700 /var/lib/mqgather/keys" in (ROOT / "Dockerfile").read_text()
 
 
 def test_builds_and_mounts_point_at_files_that_exist():
