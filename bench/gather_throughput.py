@@ -18,8 +18,11 @@ own processes, at each level of open gathers (each holding 1 of its 3 legs):
     worker's CPU per workflow and their time from the signal at the server to the task's
     completion, the same span as stages 3 to 6 of the gather.
 
+With ``--encrypt`` the whole run is made twice, on fresh servers: payloads plain, then
+sealed by the codec (a key ring of one key), and a last table sets the two side by side.
+
     python bench/gather_throughput.py [--gathers N] [--open 0,1000,10000,50000]
-        [--workers N] [--bridges M] [--max-cached-gathers N]
+        [--workers N] [--bridges M] [--max-cached-gathers N] [--encrypt]
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
 from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
-from mqgather.names import GATHER_WORKFLOW, LEGS_RECEIVED, SIGNAL_REPLIES
+from mqgather.names import ENV_KEYS, GATHER_WORKFLOW, LEGS_RECEIVED, SIGNAL_REPLIES
+from mqgather.runtime.codec import KeyRing, data_converter, new_key, open_all
 from mqgather.runtime.temporal import dev_server_args, ensure_search_attributes
 from tests.harness import prepare_queues
 from workflows.models import ReplyBatch, gather_id
@@ -98,7 +102,10 @@ def _rss_mb(pid: int) -> float:
 
 
 class Bench:
-    def __init__(self, tmp: Path, server_args: list[str] | None = None) -> None:
+    def __init__(
+        self, tmp: Path, server_args: list[str] | None = None, ring: KeyRing | None = None
+    ) -> None:
+        self.ring = ring
         self.tmp = tmp
         self.port = _port()
         self.address = f"localhost:{self.port}"
@@ -116,6 +123,8 @@ class Bench:
             MQGATHER_MQ=f"local:{self.qm_path}",
             MQGATHER_CONFIG=str(tmp / "bench.toml"),
         )
+        if ring is not None:
+            self.env[ENV_KEYS] = ring.to_file_model().model_dump_json()
 
     def spawn(self, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -125,7 +134,7 @@ class Bench:
     async def client(self) -> Client:
         for _ in range(300):
             try:
-                return await Client.connect(self.address, data_converter=pydantic_data_converter)
+                return await Client.connect(self.address, data_converter=data_converter(self.ring))
             except RuntimeError:
                 await asyncio.sleep(0.2)
         raise RuntimeError("the dev server did not start")
@@ -261,6 +270,7 @@ async def breakdown(
 ) -> tuple[list[float], dict[str, list[float]]]:
     """ms from the last reply's PUT to the response's PUT per gather, and per stage: read
     from each gather's history, its replies' receipt times and the PUT's marker."""
+    cipher = client.data_converter.payload_codec.cipher  # type: ignore[union-attr]
     responses = {
         m.correl_id: m.put_date_time.timestamp()
         for m in qm.browse("ORDER.RESPONSE")
@@ -277,6 +287,7 @@ async def breakdown(
         ).events
         signal_at = received = started = scheduled = completed = None
         for e in events:
+            open_all(e, cipher)
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
                 attrs = e.workflow_execution_signaled_event_attributes
                 if attrs.signal_name == SIGNAL_REPLIES:
@@ -368,10 +379,11 @@ async def main(
     cache: int,
     sandbox: bool,
     server_args: list[str] | None = None,
-) -> None:
+    ring: KeyRing | None = None,
+) -> list[Level]:
     results: list[Level] = []
     with tempfile.TemporaryDirectory() as tmp:
-        bench = Bench(Path(tmp), server_args)
+        bench = Bench(Path(tmp), server_args, ring)
         try:
             client = await bench.client()
             await ensure_search_attributes(client)
@@ -395,7 +407,8 @@ async def main(
                                    *(["--sandbox"] if sandbox else [])]).pid  # fmt: skip
             qm = LocalQueueManager(bench.qm_path)
             print(f"{workers} worker(s), {bridges} bridge(s), cache {cache} gathers, "
-                  f"sandbox {'on' if sandbox else 'off'}; warming up …", flush=True)  # fmt: skip
+                  f"sandbox {'on' if sandbox else 'off'}, payloads "
+                  f"{'sealed' if ring else 'plain'}; warming up …", flush=True)  # fmt: skip
             await pipeline(bench, qm, "WARM-", 20)
             await ceiling(bench, client, 20)
             opened = 0
@@ -429,7 +442,24 @@ async def main(
         finally:
             bench.close()
     report(results, n, f"{workers} worker(s) x {bridges} bridge(s), --max-cached-gathers "
-           f"{cache}, sandbox {'on' if sandbox else 'off'}, {n} gathers per measure")  # fmt: skip
+           f"{cache}, sandbox {'on' if sandbox else 'off'}, payloads "
+           f"{'sealed' if ring else 'plain'}, {n} gathers per measure")  # fmt: skip
+    return results
+
+
+def compare(plain: list[Level], sealed: list[Level], n: int) -> None:
+    """Encryption's cost: the same measures with payloads plain and sealed."""
+    print()
+    print("encryption: payloads plain vs sealed (AES-256-GCM), same run")
+    print(f"{'open':>7} {'worker CPU ms':>17} {'bridge CPU ms':>17} {'p50 ms':>13} "
+          f"{'p99 ms':>13} {'p99 ratio':>9}")  # fmt: skip
+    for a, b in zip(plain, sealed, strict=True):
+        worker = f"{1000 * a.cpu['workers'] / n:.1f} -> {1000 * b.cpu['workers'] / n:.1f}"
+        bridge = f"{1000 * a.cpu['bridges'] / n:.1f} -> {1000 * b.cpu['bridges'] / n:.1f}"
+        p50 = f"{_q(a.totals, 50):.0f} -> {_q(b.totals, 50):.0f}"
+        p99 = f"{_q(a.totals, 99):.0f} -> {_q(b.totals, 99):.0f}"
+        ratio = _q(b.totals, 99) / max(_q(a.totals, 99), 1e-9)
+        print(f"{a.open:>7,} {worker:>17} {bridge:>17} {p50:>13} {p99:>13} {ratio:>9.2f}")
 
 
 def row(r: Level, base: float, n: int) -> str:
@@ -489,11 +519,17 @@ if __name__ == "__main__":
     parser.add_argument("--bridges", type=int, default=1)
     parser.add_argument("--max-cached-gathers", type=int, default=DEFAULT_MAX_CACHED_GATHERS)
     parser.add_argument("--sandbox", action="store_true", help="workers run the sandbox")
+    parser.add_argument("--encrypt", action="store_true",
+                        help="run plain, then with payloads sealed, and compare")  # fmt: skip
     parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                         help="one more argument of `temporal server start-dev` (repeat it), "
                              "e.g. --server-arg=--dynamic-config-value "
                              "--server-arg=KEY=VALUE")  # fmt: skip
     ns = parser.parse_args()
     levels = [int(x) for x in ns.open.split(",") if x.strip()]
-    asyncio.run(main(ns.gathers, levels, ns.workers, ns.bridges, ns.max_cached_gathers,
-                     ns.sandbox, ns.server_arg))  # fmt: skip
+    options = (ns.gathers, levels, ns.workers, ns.bridges, ns.max_cached_gathers, ns.sandbox,
+               ns.server_arg)  # fmt: skip
+    plain = asyncio.run(main(*options))
+    if ns.encrypt:
+        sealed = asyncio.run(main(*options, ring=KeyRing("bench", {"bench": new_key()})))
+        compare(plain, sealed, ns.gathers)
