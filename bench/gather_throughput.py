@@ -52,7 +52,7 @@ from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
 from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
 from mqgather.names import ENV_KEYS, GATHER_WORKFLOW, LEGS_RECEIVED, SIGNAL_REPLIES
-from mqgather.runtime.codec import KeyRing, data_converter, new_key, open_all
+from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key, open_all
 from mqgather.runtime.temporal import dev_server_args, ensure_search_attributes
 from tests.harness import prepare_queues
 from workflows.models import ReplyBatch, gather_id
@@ -134,7 +134,8 @@ class Bench:
     async def client(self) -> Client:
         for _ in range(300):
             try:
-                return await Client.connect(self.address, data_converter=data_converter(self.ring))
+                # The ceiling and floor are the platform alone: their payloads stay plain.
+                return await Client.connect(self.address, data_converter=pydantic_data_converter)
             except RuntimeError:
                 await asyncio.sleep(0.2)
         raise RuntimeError("the dev server did not start")
@@ -266,11 +267,10 @@ def _seconds(stamp: dict) -> float:
 
 
 async def breakdown(
-    client: Client, qm: LocalQueueManager, last_put: dict[bytes, float]
+    client: Client, qm: LocalQueueManager, last_put: dict[bytes, float], cipher: PayloadCipher
 ) -> tuple[list[float], dict[str, list[float]]]:
     """ms from the last reply's PUT to the response's PUT per gather, and per stage: read
     from each gather's history, its replies' receipt times and the PUT's marker."""
-    cipher = client.data_converter.payload_codec.cipher  # type: ignore[union-attr]
     responses = {
         m.correl_id: m.put_date_time.timestamp()
         for m in qm.browse("ORDER.RESPONSE")
@@ -430,7 +430,7 @@ async def main(
                 }
                 print(f"[{level:,} open] (c) latency at {bare / 2:.0f} gathers/s …", flush=True)
                 last_put = await latency(qm, f"LAT-{level}-", min(n, 300), bare / 2)
-                totals, stages = await breakdown(client, qm, last_put)
+                totals, stages = await breakdown(client, qm, last_put, PayloadCipher(ring))
                 print(f"[{level:,} open] (d) floor at {bare / 2:.0f} workflows/s …", flush=True)
                 floor_cpu, floor_ms = await floor(client, trivial, min(n, 300), bare / 2)
                 rss = [_rss_mb(pid) for pid in roles["workers"]]
