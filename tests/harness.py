@@ -19,9 +19,13 @@ from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
 from bridge.mq.transport import Transport
-from mqgather.config import AggregateSpec, default_queues
+from mqgather.config import AggregateSpec, LegSpec, default_queues
 from workers.worker import build_worker
 from workflows.models import GatherResult, gather_id
+
+#: The legs most gathers of the suite expect.
+THREE_LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
+              LegSpec(name="TAX", sequence=30))  # fmt: skip
 
 
 class Pipeline:

@@ -23,6 +23,7 @@ from mqgather.runtime.codec import (
     read_key_ring_file,
     write_key_ring_file,
 )
+from mqgather.runtime.keyuse import KeyUsage
 
 _FILE_HELP = f"The key-ring file [env {ENV_KEYS_FILE}]."
 
@@ -95,32 +96,37 @@ def init(path: Path, token_file: Path | None) -> None:
 @click.argument("key_id")
 def activate(path: Path, key_id: str) -> None:
     """Seal new payloads with KEY_ID (already in the ring)."""
-    ring = read_key_ring_file(path)
-    if key_id not in ring.keys:
-        raise ConfigError(str(path), f"no key {key_id!r} in the ring ({', '.join(ring.keys)})")
+    ring = _ring_holding(path, key_id)
     write_key_ring_file(path, KeyRing(key_id, ring.keys))
     click.echo(f"active key: {key_id}; restart the processes with this ring")
 
 
-def _usage(query: str | None) -> dict[str, int]:
+def _ring_holding(path: Path, key_id: str) -> KeyRing:
+    """The ring in ``path``, which must hold ``key_id``."""
+    ring = read_key_ring_file(path)
+    if key_id not in ring.keys:
+        raise ConfigError(str(path), f"no key {key_id!r} in the ring ({', '.join(ring.keys)})")
+    return ring
+
+
+def _usage(query: str | None) -> KeyUsage:
     from mqgather.runtime.keyuse import open_key_usage
     from mqgather.runtime.temporal import connect
 
     console = Console(stderr=True)
 
-    async def main() -> dict[str, int]:
+    async def main() -> KeyUsage:
         client = await connect()
         with Progress(
             TextColumn("reading open histories"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=console, transient=True,
         ) as progress:  # fmt: skip
             bar = progress.add_task("read", total=None)
-            usage = await open_key_usage(
+            return await open_key_usage(
                 client, query=query,
                 on_total=lambda n: progress.update(bar, total=n),
                 on_progress=lambda n: progress.update(bar, completed=n),
             )  # fmt: skip
-        return {"": usage.workflows, **usage.workflows_by_key}
 
     return asyncio.run(main())
 
@@ -135,9 +141,8 @@ def status(query: str | None) -> None:
     """
     ring = load_key_ring()
     usage = _usage(query)
-    total = usage.pop("")
-    click.echo(f"{total} open gather(s) and collector(s)")
-    known = dict.fromkeys(ring.keys if ring else [], 0) | usage
+    click.echo(f"{usage.workflows} open gather(s) and collector(s)")
+    known = dict.fromkeys(ring.keys if ring else [], 0) | usage.workflows_by_key
     if not known:
         click.echo("no key ring here and no sealed payload in the open histories")
     for key_id, count in sorted(known.items()):
@@ -157,12 +162,10 @@ def status(query: str | None) -> None:
 @click.option("--force", is_flag=True, help="Retire it even though open workflows use it.")
 def retire(path: Path, key_id: str, force: bool) -> None:
     """Take KEY_ID out of the ring, once no open gather or collector uses it."""
-    ring = read_key_ring_file(path)
-    if key_id not in ring.keys:
-        raise ConfigError(str(path), f"no key {key_id!r} in the ring ({', '.join(ring.keys)})")
+    ring = _ring_holding(path, key_id)
     if key_id == ring.active:
         raise MQGatherError(f"{key_id} is the active key: activate another one first")
-    using = _usage(None).get(key_id, 0)
+    using = _usage(None).workflows_by_key.get(key_id, 0)
     if using and not force:
         raise MQGatherError(
             f"refused: {using} open workflow(s) hold payloads sealed with {key_id}; without "

@@ -20,7 +20,7 @@ from analytics.export import export_histories
 from analytics.histories import collect
 from analytics.replay import ReplayItem, ReplayReport, replay
 from bridge.mq.models import parse_id
-from mqgather.config import AggregateSpec, LegSpec
+from mqgather.config import AggregateSpec
 from mqgather.runtime.codec import (
     KeyRing,
     PayloadCipher,
@@ -34,11 +34,9 @@ from mqgather.runtime.codec import (
 )
 from mqgather.runtime.codec_server import CodecServer
 from mqgather.runtime.keyuse import open_key_usage
-from tests.harness import pipeline, status, until, with_keys
+from tests.harness import THREE_LEGS, pipeline, status, until, with_keys
 from workers.worker import build_worker
 
-LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
-        LegSpec(name="TAX", sequence=30))  # fmt: skip
 #: Key ids unique to this run: `keys status` reads every open gather on the server.
 RUN = uuid.uuid4().hex[:6]
 A = KeyRing(f"a-{RUN}", {f"a-{RUN}": new_key()})
@@ -58,7 +56,9 @@ def _cli(temporal_env, *args: str, **env: str) -> subprocess.CompletedProcess[st
 
 
 def _spec(**kw) -> AggregateSpec:
-    return AggregateSpec(name=f"enc{uuid.uuid4().hex[:6]}", legs=LEGS, timeout_seconds=120, **kw)
+    return AggregateSpec(
+        name=f"enc{uuid.uuid4().hex[:6]}", legs=THREE_LEGS, timeout_seconds=120, **kw
+    )
 
 
 def _marked(marker: str, leg: str) -> bytes:
