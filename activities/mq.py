@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from activities.merge import LegBodies, MergeError, merge
-from bridge.mq import ledger
+from activities.merge import LegBodies, Merged, MergeError, merge
+from bridge.mq import hold, ledger
 from bridge.mq.dlh import dead_letter
 from bridge.mq.errors import MQError, undeliverable
 from bridge.mq.forward import forward
@@ -82,27 +82,6 @@ class MQActivities:
         gather ends FAILED.
         """
         spec = inp.aggregate
-        legs = [
-            LegBodies(
-                name=leg.leg.name,
-                sequence=leg.leg.sequence,
-                bodies=tuple(r.message.body for r in leg.replies),
-                ccsids=tuple(r.message.coded_char_set_id for r in leg.replies),
-            )
-            for leg in inp.legs
-        ]
-        all_text = all(r.message.format == MQFMT_STRING for leg in inp.legs for r in leg.replies)
-        try:
-            merged = merge(
-                spec,
-                legs,
-                correl_id=inp.correl_id.hex(),
-                state=inp.outcome,
-                missing=inp.missing,
-                all_text=all_text,
-            )
-        except MergeError as exc:
-            return self._merge_failed(inp, exc)
         msg_id = response_msg_id(inp.gather_id, inp.outcome)
         queues = response_queues(inp)
         properties: dict[str, PropertyValue] = {
@@ -113,16 +92,6 @@ class MQActivities:
         if inp.reason:
             properties[PROP_REASON] = inp.reason
         telemetry.inject(properties)  # the requester can continue the gather's trace
-        response = MQMessage(
-            msg_id=msg_id,
-            correl_id=inp.request_msg_id or inp.correl_id,
-            format=merged.format,
-            coded_char_set_id=merged.ccsid,
-            reply_to_q=inp.reply_to_q,
-            reply_to_qmgr=inp.reply_to_qmgr,
-            properties=properties,
-            body=merged.body,
-        )
         # Attempts count across the workflow's rounds (it retries after showing the error).
         final = inp.attempts_before + activity.info().attempt >= spec.delivery_attempts
         refused: list[tuple[str, MQError]] = []
@@ -133,6 +102,18 @@ class MQActivities:
             refused.clear()
             if ledger.done(transport, spec.ledger_queue, msg_id):
                 return  # committed by an earlier attempt
+            # Held bodies leave the hold queue in this unit of work, with the PUT.
+            merged = _merged(inp, _bodies(transport, inp))
+            response = MQMessage(
+                msg_id=msg_id,
+                correl_id=inp.request_msg_id or inp.correl_id,
+                format=merged.format,
+                coded_char_set_id=merged.ccsid,
+                reply_to_q=inp.reply_to_q,
+                reply_to_qmgr=inp.reply_to_qmgr,
+                properties=properties,
+                body=merged.body,
+            )
             for queue in queues:
                 try:
                     transport.put(queue, response, PutOptions(syncpoint=True))
@@ -149,7 +130,10 @@ class MQActivities:
             note = f"{inp.gather_id} {inp.outcome} response"
             ledger.mark(transport, spec.ledger_queue, msg_id, note, spec.ledger_hours)
 
-        self._unit_of_work(work)
+        try:
+            self._unit_of_work(work)
+        except MergeError as exc:
+            return self._merge_failed(inp, exc)
         if refused:
             error = "; ".join(f"{queue}: {exc}" for queue, exc in refused)
             _record_close(inp, "FAILED")
@@ -182,8 +166,9 @@ class MQActivities:
         """Forward replies intact to the late, unknown, duplicate or failure queue."""
         spec = inp.aggregate
         items = [(queue_for(spec, item.kind), item.reply, item.reason) for item in inp.items]
-        # "" for duplicates the aggregate discards.
-        self._forward_once(spec, inp.gather_id, [item for item in items if item[0]])
+        # "" for duplicates the aggregate discards; a held one still leaves the hold queue.
+        kept = [item for item in items if item[0] or item[1].held is not None]
+        self._forward_once(spec, inp.gather_id, kept)
         for item in inp.items:
             telemetry.instruments().routed.add(1, {"aggregate": spec.name, "kind": item.kind.value})
         return len(inp.items)
@@ -199,11 +184,55 @@ class MQActivities:
                 key = ledger_key("forward", gather, queue, reply.message.msg_id.hex())
                 if ledger.done(transport, spec.ledger_queue, key):
                     continue
-                forward(transport, queue, reply.message, reason, reply.source_queue, gather)
-                note = f"{gather} forwarded to {queue}"
+                # A held reply moves from the hold queue, intact, in this unit of work.
+                message = _held(transport, reply) if reply.held else reply.message
+                if queue:
+                    forward(transport, queue, message, reason, reply.source_queue, gather)
+                    note = f"{gather} forwarded to {queue}"
+                else:
+                    note = f"{gather} discarded a held duplicate"
                 ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 
         self._unit_of_work(work)
+
+
+def _held(transport: Transport, reply: Reply) -> MQMessage:
+    """The whole message of a held reply, got from the hold queue under syncpoint."""
+    ref = reply.held
+    assert ref is not None
+    return hold.take(transport, ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
+
+
+def _bodies(transport: Transport, inp: PutResponseInput) -> list[LegBodies]:
+    """Each leg's bodies in reply order, held ones read from the hold queue."""
+    return [
+        LegBodies(
+            name=leg.leg.name,
+            sequence=leg.leg.sequence,
+            bodies=tuple(
+                _held(transport, r).body if r.held else r.message.body for r in leg.replies
+            ),
+            ccsids=tuple(r.message.coded_char_set_id for r in leg.replies),
+        )
+        for leg in inp.legs
+    ]
+
+
+def _merged(inp: PutResponseInput, legs: list[LegBodies]) -> Merged:
+    """The response body of these legs, in the aggregate's merge format.
+
+    Raises:
+        MergeError: a body is not valid for the format.
+    """
+    all_text = all(r.message.format == MQFMT_STRING for leg in inp.legs for r in leg.replies)
+    return merge(
+        inp.aggregate,
+        legs,
+        correl_id=inp.correl_id.hex(),
+        state=inp.outcome,
+        missing=inp.missing,
+        all_text=all_text,
+    )
 
 
 def _record_close(inp: PutResponseInput, outcome: str) -> None:

@@ -28,6 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.identify import IdentificationError, identify
+from bridge.mq import hold
 from bridge.mq.errors import REASONS, MQError
 from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, QueueAttributes
@@ -41,6 +42,7 @@ from workflows.gather import GatherWorkflow
 from workflows.models import (
     GatherInput,
     GatherResult,
+    HeldBody,
     Reply,
     ReplyBatch,
     gather_id,
@@ -106,6 +108,7 @@ class BridgeStats:
     failures: int = 0
     backed_out_to_boq: int = 0
     rollbacks: int = 0
+    held: int = 0
 
 
 @dataclass
@@ -168,6 +171,7 @@ class QueueBridge:
         self.rpc_timeout = timedelta(seconds=rpc_timeout)
         self.max_backoff = max_backoff
         self.stats = BridgeStats()
+        self._hold_maxmsgl: dict[str, int] = {}
 
     def queues(self) -> list[str]:
         """The input queues this bridge serves."""
@@ -248,6 +252,7 @@ class QueueBridge:
         self, call: Callable[..., Any], transport: Transport | None, exc: BaseException
     ) -> Transport | None:
         """Back the batch out; drop a connection that is broken."""
+        self._hold_maxmsgl.clear()  # read again: the queue may have been altered
         if transport is None:
             return None
         try:
@@ -327,6 +332,16 @@ class QueueBridge:
             log.info("moved a message from %s to %s: %s", queue, move.queue, move.reason)
 
 
+def _held_size(message: MQMessage, specs: list[AggregateSpec]) -> bool:
+    """Whether the bridge holds this message for its gather (it is larger than its
+    aggregate carries inline)."""
+    try:
+        spec = identify(message, specs).aggregate
+    except IdentificationError:
+        return False
+    return hold.wire_size(message) > spec.inline_reply_bytes
+
+
 class InboundBridge(QueueBridge):
     """Feeds the gathers of the given aggregates from their reply queues."""
 
@@ -359,63 +374,112 @@ class InboundBridge(QueueBridge):
         moves: list[Move] = []
         groups: dict[tuple[str, bytes], tuple[AggregateSpec, list[Reply]]] = {}
         sizes: dict[int, int] = {}
+        # Held replies travel without their bodies; the whole message is kept here for
+        # the hold queue, or for wherever else it goes.
+        whole: dict[int, MQMessage] = {}
         owner = owner_of_shared_queue(specs)
         for message in batch:
             if attrs.bothresh and message.backout_count >= attrs.bothresh:
+                # A redelivery the gather took already is dropped, unless it is held: the
+                # gather then still needs it on the hold queue, which was backed out.
                 if await self._already_consumed(message, specs):
-                    self.stats.redeliveries_dropped += 1
+                    if not _held_size(message, specs):
+                        self.stats.redeliveries_dropped += 1
+                        continue
+                else:
+                    kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
+                    target = queue_for(owner, kind, boqname=attrs.boqname, dead_letter_queue=dlq)
+                    reason = (
+                        f"backed out {message.backout_count} times (BOTHRESH "
+                        f"{attrs.bothresh} of {queue})"
+                    )
+                    moves.append(Move(kind, target, message, reason))
                     continue
-                kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
-                target = queue_for(owner, kind, boqname=attrs.boqname, dead_letter_queue=dlq)
-                reason = (
-                    f"backed out {message.backout_count} times (BOTHRESH {attrs.bothresh} of "
-                    f"{queue})"
-                )
-                moves.append(Move(kind, target, message, reason))
-                continue
             try:
                 found = identify(message, specs)
             except IdentificationError as exc:
                 target = queue_for(exc.aggregate or owner, Destination.FAILURE)
                 moves.append(Move(Destination.FAILURE, target, message, str(exc)))
                 continue
+            spec = found.aggregate
             reply = Reply(
                 message=message,
                 leg=found.leg,
                 leg_index=found.leg_index,
                 source_queue=queue,
                 received_at=now,
+                size=len(message.body),
             )
+            if hold.wire_size(message) > spec.inline_reply_bytes:
+                room = await self._hold_room(call, transport, spec.hold_queue)
+                if len(message.body) > room:
+                    reason = (
+                        f"reply of {len(message.body)} bytes is larger than MAXMSGL "
+                        f"({room}) of the hold queue {spec.hold_queue}"
+                    )
+                    target = queue_for(spec, Destination.FAILURE)
+                    moves.append(Move(Destination.FAILURE, target, message, reason))
+                    continue
+                ref = HeldBody(
+                    queue=spec.hold_queue,
+                    msg_id=message.msg_id,
+                    correl_id=message.correl_id,
+                    sha256=hold.digest(message.body),
+                )
+                shown = hold.without_body(message)
+                reply = reply.model_copy(update={"message": shown, "held": ref})
+                whole[id(reply)] = message
             problem, size = self._check(reply)
             if problem:
-                target = queue_for(found.aggregate, Destination.FAILURE)
+                target = queue_for(spec, Destination.FAILURE)
                 moves.append(Move(Destination.FAILURE, target, message, problem))
                 continue
             sizes[id(reply)] = size
-            key = (found.aggregate.name, found.correl_id)
-            groups.setdefault(key, (found.aggregate, []))[1].append(reply)
+            key = (spec.name, found.correl_id)
+            groups.setdefault(key, (spec, []))[1].append(reply)
         results = await asyncio.gather(
             *(
                 self._signal(spec, correl, replies, lambda r: sizes[id(r)])
                 for (_, correl), (spec, replies) in groups.items()
             )
         )
+        held: list[tuple[str, MQMessage]] = []
         for ((_, correl), (spec, replies)), outcome in zip(groups.items(), results, strict=True):
+            # Those the gather was told of wait on the hold queue for it, committed with
+            # the GET; none is put there before Temporal took its reference.
+            held += [(r.held.queue, whole[id(r)]) for r in outcome.sent if r.held is not None]
             rest = replies[len(outcome.sent) :]
             error = outcome.error
             if error is None:
                 continue
             if isinstance(error, WorkflowAlreadyStartedError):
-                moves += await self._late(spec, correl, rest)
+                moves += await self._late(spec, correl, rest, whole)
             elif refused_for_content(error):
                 # Only the replies Temporal did not take; those it took are in the gather.
                 failure = queue_for(spec, Destination.FAILURE)
                 reason = f"Temporal refused the signal: {error}"
-                moves += [Move(Destination.FAILURE, failure, r.message, reason) for r in rest]
+                moves += [
+                    Move(Destination.FAILURE, failure, whole.get(id(r), r.message), reason)
+                    for r in rest
+                ]
             else:
                 raise error
+        if held:
+            await call(self._hold, transport, held)
         if moves:
             await call(self._move, transport, queue, moves)
+
+    async def _hold_room(self, call: Callable[..., Any], transport: Transport, queue: str) -> int:
+        """MAXMSGL of a hold queue, read once per connection."""
+        if queue not in self._hold_maxmsgl:
+            attrs = await call(transport.inquire, queue)
+            self._hold_maxmsgl[queue] = attrs.maxmsgl
+        return self._hold_maxmsgl[queue]
+
+    def _hold(self, transport: Transport, held: list[tuple[str, MQMessage]]) -> None:
+        for queue, message in held:
+            hold.hold(transport, queue, message)
+        self.stats.held += len(held)
 
     def _check(self, reply: Reply) -> tuple[str, int]:
         """Whether the worker will decode this reply exactly as sent (see
@@ -511,16 +575,24 @@ class InboundBridge(QueueBridge):
         gid = gather_id(found.aggregate.name, found.correl_id)
         return bool(await self._consumed_ids(gid, [message.msg_id.hex()]))
 
-    async def _late(self, spec: AggregateSpec, correl: bytes, replies: list[Reply]) -> list[Move]:
-        """Replies for a closed gather go to the late queue, except redeliveries of replies
-        the gather already consumed (the bridge died between signal and commit)."""
+    async def _late(
+        self,
+        spec: AggregateSpec,
+        correl: bytes,
+        replies: list[Reply],
+        whole: dict[int, MQMessage],
+    ) -> list[Move]:
+        """Replies for a closed gather go to the late queue, except redeliveries of inline
+        replies the gather already consumed (the bridge died between signal and commit).
+        A held reply still here was never on the hold queue for the gather (its put backs
+        out with the GET), so it goes to the late queue whatever the gather saw."""
         gid = gather_id(spec.name, correl)
         consumed: set[str] = set()
         if any(r.message.backout_count for r in replies):
             consumed = await self._consumed_ids(gid, [r.message.msg_id.hex() for r in replies])
         moves = []
         for reply in replies:
-            if reply.message.msg_id.hex() in consumed:
+            if reply.held is None and reply.message.msg_id.hex() in consumed:
                 self.stats.redeliveries_dropped += 1
                 continue
             self.stats.late += 1
@@ -528,7 +600,7 @@ class InboundBridge(QueueBridge):
                 Move(
                     Destination.LATE,
                     queue_for(spec, Destination.LATE),
-                    reply.message,
+                    whole.get(id(reply), reply.message),
                     f"gather {gid} already closed",
                 )
             )

@@ -102,7 +102,26 @@ class AggregateSpec(BaseModel):
         default=k.GATHER_DUPLICATE,
         description='where duplicate replies go; "" counts them and discards the copy',
     )
-    max_reply_bytes: int = Field(default=256 * 1024, gt=0)
+    max_reply_bytes: int = Field(
+        default=k.QMGR_MAXMSGL,
+        gt=0,
+        description="a larger reply goes to the failure queue (the queues' MAXMSGL bounds "
+        "it anyway)",
+    )
+    inline_reply_bytes: int = Field(
+        default=k.DEFAULT_INLINE_REPLY_BYTES,
+        ge=0,
+        le=k.MAX_INLINE_REPLY_BYTES,
+        description="a reply whose body and properties are larger is held on hold_queue "
+        "(MQMD, properties and body intact) and its gather keeps a reference to it; 0 "
+        "holds every reply",
+    )
+    hold_queue: str = Field(
+        default=k.GATHER_HOLD,
+        min_length=1,
+        max_length=48,
+        description="where replies above inline_reply_bytes wait for their gather",
+    )
     correl_id_text: bool = Field(
         default=True,
         description="index a printable CorrelId as text (CorrelIdText) for searches; false "
@@ -248,20 +267,22 @@ DEMO_LEGS = (
 def default_queues() -> dict[str, QueueDefinition]:
     """The queues the embedded defaults define (room for a demo of thousands of gathers)."""
     deep = 100_000
+
+    def carrying(descr: str, **more: Any) -> QueueDefinition:
+        # Replies, and responses merged from them, may be as large as the queue manager
+        # allows (IBM MQ's default MAXMSGL of 4 MB would refuse a 5 MB document).
+        return QueueDefinition(maxdepth=deep, maxmsgl=k.QMGR_MAXMSGL, descr=descr, **more)
+
     queues = {
-        k.GATHER_IN: QueueDefinition(
-            maxdepth=deep,
-            bothresh=3,
-            boqname=k.GATHER_BACKOUT,
-            descr="replies from the back ends",
-        ),
-        k.ORDER_RESPONSE: QueueDefinition(maxdepth=deep, descr="merged responses"),
-        k.GATHER_TIMEOUT: QueueDefinition(maxdepth=deep, descr="partial responses on timeout"),
-        k.GATHER_LATE: QueueDefinition(maxdepth=deep, descr="replies after the gather closed"),
-        k.GATHER_UNKNOWN: QueueDefinition(maxdepth=deep, descr="replies nobody registered"),
-        k.GATHER_FAILURE: QueueDefinition(maxdepth=deep, descr="bad input, with the reason"),
-        k.GATHER_BACKOUT: QueueDefinition(maxdepth=deep, descr="replies backed out BOTHRESH times"),
-        k.GATHER_DUPLICATE: QueueDefinition(maxdepth=deep, descr="duplicate leg replies"),
+        k.GATHER_IN: carrying("replies from the back ends", bothresh=3, boqname=k.GATHER_BACKOUT),
+        k.ORDER_RESPONSE: carrying("merged responses"),
+        k.GATHER_TIMEOUT: carrying("partial responses on timeout"),
+        k.GATHER_LATE: carrying("replies after the gather closed"),
+        k.GATHER_UNKNOWN: carrying("replies nobody registered"),
+        k.GATHER_FAILURE: carrying("bad input, with the reason"),
+        k.GATHER_BACKOUT: carrying("replies backed out BOTHRESH times"),
+        k.GATHER_DUPLICATE: carrying("duplicate leg replies"),
+        k.GATHER_HOLD: carrying("large replies held for their gathers"),
         k.LEDGER_QUEUE: QueueDefinition(
             maxdepth=1_000_000, maxmsgl=4096, descr="markers of PUTs done (exactly once)"
         ),
@@ -308,6 +329,7 @@ def referenced_queues(config: MQGatherConfig) -> dict[str, str]:
             ("unknown_queue", "unknown replies"),
             ("failure_queue", "bad input"),
             ("duplicate_queue", "duplicate replies"),
+            ("hold_queue", "large replies held for their gathers"),
             ("ledger_queue", "markers of PUTs done"),
         ):
             note(getattr(spec, field), f"{purpose} of {where}")

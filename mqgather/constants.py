@@ -25,6 +25,15 @@ GATHER_UNKNOWN = "GATHER.UNKNOWN"
 GATHER_FAILURE = "GATHER.FAILURE"
 GATHER_BACKOUT = "GATHER.BACKOUT"
 GATHER_DUPLICATE = "GATHER.DUPLICATE"
+#: Where the bridge keeps replies too large to travel inside a signal (claim check): the
+#: gather's history holds a reference, the body stays on the queue manager.
+GATHER_HOLD = "GATHER.HOLD"
+#: A reply whose body and properties exceed this many bytes is held on the hold queue
+#: instead of travelling in its signal (well under the 256 KB at which Temporal warns).
+DEFAULT_INLINE_REPLY_BYTES = 64 * 1024
+#: The most an aggregate may carry inline: two such replies and the gather's input fit
+#: one signal under Temporal's 2 MB payload limit.
+MAX_INLINE_REPLY_BYTES = 512 * 1024
 #: Markers of the PUTs already done (response, forwarded reply), one per PUT, committed in
 #: the PUT's own unit of work: a retried activity finds them even when the requester has
 #: consumed the response already.

@@ -15,6 +15,7 @@ from workflows.models import (
     GatherResult,
     GatherState,
     GatherStatus,
+    LegStatus,
     Outcome,
     PutResponseInput,
     PutResponseResult,
@@ -364,6 +365,28 @@ def _operator_reason(state: GatherState, outcome: Outcome) -> str:
     return ""
 
 
+def reply_bytes(reply: Reply) -> int:
+    """A reply's body length (histories from before sizes were recorded: the body's)."""
+    return reply.size or len(reply.message.body)
+
+
+def leg_status(state: GatherState) -> list[LegStatus]:
+    """Each expected leg: received or not, its bytes, whether it is held."""
+    legs = []
+    for leg in state.expected:
+        replies = state.received.get(leg.name, [])
+        legs.append(
+            LegStatus(
+                name=leg.name,
+                received=bool(replies),
+                replies=len(replies),
+                bytes=sum(reply_bytes(r) for r in replies),
+                held=any(r.held is not None for r in replies),
+            )
+        )
+    return legs
+
+
 def status(spec: AggregateSpec, state: GatherState, correl_id: bytes, gather: str) -> GatherStatus:
     """The ``status`` query's answer."""
     return GatherStatus(
@@ -384,6 +407,7 @@ def status(spec: AggregateSpec, state: GatherState, correl_id: bytes, gather: st
         started_at=state.started_at,
         deadline=state.deadline,
         last_error=error_note(state),
+        legs=leg_status(state),
     )
 
 
@@ -414,6 +438,7 @@ def result(
         consumed_msg_ids=list(state.seen_msg_ids),
         started_at=state.started_at,
         ended_at=now,
+        legs=leg_status(state),
     )
 
 
@@ -470,13 +495,17 @@ def error_note(state: GatherState) -> str:
 def details(state: GatherState, now: datetime) -> str:
     """The gather's current details for the Temporal UI (markdown): state, a legs table,
     the deadline with the time left, counters, and the error the MQ work is failing with."""
-    rows = [f"| {name} | received |" for name in received_names(state)]
-    rows += [f"| {name} | **missing** |" for name in missing(state)]
+    rows = [
+        f"| {leg.name} | received | {leg.bytes:,} bytes{', held' if leg.held else ''} |"
+        for leg in leg_status(state)
+        if leg.received
+    ]
+    rows += [f"| {name} | **missing** | |" for name in missing(state)]
     lines = [f"**{state.state}** — {len(received_names(state))} of {len(state.expected)} legs"]
     if state.held:
         lines.append(f"{len(state.held)} replies held, waiting for the registration")
     if rows:
-        lines += ["", "| leg | |", "|---|---|", *rows, ""]
+        lines += ["", "| leg | | size |", "|---|---|---|", *rows, ""]
     due = state.deadline if state.registered else state.unknown_deadline
     if due is not None and not is_closed(state):
         left = max((due - now).total_seconds(), 0.0)

@@ -29,6 +29,19 @@ ROUTED_KINDS = frozenset(
 _BYTES = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
 
 
+class HeldBody(BaseModel):
+    """Where a reply too large to travel in a signal waits: on the aggregate's hold queue,
+    MQMD, properties and body as they came. Its reply carries the MQMD without body or
+    properties; whoever needs them gets the held message by MsgId and CorrelId."""
+
+    model_config = _BYTES
+
+    queue: str = Field(min_length=1, max_length=48)
+    msg_id: bytes
+    correl_id: bytes
+    sha256: str = Field(description="digest of the body, hex; checked when it is read back")
+
+
 class Reply(BaseModel):
     """One reply as the bridge got it, with what identification found."""
 
@@ -37,6 +50,10 @@ class Reply(BaseModel):
     leg_index: int | None = Field(default=None, description="leg index (CorrelId layout)")
     source_queue: str = ""
     received_at: datetime
+    size: int = Field(default=0, ge=0, description="the body's length in bytes, held or not")
+    held: HeldBody | None = Field(
+        default=None, description="set when the body is on the hold queue, not in ``message``"
+    )
 
 
 class ReplyBatch(BaseModel):
@@ -149,6 +166,24 @@ class GatherInput(BaseModel):
     carried: GatherState | None = None
 
 
+class LegStatus(BaseModel):
+    """One expected leg as operators see it: whether it came, its size, whether its body
+    waits on the hold queue."""
+
+    name: str
+    received: bool
+    replies: int = 0
+    bytes: int = Field(default=0, description="the bodies of its replies, held or not")
+    held: bool = Field(default=False, description="a reply of it is on the hold queue")
+
+    def line(self) -> str:
+        """``CREDIT: 10,485,760 bytes (held)`` or ``TAX: missing``."""
+        if not self.received:
+            return f"{self.name}: missing"
+        many = f" in {self.replies} replies" if self.replies > 1 else ""
+        return f"{self.name}: {self.bytes:,} bytes{many}{' (held)' if self.held else ''}"
+
+
 class GatherStatus(BaseModel):
     """Query ``status``."""
 
@@ -169,6 +204,7 @@ class GatherStatus(BaseModel):
     started_at: datetime | None
     deadline: datetime | None
     last_error: str = Field(default="", description="the MQ work failing now, and why")
+    legs: list[LegStatus] = Field(default_factory=list)
 
 
 class ReceivedLeg(BaseModel):
@@ -236,6 +272,7 @@ class GatherResult(BaseModel):
     consumed_msg_ids: list[str] = Field(default_factory=list)
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    legs: list[LegStatus] = Field(default_factory=list)
 
 
 def gather_id(aggregate: str, correl_id: bytes) -> str:

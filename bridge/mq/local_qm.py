@@ -285,7 +285,12 @@ class LocalQueueManager(Transport):
                 if row is None:
                     db.execute("INSERT INTO qmgr VALUES ('name', ?)", (qmgr_name,))
                     db.execute("INSERT INTO qmgr VALUES ('deadq', ?)", (DEAD_LETTER_QUEUE,))
-                    self._define(db, QueueAttributes(name=DEAD_LETTER_QUEUE, maxdepth=999_999_999))
+                    self._define(
+                        db,
+                        QueueAttributes(
+                            name=DEAD_LETTER_QUEUE, maxdepth=999_999_999, maxmsgl=QMGR_MAXMSGL
+                        ),
+                    )
                     row = (qmgr_name,)
                 self.qmgr_name = row[0]
                 db.execute(

@@ -30,6 +30,7 @@ from workflows.models import (
     CancelInput,
     ExtendInput,
     GatherResult,
+    LegStatus,
     ReleaseInput,
     UpdateResult,
     gather_id,
@@ -187,7 +188,10 @@ def status(correl_id: str, name: str | None, as_json: bool) -> None:
             **shown,
         )
 
-    show_fields(run(main), as_json)
+    shown = run(main)
+    if not as_json and "legs" in shown:
+        shown["legs"] = [LegStatus.model_validate(leg).line() for leg in shown["legs"]]
+    show_fields(shown, as_json)
 
 
 def _operate(correl_id: str, name: str | None, as_json: bool, update: str, arg: Any) -> None:

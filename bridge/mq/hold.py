@@ -1,0 +1,98 @@
+"""The hold queue: a claim check for replies too large to travel inside a signal.
+
+The bridge puts such a reply, MQMD, properties and body as they came, on the
+aggregate's hold queue in the unit of work of its GET; the gather keeps a reference
+(MsgId, CorrelId, a digest of the body) and whoever consumes the reply (the response,
+or a forward to the late, unknown, duplicate or failure queue) gets it from there in
+the unit of work of its own PUT. So the body never enters Temporal, and it leaves the
+hold queue exactly when its gather is done with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.models import Match, MQMessage, PropertyValue, PutOptions
+from bridge.mq.transport import Transport
+from mqgather.errors import MQGatherError
+from mqgather.names import TRACE_PROPERTIES
+
+#: How long a read of a held reply waits for it: the bridge commits its put right after
+#: Temporal accepted the signal that told the gather about it, so the reply can be a few
+#: milliseconds behind the gather.
+HELD_WAIT_MS = 2000
+
+
+class HeldReplyError(MQGatherError):
+    """A held reply is not on its hold queue (not yet committed, or taken by someone
+    else), or it is not the message the reference names. Retried: the work waits."""
+
+
+def digest(body: bytes) -> str:
+    """The digest a reference keeps of a held body (SHA-256, hex)."""
+    return hashlib.sha256(body).hexdigest()
+
+
+def property_bytes(properties: dict[str, PropertyValue]) -> int:
+    """Roughly what the properties weigh in a signal: names and values as text."""
+    total = 0
+    for name, value in properties.items():
+        total += len(name) + (len(value) if isinstance(value, str | bytes) else 16)
+    return total
+
+
+def wire_size(message: MQMessage) -> int:
+    """What a reply weighs inline: its body and properties."""
+    return len(message.body) + property_bytes(message.properties)
+
+
+def without_body(message: MQMessage) -> MQMessage:
+    """The MQMD of a held reply, as its gather keeps it: no body, and of the properties
+    only the trace context (the bridge continues the back end's trace from it)."""
+    kept = {
+        key: value
+        for key, value in message.properties.items()
+        if key in TRACE_PROPERTIES and isinstance(value, str) and len(value) <= 512
+    }
+    return message.model_copy(update={"body": b"", "properties": kept})
+
+
+def hold(transport: Transport, queue: str, message: MQMessage) -> None:
+    """Put a reply on the hold queue under syncpoint, its MQMD and context as they were."""
+    transport.put(queue, message, PutOptions(syncpoint=True, set_all_context=True))
+
+
+def take(
+    transport: Transport,
+    queue: str,
+    msg_id: bytes,
+    correl_id: bytes,
+    sha256: str,
+    *,
+    wait_ms: int = HELD_WAIT_MS,
+) -> MQMessage:
+    """Get a held reply under syncpoint (it leaves the hold queue when the caller's unit
+    of work commits).
+
+    Raises:
+        HeldReplyError: it did not come within the wait, or its body is not the one the
+            reference names (the get is backed out with the caller's unit of work).
+    """
+    try:
+        message = transport.get(
+            queue, wait_ms=wait_ms, match=Match(msg_id=msg_id, correl_id=correl_id)
+        )
+    except NoMessageAvailable as exc:
+        raise HeldReplyError(
+            f"held reply MsgId {msg_id.hex()} is not on {queue} (MQRC_NO_MSG_AVAILABLE): "
+            "its bridge has not committed it yet, or it was moved by hand"
+        ) from exc
+    found = digest(message.body)
+    if found != sha256:
+        raise HeldReplyError(
+            f"held reply MsgId {msg_id.hex()} on {queue} has body digest {found[:16]}…, "
+            f"not the {sha256[:16]}… its gather recorded: another message with the same "
+            "MsgId and CorrelId; move one of them by hand"
+        )
+    return message
