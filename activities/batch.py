@@ -15,7 +15,7 @@ from temporalio import activity
 
 from activities.merge import json_or_text
 from activities.mq import MQActivities
-from bridge.mq import ledger
+from bridge.mq import hold, ledger
 from bridge.mq.forward import forward
 from bridge.mq.ledger import ledger_key
 from bridge.mq.models import (
@@ -23,6 +23,7 @@ from bridge.mq.models import (
     MQFMT_STRING,
     MQMessage,
     MsgFlags,
+    PropertyValue,
     PutOptions,
 )
 from bridge.mq.transport import Transport
@@ -30,7 +31,7 @@ from mqgather import names
 from mqgather.ccsid import CCSID_UTF8, CCSIDError
 from mqgather.names import PROP_BATCH_REASON, PROP_BATCH_SIZE, PROP_DESTINATION
 from mqgather.runtime import telemetry
-from workflows.collect_models import ClosedBatch, PutBatchInput, PutBatchResult
+from workflows.collect_models import ClosedBatch, Item, PutBatchInput, PutBatchResult
 
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>\s*")
 
@@ -78,6 +79,43 @@ def batch_key(inp: PutBatchInput) -> bytes:
     return ledger_key("batch", inp.workflow_id, str(inp.batch.number), first)
 
 
+def _whole(transport: Transport, item: Item) -> Item:
+    """The item with its whole message: a held one got from the hold queue."""
+    ref = item.held
+    if ref is None:
+        return item
+    message = hold.take(transport, ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
+    return item.model_copy(update={"message": message, "held": None})
+
+
+def _batch_messages(
+    batch: ClosedBatch, key: bytes, properties: dict[str, PropertyValue], wrapper: str
+) -> list[MQMessage]:
+    """What a batch is PUT as: a group's messages as they came, one by one (MsgIds from
+    the batch's key, the batch properties added), or one message of the formatted body."""
+    if not batch.items:
+        return []
+    if batch.rule.format == "group":
+        last = len(batch.items) - 1
+        return [
+            item.message.model_copy(
+                update={
+                    "msg_id": ledger_key(key.hex(), str(index)),
+                    "properties": {**item.message.properties, **properties},
+                    "msg_flags": int(
+                        MsgFlags.LAST_MSG_IN_GROUP if index == last else MsgFlags.MSG_IN_GROUP
+                    ),
+                }
+            )
+            for index, item in enumerate(batch.items)
+        ]
+    body, fmt, ccsid = format_batch(batch, wrapper)
+    return [
+        MQMessage(msg_id=key, format=fmt, coded_char_set_id=ccsid, properties=properties,
+                  body=body)
+    ]  # fmt: skip
+
+
 class CollectorActivities(MQActivities):
     """The collector's PUT; each worker thread keeps its own MQ connection."""
 
@@ -87,52 +125,30 @@ class CollectorActivities(MQActivities):
         batch, rule, spec = inp.batch, inp.batch.rule, inp.collector
         facts = batch.facts()
         key = batch_key(inp)
-        bad = unreadable(batch)
-        if bad:
-            odd = {m.msg_id for m, _ in bad}
-            batch = batch.model_copy(
-                update={"items": [i for i in batch.items if i.message.msg_id not in odd]}
-            )
-        properties = {
+        properties: dict[str, PropertyValue] = {
             PROP_DESTINATION: inp.destination,
             PROP_BATCH_SIZE: len(batch.items),
             PROP_BATCH_REASON: batch.reason,
         }
-        if rule.format == "group":
-            out = [
-                item.message.model_copy(
-                    update={
-                        "msg_id": ledger_key(key.hex(), str(index)),
-                        "properties": {**item.message.properties, **properties},
-                        "msg_flags": int(
-                            MsgFlags.LAST_MSG_IN_GROUP
-                            if index == len(batch.items) - 1
-                            else MsgFlags.MSG_IN_GROUP
-                        ),
-                    }
-                )
-                for index, item in enumerate(batch.items)
-            ]
-            options = PutOptions(syncpoint=True, logical_order=True)
-        elif not batch.items:
-            out = []
-            options = PutOptions(syncpoint=True)
-        else:
-            body, fmt, ccsid = format_batch(batch, spec.xml_wrapper)
-            out = [
-                MQMessage(
-                    msg_id=key,
-                    format=fmt,
-                    coded_char_set_id=ccsid,
-                    properties=properties,
-                    body=body,
-                )
-            ]
-            options = PutOptions(syncpoint=True)
+        out: list[MQMessage] = []
+        bad: list[tuple[MQMessage, str]] = []
+        earlier: list[bool] = []
 
         def work(transport: Transport) -> None:
+            out.clear()
+            bad.clear()
             if ledger.done(transport, spec.ledger_queue, key):
+                earlier.append(True)
                 return  # committed by an earlier attempt
+            # Held messages leave the hold queue in this unit of work, with the PUT.
+            whole = batch.model_copy(update={"items": [_whole(transport, i) for i in batch.items]})
+            bad.extend(unreadable(whole))
+            odd = {m.msg_id for m, _ in bad}
+            good = whole.model_copy(
+                update={"items": [i for i in whole.items if i.message.msg_id not in odd]}
+            )
+            out.extend(_batch_messages(good, key, properties, spec.xml_wrapper))
+            options = PutOptions(syncpoint=True, logical_order=rule.format == "group")
             for message in out:
                 transport.put(rule.target_queue, message, options)
             for message, reason in bad:
@@ -141,7 +157,9 @@ class CollectorActivities(MQActivities):
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 
         self._unit_of_work(work)
-        size = sum(len(m.body) for m in out)
+        put, size = len(out), sum(len(m.body) for m in out)
+        if earlier:  # what the committed attempt put, as near as the batch tells
+            put, size = (len(batch.items) if rule.format == "group" else 1), facts.size_bytes
         waited = (batch.closed_at - batch.opened_at).total_seconds() * 1000
         labels = {"collector": spec.name, "reason": batch.reason}
         metrics = telemetry.instruments()
@@ -149,7 +167,7 @@ class CollectorActivities(MQActivities):
         metrics.batch_wait.record(waited, labels)
         return PutBatchResult(
             queue=rule.target_queue,
-            messages_put=len(out),
+            messages_put=put,
             size_bytes=size,
             batch=facts,
             failed=len(bad),

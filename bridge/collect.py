@@ -23,6 +23,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.inbound import RETRYABLE, Move, QueueBridge, chunk_replies, refused_for_content
+from bridge.mq import hold
 from bridge.mq.models import MQMessage, QueueAttributes
 from bridge.mq.transport import Transport
 from mqgather.ccsid import CCSIDError
@@ -151,22 +152,35 @@ class CollectorBridge(QueueBridge):
         moves: list[Move] = []
         groups: dict[str, tuple[CollectorRule, list[Item]]] = {}
         sizes: dict[int, int] = {}
+        whole: dict[int, MQMessage] = {}  # held messages, whole
         for message in batch:
             routed = self._route(message)
             if isinstance(routed, str):
                 moves.append(Move(Destination.FAILURE, failure, message, routed))
                 continue
             destination, rule = routed
+            inline = self.spec.inline_bytes
             if attrs.bothresh and message.backout_count >= attrs.bothresh:
+                # A redelivery already batched is dropped, unless it is held: its batch
+                # then still needs it on the hold queue, which was backed out.
                 if await self._already_batched(destination, message):
-                    self.stats.redeliveries_dropped += 1
+                    if hold.wire_size(message) <= inline:
+                        self.stats.redeliveries_dropped += 1
+                        continue
+                else:
+                    reason = f"backed out {message.backout_count} times (BOTHRESH {attrs.bothresh})"
+                    target = attrs.boqname or dlq
+                    kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
+                    moves.append(Move(kind, target, message, reason))
                     continue
-                reason = f"backed out {message.backout_count} times (BOTHRESH {attrs.bothresh})"
-                target = attrs.boqname or dlq
-                kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
-                moves.append(Move(kind, target, message, reason))
+            item = Item(message=message, received_at=now, size=len(message.body))
+            claim = await self._claim(call, transport, message, self.spec.hold_queue, inline)
+            if isinstance(claim, str):
+                moves.append(Move(Destination.FAILURE, failure, message, claim))
                 continue
-            item = Item(message=message, received_at=now)
+            if claim is not None:
+                item = item.model_copy(update={"message": claim[0], "held": claim[1]})
+                whole[id(item)] = message
             problem, size = self._carried(
                 item,
                 CollectInput(rule=rule, items=[item]),
@@ -189,12 +203,25 @@ class CollectorBridge(QueueBridge):
             ),
             return_exceptions=True,
         )
-        for outcome in sent:
+        held: list[tuple[str, MQMessage]] = []
+        for (_, items), outcome in zip(groups.values(), sent, strict=True):
             if isinstance(outcome, BaseException):
                 raise outcome
             rest, error = outcome
+            refused = {id(i) for i in rest}
+            # Those the collector was told of wait on the hold queue, committed with the GET.
+            held += [
+                (i.held.queue, whole[id(i)])
+                for i in items
+                if i.held is not None and id(i) not in refused
+            ]
             reason = f"Temporal refused the signal: {error}"
-            moves += [Move(Destination.FAILURE, failure, i.message, reason) for i in rest]
+            moves += [
+                Move(Destination.FAILURE, failure, whole.get(id(i), i.message), reason)
+                for i in rest
+            ]
+        if held:
+            await call(self._hold, transport, held)
         if moves:
             await call(self._move, transport, queue, moves)
 

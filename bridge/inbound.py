@@ -317,6 +317,41 @@ class QueueBridge:
             )
         return "", size
 
+    async def _claim(
+        self,
+        call: Callable[..., Any],
+        transport: Transport,
+        message: MQMessage,
+        queue: str,
+        inline: int,
+    ) -> tuple[MQMessage, HeldBody] | str | None:
+        """Whether a message travels in its signal (None), or waits on the hold
+        ``queue``: then the message as the signal carries it and the reference to the
+        whole; or why it can be neither (it is larger than the hold queue takes)."""
+        if hold.wire_size(message) <= inline:
+            return None
+        if queue not in self._hold_maxmsgl:  # read once per connection
+            self._hold_maxmsgl[queue] = (await call(transport.inquire, queue)).maxmsgl
+        room = self._hold_maxmsgl[queue]
+        if len(message.body) > room:
+            return (
+                f"the message of {len(message.body)} bytes is larger than MAXMSGL ({room}) of "
+                f"the hold queue {queue}"
+            )
+        ref = HeldBody(
+            queue=queue,
+            msg_id=message.msg_id,
+            correl_id=message.correl_id,
+            sha256=hold.digest(message.body),
+        )
+        return hold.without_body(message), ref
+
+    def _hold(self, transport: Transport, held: list[tuple[str, MQMessage]]) -> None:
+        """Put on their hold queues the messages whose references Temporal took."""
+        for queue, message in held:
+            hold.hold(transport, queue, message)
+        self.stats.held += len(held)
+
     def _move(self, transport: Transport, queue: str, moves: list[Move]) -> None:
         for move in moves:
             dead = move.kind is Destination.DEAD_LETTER
@@ -410,24 +445,15 @@ class InboundBridge(QueueBridge):
                 received_at=now,
                 size=len(message.body),
             )
-            if hold.wire_size(message) > spec.inline_reply_bytes:
-                room = await self._hold_room(call, transport, spec.hold_queue)
-                if len(message.body) > room:
-                    reason = (
-                        f"reply of {len(message.body)} bytes is larger than MAXMSGL "
-                        f"({room}) of the hold queue {spec.hold_queue}"
-                    )
-                    target = queue_for(spec, Destination.FAILURE)
-                    moves.append(Move(Destination.FAILURE, target, message, reason))
-                    continue
-                ref = HeldBody(
-                    queue=spec.hold_queue,
-                    msg_id=message.msg_id,
-                    correl_id=message.correl_id,
-                    sha256=hold.digest(message.body),
-                )
-                shown = hold.without_body(message)
-                reply = reply.model_copy(update={"message": shown, "held": ref})
+            claim = await self._claim(
+                call, transport, message, spec.hold_queue, spec.inline_reply_bytes
+            )
+            if isinstance(claim, str):
+                target = queue_for(spec, Destination.FAILURE)
+                moves.append(Move(Destination.FAILURE, target, message, claim))
+                continue
+            if claim is not None:
+                reply = reply.model_copy(update={"message": claim[0], "held": claim[1]})
                 whole[id(reply)] = message
             problem, size = self._check(reply)
             if problem:
@@ -468,18 +494,6 @@ class InboundBridge(QueueBridge):
             await call(self._hold, transport, held)
         if moves:
             await call(self._move, transport, queue, moves)
-
-    async def _hold_room(self, call: Callable[..., Any], transport: Transport, queue: str) -> int:
-        """MAXMSGL of a hold queue, read once per connection."""
-        if queue not in self._hold_maxmsgl:
-            attrs = await call(transport.inquire, queue)
-            self._hold_maxmsgl[queue] = attrs.maxmsgl
-        return self._hold_maxmsgl[queue]
-
-    def _hold(self, transport: Transport, held: list[tuple[str, MQMessage]]) -> None:
-        for queue, message in held:
-            hold.hold(transport, queue, message)
-        self.stats.held += len(held)
 
     def _check(self, reply: Reply) -> tuple[str, int]:
         """Whether the worker will decode this reply exactly as sent (see

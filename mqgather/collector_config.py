@@ -37,7 +37,11 @@ class CollectorRule(BaseModel):
         default=60.0, gt=0, le=7 * 24 * 3600, description="from the batch's first message"
     )
     max_bytes: int = Field(
-        default=1024 * 1024, ge=1, le=50 * 1024 * 1024, description="bodies per batch"
+        default=1024 * 1024,
+        ge=1,
+        le=k.QMGR_MAXMSGL,
+        description="bodies per batch; up to the target queue's MAXMSGL (large messages "
+        "wait on the collector's hold queue, not in the batch's history)",
     )
     format: BatchFormat = Field(
         default="xml",
@@ -76,6 +80,14 @@ class CollectorSpec(BaseModel):
     default_format: BatchFormat = "xml"
     xml_wrapper: str = Field(default="Aggregation", description="root element of xml batches")
     failure_queue: str = Field(default=k.COLLECT_FAILURE, min_length=1, max_length=48)
+    inline_bytes: int = Field(
+        default=k.DEFAULT_INLINE_REPLY_BYTES,
+        ge=0,
+        le=k.MAX_INLINE_REPLY_BYTES,
+        description="a message whose body and properties are larger waits on hold_queue "
+        "until its batch is PUT; its batch keeps a reference",
+    )
+    hold_queue: str = Field(default=k.COLLECT_HOLD, min_length=1, max_length=48)
     ledger_queue: str = Field(default=k.LEDGER_QUEUE, min_length=1, max_length=48)
     ledger_hours: float = Field(default=168.0, gt=0)
     remembered_msg_ids: int = Field(

@@ -289,15 +289,12 @@ def default_queues() -> dict[str, QueueDefinition]:
     }
     for leg in DEMO_LEGS:
         queues[leg.queue()] = QueueDefinition(maxdepth=deep, descr=f"{leg.name} requests")
-    queues[k.COLLECT_IN] = QueueDefinition(
-        maxdepth=deep, bothresh=3, boqname=k.COLLECT_FAILURE, descr="messages to batch"
-    )
-    queues[k.COLLECT_DEFAULT_OUT] = QueueDefinition(
-        maxdepth=deep, descr="batches of destinations without a rule"
-    )
-    queues[k.COLLECT_FAILURE] = QueueDefinition(maxdepth=deep, descr="unbatchable, with reason")
+    queues[k.COLLECT_IN] = carrying("messages to batch", bothresh=3, boqname=k.COLLECT_FAILURE)
+    queues[k.COLLECT_DEFAULT_OUT] = carrying("batches of destinations without a rule")
+    queues[k.COLLECT_FAILURE] = carrying("unbatchable, with reason")
+    queues[k.COLLECT_HOLD] = carrying("large messages held for their batches")
     for queue in k.COLLECT_DEMO_OUT:
-        queues[queue] = QueueDefinition(maxdepth=deep, descr="the demo's batches")
+        queues[queue] = carrying("the demo's batches")
     return queues
 
 
@@ -342,6 +339,7 @@ def referenced_queues(config: MQGatherConfig) -> dict[str, str]:
         note(collector.input_queue, f"messages to batch of {where}")
         note(collector.default_queue, f"batches without a rule of {where}")
         note(collector.failure_queue, f"unbatchable messages of {where}")
+        note(collector.hold_queue, f"large messages held for batches of {where}")
         note(collector.ledger_queue, f"markers of PUTs done of {where}")
     return found
 

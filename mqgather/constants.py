@@ -43,6 +43,8 @@ LEDGER_QUEUE = "MQGATHER.LEDGER"
 COLLECT_IN = "COLLECT.IN"
 COLLECT_DEFAULT_OUT = "COLLECT.OUT.OTHER"
 COLLECT_FAILURE = "COLLECT.FAILURE"
+#: Where the collector's bridge keeps messages too large to travel inside a signal.
+COLLECT_HOLD = "COLLECT.HOLD"
 #: Target queues of the demo's collector rules.
 COLLECT_DEMO_OUT = ("COLLECT.OUT.FR", "COLLECT.OUT.UK", "COLLECT.OUT.SP")
 #: Messages per MQ unit of work of the collector's bridge: the more per get, the more per

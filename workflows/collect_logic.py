@@ -102,7 +102,7 @@ def take(
         seen.add(key)
         state.seen.append(key)
         state.messages += 1
-        size = len(item.message.body)
+        size = item.body_bytes()
         batch = state.open
         if batch is not None and batch.size_bytes + size > batch.rule.max_bytes:
             close(state, now, "bytes")

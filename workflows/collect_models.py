@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from bridge.mq.models import MQMessage
 from mqgather.collector_config import CollectorRule, CollectorSpec
+from workflows.models import HeldBody
 
 CloseReason = Literal["count", "bytes", "delay", "released"]
 _BYTES = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
@@ -19,6 +20,14 @@ class Item(BaseModel):
 
     message: MQMessage
     received_at: datetime
+    size: int = Field(default=0, ge=0, description="the body's length in bytes, held or not")
+    held: HeldBody | None = Field(
+        default=None, description="set when the body is on the hold queue, not in ``message``"
+    )
+
+    def body_bytes(self) -> int:
+        """The body's length (items from before sizes were recorded: the body's)."""
+        return self.size or len(self.message.body)
 
 
 class CollectInput(BaseModel):
@@ -55,7 +64,7 @@ class ClosedBatch(BaseModel):
         return BatchFacts(
             number=self.number,
             messages=len(self.items),
-            size_bytes=sum(len(i.message.body) for i in self.items),
+            size_bytes=sum(i.body_bytes() for i in self.items),
             first_received_at=min((i.received_at for i in self.items), default=None),
             opened_at=self.opened_at,
             closed_at=self.closed_at,

@@ -127,9 +127,7 @@ async def test_held_replies_nobody_registers_go_to_the_unknown_queue(temporal_en
     _intact(got, put)
 
 
-async def test_a_held_leg_that_is_not_json_goes_to_the_failure_queue_intact(
-    temporal_env, tmp_path
-):
+async def test_a_held_leg_that_is_not_json_goes_to_the_failure_queue_intact(temporal_env, tmp_path):
     spec = AggregateSpec(name="badjson", legs=THREE_LEGS[:2], inline_reply_bytes=100)
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
         sent = await p.scatter(spec)
