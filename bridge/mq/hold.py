@@ -11,9 +11,10 @@ hold queue exactly when its gather is done with it.
 from __future__ import annotations
 
 import hashlib
+import json
 
 from bridge.mq.errors import NoMessageAvailable
-from bridge.mq.models import Match, MQMessage, PropertyValue, PutOptions
+from bridge.mq.models import Match, MQMessage, PropertyValue, PutOptions, encode_properties
 from bridge.mq.transport import Transport
 from mqgather.errors import MQGatherError
 from mqgather.names import TRACE_PROPERTIES
@@ -35,11 +36,11 @@ def digest(body: bytes) -> str:
 
 
 def property_bytes(properties: dict[str, PropertyValue]) -> int:
-    """Roughly what the properties weigh in a signal: names and values as text."""
-    total = 0
-    for name, value in properties.items():
-        total += len(name) + (len(value) if isinstance(value, str | bytes) else 16)
-    return total
+    """What the properties weigh in a signal: their typed JSON, escapes and base64
+    included (a string of control characters weighs six times its length there)."""
+    if not properties:
+        return 0
+    return len(json.dumps(encode_properties(properties)))
 
 
 def wire_size(message: MQMessage) -> int:

@@ -16,6 +16,7 @@ from mqgather.cli import (
     collector,
     deploy,
     devdemo,
+    hold,
     keys,
     operators,
     processes,
@@ -49,7 +50,7 @@ def cli() -> None:
     """
 
 
-for _module in (processes, operators, collector, devdemo, analytics, deploy, keys):
+for _module in (processes, operators, collector, devdemo, analytics, deploy, keys, hold):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 cli.add_command(queues.queues)

@@ -1,0 +1,130 @@
+"""``hold check``: held replies whose gather will never take them, found and routed.
+
+A held reply belongs to a gather that is running: the bridge puts it on the hold queue
+only after Temporal took the gather's reference to it, and a gather closes only after
+its response or a forward took every reply it was told of. So a held reply whose gather
+has closed, or is not known at all, can only come from outside mqgather's paths (a
+gather terminated or deleted by hand, a message put on the hold queue by a person); this
+check finds such replies and routes them, intact and with the reason: to the late queue
+when their gather closed, the unknown queue when there is none, the failure queue when
+no aggregate of the hold queue claims them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from bridge.identify import IdentificationError, identify
+from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.forward import forward
+from bridge.mq.models import Match, MQMessage
+from bridge.mq.transport import Transport
+from mqgather.config import AggregateSpec
+from mqgather.routing import Destination, queue_for
+from workflows.models import gather_id
+
+
+@dataclass(frozen=True)
+class HeldReply:
+    """One message on a hold queue and what the check found about its gather."""
+
+    hold_queue: str
+    msg_id: str
+    size: int
+    gather: str
+    #: running (it belongs), closed, unknown (no such gather) or unidentified.
+    verdict: str
+    #: Where it went (or would go): "" for one that belongs.
+    routed_to: str = ""
+
+    @property
+    def orphan(self) -> bool:
+        """Whether no gather will take it."""
+        return self.verdict != "running"
+
+
+def _owner(message: MQMessage, specs: Sequence[AggregateSpec]) -> tuple[AggregateSpec, str]:
+    """The aggregate and gather a held reply is for, as the bridge identified it (trying
+    each reply queue whose aggregates share the hold queue).
+
+    Raises:
+        IdentificationError: none of them claims it.
+    """
+    by_reply_queue: dict[str, list[AggregateSpec]] = {}
+    for spec in specs:
+        by_reply_queue.setdefault(spec.reply_queue, []).append(spec)
+    problem: IdentificationError | None = None
+    for candidates in by_reply_queue.values():
+        try:
+            found = identify(message, candidates)
+        except IdentificationError as exc:
+            problem = exc
+            continue
+        return found.aggregate, gather_id(found.aggregate.name, found.correl_id)
+    raise problem or IdentificationError("no aggregate holds replies on this queue")
+
+
+async def _verdict(client: Client, gid: str) -> str:
+    try:
+        desc = await client.get_workflow_handle(gid).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return "unknown"
+        raise
+    return "running" if desc.status == WorkflowExecutionStatus.RUNNING else "closed"
+
+
+async def check_held(
+    client: Client,
+    transport: Transport,
+    aggregates: Sequence[AggregateSpec],
+    *,
+    route: bool = True,
+) -> list[HeldReply]:
+    """Every message on the aggregates' hold queues and its verdict; with ``route``,
+    each orphan is moved (in a unit of work of its own) to where it belongs."""
+    by_hold: dict[str, list[AggregateSpec]] = {}
+    for spec in aggregates:
+        by_hold.setdefault(spec.hold_queue, []).append(spec)
+    found: list[HeldReply] = []
+    for queue, specs in by_hold.items():
+        for message in list(transport.browse(queue)):
+            try:
+                spec, gid = _owner(message, specs)
+            except IdentificationError as exc:
+                spec, gid, verdict = min(specs, key=lambda s: s.name), "", "unidentified"
+                reason = f"held reply no aggregate of {queue} claims: {exc}"
+            else:
+                verdict = await _verdict(client, gid)
+                reason = f"held reply of gather {gid}, which is {verdict}"
+            target = {
+                "running": "",
+                "closed": queue_for(spec, Destination.LATE),
+                "unknown": queue_for(spec, Destination.UNKNOWN),
+                "unidentified": queue_for(spec, Destination.FAILURE),
+            }[verdict]
+            item = HeldReply(queue, message.msg_id.hex(), len(message.body), gid, verdict, target)
+            if target and route:
+                _move(transport, queue, message, target, reason, gid)
+            found.append(item)
+    return found
+
+
+def _move(
+    transport: Transport, queue: str, message: MQMessage, target: str, reason: str, gid: str
+) -> None:
+    """Move one held message, intact, with the reason; gone already is fine (its gather
+    or another check took it meanwhile)."""
+    try:
+        taken = transport.get(
+            queue, match=Match(msg_id=message.msg_id, correl_id=message.correl_id)
+        )
+    except NoMessageAvailable:
+        transport.backout()
+        return
+    forward(transport, target, taken, reason, queue, gid)
+    transport.commit()

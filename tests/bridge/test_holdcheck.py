@@ -1,0 +1,106 @@
+"""``hold check``: held replies of running gathers stay; planted ones whose gather closed,
+never existed, or that no aggregate claims are found and routed intact (dev server and
+embedded MQ)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+from bridge.holdcheck import check_held
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQMessage, PutOptions, parse_id
+from mqgather.config import AggregateSpec
+from mqgather.constants import GATHER_HOLD
+from mqgather.names import PROP_REASON
+from tests.harness import THREE_LEGS, pipeline, status, until
+
+SPEC = AggregateSpec(name="heldchk", legs=THREE_LEGS, timeout_seconds=300, inline_reply_bytes=64)
+
+
+def _plant(p, correl: bytes, **props) -> MQMessage:
+    """A message put straight on the hold queue, as no mqgather path would."""
+    message = MQMessage(correl_id=correl, properties=props, body=b"planted " + os.urandom(100))
+    return p.qm.put(GATHER_HOLD, message, PutOptions(syncpoint=False))
+
+
+async def test_check_routes_only_what_no_gather_will_take(temporal_env, tmp_path):
+    async with pipeline(temporal_env.client, tmp_path, [SPEC]) as p:
+        done = await p.scatter(SPEC)
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(SPEC, done.correl_id, leg, b'{"x": 1}')
+        await p.result(SPEC, done.correl_id)
+        await p.wait_message("ORDER.RESPONSE")
+        running = await p.scatter(SPEC)
+        legit = p.reply(SPEC, running.correl_id, "CREDIT", json.dumps({"y": "z" * 500}).encode())
+        handle = p.handle(SPEC, running.correl_id)
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        await until(_depth(p), lambda n: n == 1)
+        closed = _plant(p, done.correl_id, leg="TAX")
+        nobody = _plant(p, parse_id("NO-SUCH-GATHER"), leg="TAX")
+        nameless = _plant(p, running.correl_id)  # no leg property: no aggregate claims it
+
+        with LocalQueueManager(p.path) as qm:
+            listed = await check_held(p.client, qm, [SPEC], route=False)
+        assert p.depth(GATHER_HOLD) == 4  # a dry run moves nothing
+        verdicts = {h.msg_id: (h.verdict, h.routed_to) for h in listed}
+        assert verdicts == {
+            legit.msg_id.hex(): ("running", ""),
+            closed.msg_id.hex(): ("closed", "GATHER.LATE"),
+            nobody.msg_id.hex(): ("unknown", "GATHER.UNKNOWN"),
+            nameless.msg_id.hex(): ("unidentified", "GATHER.FAILURE"),
+        }
+
+        with LocalQueueManager(p.path) as qm:
+            routed = await check_held(p.client, qm, [SPEC])
+        assert sorted(h.msg_id for h in routed if h.orphan) == sorted(
+            m.msg_id.hex() for m in (closed, nobody, nameless)
+        )
+        assert [m.msg_id for m in p.messages(GATHER_HOLD)] == [legit.msg_id]
+        for queue, planted in (("GATHER.LATE", closed), ("GATHER.UNKNOWN", nobody),
+                               ("GATHER.FAILURE", nameless)):  # fmt: skip
+            [got] = p.messages(queue)
+            assert got.msg_id == planted.msg_id and got.body == planted.body
+            assert "held reply" in str(got.properties[PROP_REASON])
+
+        # The gather still takes its own held reply.
+        p.reply(SPEC, running.correl_id, "STOCK", b"{}")
+        p.reply(SPEC, running.correl_id, "TAX", b"{}")
+        response = await p.wait_message("ORDER.RESPONSE")
+        assert json.loads(response.body)["legs"]["credit"] == {"y": "z" * 500}
+        assert p.empty(GATHER_HOLD)
+
+
+def _depth(p):
+    async def get() -> int:
+        return p.depth(GATHER_HOLD)
+
+    return get
+
+
+async def test_the_command_lists_and_routes(temporal_env, tmp_path):
+    async with pipeline(temporal_env.client, tmp_path, [SPEC], run_worker=False) as p:
+        planted = _plant(p, parse_id("NO-SUCH-GATHER"), leg="TAX")
+        config = tmp_path / "mqgather.toml"
+        config.write_text('[aggregates.heldchk]\nlegs = [{name = "TAX"}]\n')
+        env = dict(os.environ, TEMPORAL_ADDRESS=p.client.service_client.config.target_host,
+                   TEMPORAL_NAMESPACE=p.client.namespace)  # fmt: skip
+        command = [sys.executable, "-m", "mqgather.cli", "hold", "check",
+                   "--mq", f"local:{p.path}", "--config", str(config)]  # fmt: skip
+        dry = await asyncio.to_thread(
+            subprocess.run, [*command, "--dry-run"], env=env, capture_output=True, text=True
+        )
+        assert dry.returncode == 0, dry.stderr
+        assert "1 held, 0 waiting for a running gather, 1 orphaned (would route 1)" in dry.stdout
+        assert p.depth(GATHER_HOLD) == 1
+        done = await asyncio.to_thread(
+            subprocess.run, [*command, "--json"], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        [row] = [json.loads(line) for line in done.stdout.splitlines()]
+        assert row["verdict"] == "unknown" and row["routed_to"] == "GATHER.UNKNOWN"
+        assert [m.msg_id for m in p.messages("GATHER.UNKNOWN")] == [planted.msg_id]
+        assert p.empty(GATHER_HOLD)
