@@ -18,7 +18,18 @@ from pydantic import BaseModel
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import GATHER_WORKFLOW, SIGNAL_EXPECT, SIGNAL_REPLIES, TASK_QUEUE
-from workflows.models import GatherInput, GatherResult, Registration, Reply, ReplyBatch, gather_id
+from workflows.models import (
+    GatherInput,
+    GatherResult,
+    LegStatus,
+    Registration,
+    Reply,
+    ReplyBatch,
+    gather_id,
+)
+
+#: Above this a synthetic reply is held (the aggregates' default inline size).
+_HELD_ABOVE = 64 * 1024
 
 LEGS = ("CREDIT", "STOCK", "TAX")
 _JSON_PLAIN = base64.b64encode(b"json/plain").decode()
@@ -34,6 +45,8 @@ class Truth:
     completion_ms: float
     leg_latency_ms: dict[str, float] = field(default_factory=dict)
     duplicates: int = 0
+    leg_bytes: dict[str, int] = field(default_factory=dict)
+    held_legs: int = 0
 
 
 def _payload(value: BaseModel) -> dict[str, Any]:
@@ -74,6 +87,8 @@ def synthesize(
     apart from ``start``.
     """
     rng = random.Random(seed)
+    # Sizes from a generator of their own, so the other draws stay what they were.
+    sizes = random.Random(seed + 1)
     base = start or datetime(2026, 1, 1, tzinfo=UTC)
     spec = AggregateSpec(
         name=aggregate, legs=tuple(LegSpec(name=leg) for leg in LEGS), timeout_seconds=3.0
@@ -106,13 +121,19 @@ def synthesize(
                 continue
             ms = round(rng.uniform(20, 400), 3)
             arrivals[leg] = ms
+        # Most replies are small; about one in twenty is megabytes and waits on the hold queue.
+        leg_bytes = {
+            leg: sizes.randint(200_000, 12_000_000) if sizes.random() < 0.05
+            else sizes.randint(100, 4000)
+            for leg in arrivals
+        }  # fmt: skip
         when = sorted(arrivals.items(), key=lambda kv: kv[1])
         for leg, ms in when:
             t = t0 + timedelta(milliseconds=ms)
             copies = 2 if leg == duplicate else 1
             replies = [
                 Reply(message=MQMessage(msg_id=rng.randbytes(24), correl_id=correl), leg=leg,
-                      source_queue=spec.reply_queue, received_at=t)
+                      source_queue=spec.reply_queue, received_at=t, size=leg_bytes[leg])
                 for _ in range(copies)
             ]  # fmt: skip
             batch = ReplyBatch(replies=replies)
@@ -131,10 +152,17 @@ def synthesize(
             legs_expected=list(LEGS), legs_received=received, legs_missing=missing,
             duplicates=1 if duplicate else 0, redeliveries=0, late=0, unknown=0,
             started_at=t0, ended_at=t_end,
+            legs=[LegStatus(name=leg, received=leg in leg_bytes, replies=int(leg in leg_bytes),
+                            bytes=leg_bytes.get(leg, 0),
+                            held=leg_bytes.get(leg, 0) > _HELD_ABOVE) for leg in LEGS],
         )  # fmt: skip
         h.add(t_end, "WORKFLOW_EXECUTION_COMPLETED", {"result": {"payloads": [_payload(result)]}})
         line = json.dumps(
             {"workflowId": gid, "runId": run_id, "history": {"events": h.events}},
             separators=(",", ":"),
         )
-        yield line, Truth(gid, outcome, missing, done_ms, arrivals, 1 if duplicate else 0)
+        held = sum(size > _HELD_ABOVE for size in leg_bytes.values())
+        yield (
+            line,
+            Truth(gid, outcome, missing, done_ms, arrivals, 1 if duplicate else 0, leg_bytes, held),
+        )

@@ -79,10 +79,13 @@ _BATCH = struct_of(
 )
 _RESULT = struct_of(
     GatherResult,
-    dict.fromkeys(
-        ("gather_id", "aggregate", "correl_id", "state", "legs_expected", "legs_received",
-         "legs_missing", "duplicates", "redeliveries", "late", "unknown")
-    ),
+    {
+        **dict.fromkeys(
+            ("gather_id", "aggregate", "correl_id", "state", "legs_expected", "legs_received",
+             "legs_missing", "duplicates", "redeliveries", "late", "unknown")
+        ),
+        "legs": dict.fromkeys(("name", "received", "bytes", "held")),
+    },
 )  # fmt: skip
 # What the job reads of a collector: its start input and each batch PUT's result.
 _COLLECTOR = struct_of(CollectorInput, {"collector": {"name": None}, "destination": None})
@@ -144,7 +147,8 @@ def _decode(payloads: Column) -> Column:
 def gather_facts(histories: DataFrame) -> DataFrame:
     """One row per closed gather: aggregate, CorrelId, start, end, outcome, legs expected /
     received / missing, completion and per-leg arrival latency (ms from the gather's start),
-    duplicates, redeliveries, late and unknown replies, and its number of history events.
+    duplicates, redeliveries, late and unknown replies, its number of history events, and
+    the size of each received leg, their total and how many were held.
 
     Works per history row with array functions: no joins, no shuffle.
     """
@@ -216,6 +220,19 @@ def gather_facts(histories: DataFrame) -> DataFrame:
         ),
         "events",
         (F.col("input.aggregate.timeout_seconds") * 1000.0).alias("timeout_ms"),
+        # Sizes come with the result (gathers of older versions have none: empty, 0).
+        F.coalesce(
+            F.map_from_entries(
+                F.transform(
+                    F.filter("r.legs", lambda leg: leg["received"]),
+                    lambda leg: F.struct(leg["name"], leg["bytes"]),
+                )
+            ),
+            F.create_map().cast("map<string,bigint>"),
+        ).alias("leg_bytes"),
+        F.when(F.col("r.legs").isNull(), F.lit(0))
+        .otherwise(F.size(F.filter("r.legs", lambda leg: leg["held"])))
+        .alias("held_legs"),
         # Every reply in arrival order, with the time of the signal that brought it.
         F.flatten(
             F.transform(
@@ -293,6 +310,11 @@ def gather_facts(histories: DataFrame) -> DataFrame:
         "unknown",
         "events",
         "timeout_ms",
+        "leg_bytes",
+        F.aggregate(F.map_values("leg_bytes"), F.lit(0).cast("bigint"), lambda a, b: a + b).alias(
+            "reply_bytes"
+        ),
+        "held_legs",
     )
 
 

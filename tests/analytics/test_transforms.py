@@ -32,6 +32,10 @@ def test_facts_match_the_synthetic_truth(spark, tmp_path):
         assert set(row["leg_latency_ms"]) == set(t.leg_latency_ms)
         for leg, ms in t.leg_latency_ms.items():
             assert abs(row["leg_latency_ms"][leg] - ms) < 0.002
+        assert row["leg_bytes"] == t.leg_bytes
+        assert row["reply_bytes"] == sum(t.leg_bytes.values())
+        assert row["held_legs"] == t.held_legs
+    assert any(t.held_legs for t in truth)  # the sample has held replies to count
 
 
 def test_trends_percentiles_are_exact(spark, tmp_path):
