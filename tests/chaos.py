@@ -5,6 +5,7 @@ aggregate they serve."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -119,11 +120,20 @@ async def scatter_retrying(
             await asyncio.sleep(0.2)
 
 
-def put_replies(qm: LocalQueueManager, correl: bytes) -> list[bytes]:
-    """One reply per leg in one unit of work; their MsgIds."""
+def reply_body(leg: str, size: int) -> bytes:
+    """A leg's JSON reply of about ``size`` bytes."""
+    return json.dumps({"leg": leg, "pad": "x" * max(size - 30, 0)}).encode()
+
+
+def put_replies(
+    qm: LocalQueueManager, correl: bytes, sizes: dict[str, int] | None = None
+) -> list[bytes]:
+    """One reply per leg in one unit of work (of ``sizes[leg]`` bytes, "{}" without
+    sizes); their MsgIds."""
     put = []
     for leg in LEGS:
-        reply = MQMessage(correl_id=correl, properties={"leg": leg.name}, body=b"{}")
+        body = reply_body(leg.name, sizes[leg.name]) if sizes else b"{}"
+        reply = MQMessage(correl_id=correl, properties={"leg": leg.name}, body=body)
         put.append(qm.put(SPEC.reply_queue, reply).msg_id)
     qm.commit()
     return put

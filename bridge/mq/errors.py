@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 REASONS: dict[str, int] = {
     "MQRC_BACKED_OUT": 2003,
     "MQRC_CONNECTION_BROKEN": 2009,
+    "MQRC_DATA_LENGTH_ERROR": 2010,
     "MQRC_ENVIRONMENT_ERROR": 2012,
     "MQRC_EXPIRY_ERROR": 2013,
     "MQRC_GET_INHIBITED": 2016,
@@ -185,6 +186,8 @@ for _name in ("MQRC_INCONSISTENT_UOW", "MQRC_MATCH_OPTIONS_ERROR"):
     _CLASSES[_name] = GroupOrderError
 _CLASSES["MQRC_INCOMPLETE_GROUP"] = GroupOrderError
 _CLASSES["MQRC_MSG_TOO_BIG_FOR_Q_MGR"] = MessageTooBig
+# Over a client channel: the message is longer than the channel's MAXMSGL allows.
+_CLASSES["MQRC_DATA_LENGTH_ERROR"] = MessageTooBig
 _CLASSES["MQRC_SECURITY_ERROR"] = NotAuthorized
 
 

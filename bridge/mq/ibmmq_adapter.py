@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, unquote
 
 from pydantic import BaseModel, Field, SecretStr
 
-from bridge.mq.errors import ConnectionBroken, MQError, error_for_reason
+from bridge.mq.errors import REASONS, ConnectionBroken, MQError, error_for_reason
 from bridge.mq.models import (
     NONE_ID,
     Match,
@@ -30,6 +30,7 @@ from bridge.mq.models import (
     QueueAttributes,
 )
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
+from mqgather.constants import QMGR_MAXMSGL
 from mqgather.errors import ConfigError
 from mqgather.names import (
     ENV_MQ,
@@ -135,6 +136,9 @@ def channel_definition(settings: IBMMQSettings) -> dict[str, Any]:
         "ConnectionName": ",".join(settings.conname),
         "ChannelType": "MQCHT_CLNTCONN",
         "TransportType": "MQXPT_TCP",
+        # The client side of the channel's MAXMSGL (the MQCD's default is 4 MB): the
+        # channel carries the lower of this and the SVRCONN's MAXMSGL.
+        "MaxMsgLength": QMGR_MAXMSGL,
     }
     if settings.cipher_spec:
         fields["SSLCipherSpec"] = settings.cipher_spec
@@ -199,6 +203,11 @@ def translate_exception(exc: BaseException, detail: str = "") -> MQError:
     reason = getattr(exc, "reason", None)
     if not isinstance(reason, int):
         return MQError(f"{detail}: {exc}" if detail else str(exc))
+    if reason == REASONS["MQRC_DATA_LENGTH_ERROR"]:
+        detail = (
+            f"{detail}: the message is longer than the client channel carries; raise MAXMSGL "
+            f"of the SVRCONN channel (and of a CCDT's CLNTCONN entry) to {QMGR_MAXMSGL}"
+        )
     return error_for_reason(reason, detail)
 
 

@@ -82,3 +82,26 @@ async def test_a_gather_with_duplicate_late_unknown_and_poison_replies(temporal_
     assert sent == dup.properties
     # A connection keeps one handle for its gets; none is left per message put or got.
     assert live_message_handles() - live_connections() <= before
+
+
+async def test_a_gather_of_large_replies_over_the_adapter(temporal_env, tmp_path):
+    spec = AggregateSpec(name="ibmbig", legs=LEGS, merge="blob", timeout_seconds=300)
+    big = 100 * 1024 * 1024
+
+    def connector(path):
+        return standin_connector(path, qmgr="IBMBIG", channel_maxmsgl=big)
+
+    async with pipeline(temporal_env.client, tmp_path, [spec], transport=connector) as p:
+        g = await p.scatter(spec)
+        bodies = {"CREDIT": b"c" * 6_000_000, "STOCK": b"s" * 200_000, "TAX": b"t"}
+        for leg, body in bodies.items():
+            p.reply(spec, g.correl_id, leg, body)
+        response = await p.wait_message("ORDER.RESPONSE", timeout=60)
+        result = await p.result(spec, g.correl_id)
+        assert p.empty("GATHER.HOLD") and p.empty("GATHER.IN")
+    assert response.body == bodies["CREDIT"] + bodies["STOCK"] + bodies["TAX"]
+    assert [(leg.name, leg.held) for leg in result.legs] == [
+        ("CREDIT", True),
+        ("STOCK", True),
+        ("TAX", False),
+    ]

@@ -66,6 +66,7 @@ CC_OK, CC_WARNING, CC_FAILED = 0, 1, 2
 RC = {
     "NONE": 0,
     "BUFFER_LENGTH_ERROR": 2005,
+    "DATA_LENGTH_ERROR": 2010,
     "CONNECTION_BROKEN": 2009,
     "HCONN_ERROR": 2018,
     "HOBJ_ERROR": 2019,
@@ -152,6 +153,9 @@ class QueueManagerConfig:
     #: The CCSID that MQCCSI_APPL stands for: a C-locale process on Linux runs in 819.
     application_ccsid: int = 819
     channel: str = "DEV.APP.SVRCONN"
+    #: MAXMSGL of the server-connection channel (4 MB, as DEFINE CHANNEL gives it). A
+    #: client may move messages up to the lower of this and its MQCD's MaxMsgLength.
+    channel_maxmsgl: int = 4 * 1024 * 1024
 
 
 #: Queue managers by name; tests register theirs here.
@@ -180,6 +184,9 @@ class _Connection:
     qm: LocalQueueManager
     peek: LocalQueueManager
     user: str
+    #: The message length negotiated for the channel: a buffer or a message longer than
+    #: this fails with MQRC_DATA_LENGTH_ERROR.
+    maxmsgl: int = 4 * 1024 * 1024
     objects: dict[int, _Object] = field(default_factory=dict)
 
 
@@ -244,9 +251,11 @@ def MQCONNX(
     config = QUEUE_MANAGERS.get(qmgr)
     if config is None:
         return _fail("Q_MGR_NAME_ERROR", 0)
+    maxmsgl = config.channel_maxmsgl  # a CCDT's entry is taken to match the server's
     if cd is not None:
         d = mq.CD()
         d.unpack(cd)
+        maxmsgl = min(maxmsgl, d.MaxMsgLength)
         record.update(
             channel=_text(d.ChannelName),
             conname=_text(d.ConnectionName),
@@ -273,7 +282,7 @@ def MQCONNX(
     qm = LocalQueueManager(config.path, qmgr_name=qmgr)
     with _lock:
         hconn = next(_ids)
-        _conns[hconn] = _Connection(qmgr, config, qm, LocalQueueManager(config.path), user)
+        _conns[hconn] = _Connection(qmgr, config, qm, LocalQueueManager(config.path), user, maxmsgl)
     return hconn, CC_OK, 0
 
 
@@ -522,6 +531,8 @@ def MQPUT(hconn: int, hobj: int, md: bytes, pmo: bytes, body: bytes) -> tuple[An
         return _fail("HOBJ_ERROR", md, pmo)
     if not obj.options & OO_OUTPUT:
         return _fail("NOT_OPEN_FOR_OUTPUT", md, pmo)
+    if len(body) > conn.maxmsgl:
+        return _fail("DATA_LENGTH_ERROR", md, pmo)  # longer than the channel carries
     return _put(conn, obj.queue, md, pmo, body, obj)
 
 
@@ -535,6 +546,8 @@ def MQPUT1(hconn: int, od_bytes: bytes, md: bytes, pmo: bytes, body: bytes) -> t
     p.unpack(pmo)
     if p.Options & PMO_LOGICAL_ORDER:
         return _fail("OPTIONS_ERROR", md, pmo)  # a group needs a handle to keep its place
+    if len(body) > conn.maxmsgl:
+        return _fail("DATA_LENGTH_ERROR", md, pmo)  # longer than the channel carries
     options = OO_OUTPUT | (OO_SET_ALL_CONTEXT if p.Options & PMO_SET_ALL_CONTEXT else 0)
     opened = MQOPEN(hconn, od_bytes, options)
     if opened[-2] != CC_OK:
@@ -598,6 +611,9 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
     obj = conn.objects.get(hobj)
     if obj is None:
         return _fail("HOBJ_ERROR", b"", md.pack(), gmo.pack(), 0)
+    if length > conn.maxmsgl:
+        # A client's buffer may not exceed what the channel negotiated.
+        return _fail("DATA_LENGTH_ERROR", b"", md.pack(), gmo.pack(), 0)
     opts = gmo.Options
     browse = "first" if opts & GMO_BROWSE_FIRST else "next" if opts & GMO_BROWSE_NEXT else None
     if browse and not obj.options & OO_BROWSE:

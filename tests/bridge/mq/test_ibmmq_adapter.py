@@ -42,6 +42,7 @@ def test_url_with_several_endpoints_and_tls():
         "ConnectionName": "mq1.example(1414),mq2.example(1415)",
         "ChannelType": "MQCHT_CLNTCONN",
         "TransportType": "MQXPT_TCP",
+        "MaxMsgLength": 100 * 1024 * 1024,
         "SSLCipherSpec": "TLS_AES_256_GCM_SHA384",
     }
     assert ssl_options(s) == {"KeyRepository": "/var/mqm/key", "CertificateLabel": "app"}
