@@ -51,8 +51,8 @@ def test_aggregate_property_picks_among_several():
         (MQMessage(correl_id=b"R", properties={"leg": "A"}), [ORDERS, PAYMENTS],
          "unknown aggregate"),
         (MQMessage(correl_id=b"R"), [ORDERS], "no string property 'leg'"),
-        (MQMessage(correl_id=b"R", properties={"leg": "A"}, body=b"x" * 300_000), [ORDERS],
-         "exceeds max_reply_bytes"),
+        (MQMessage(correl_id=b"R", properties={"leg": "A"}, body=b"x" * 300_001),
+         [ORDERS.model_copy(update={"max_reply_bytes": 300_000})], "exceeds max_reply_bytes"),
     ],
 )  # fmt: skip
 def test_bad_input_says_why(message, candidates, reason):
