@@ -63,6 +63,10 @@ def floor(path: Path, size: int, gathers: int) -> float:
         return time.perf_counter() - start
 
 
+def _correl(prefix: str, i: int) -> bytes:
+    return f"{prefix}{i}".encode().ljust(24, b"\x00")
+
+
 async def through_pipeline(bench: Bench, size: int, gathers: int, worker: int) -> dict:
     """Put ``gathers`` gathers of three ``size``-byte legs; wait for every response."""
     qm = LocalQueueManager(bench.qm_path)
@@ -74,7 +78,7 @@ async def through_pipeline(bench: Bench, size: int, gathers: int, worker: int) -
     start = time.perf_counter()
     for i in range(gathers):
         for leg in LEGS:
-            qm.put("GATHER.IN", MQMessage(correl_id=f"{prefix}{i}".encode(),
+            qm.put("GATHER.IN", MQMessage(correl_id=_correl(prefix, i),
                                           properties={"leg": leg}, body=body))  # fmt: skip
         qm.commit()
     done = asyncio.create_task(wait_depth(qm, "ORDER.RESPONSE", base + gathers))
@@ -89,7 +93,7 @@ async def through_pipeline(bench: Bench, size: int, gathers: int, worker: int) -
     client = await bench.client()
     history = 0
     for i in range(gathers):
-        handle = client.get_workflow_handle(gather_id("large", f"{prefix}{i}".encode()))
+        handle = client.get_workflow_handle(gather_id("large", _correl(prefix, i)))
         events = (await handle.fetch_history()).events
         history += sum(event.ByteSize() for event in events)
     return {

@@ -37,10 +37,20 @@ def _frames_text(page, want: int = 3, timeout: float = 30.0) -> str:
 
     deadline = time.monotonic() + timeout
     while True:
-        texts = [f.inner_text("body").strip() for f in page.frames if f != page.main_frame]
+        texts = [_frame_text(f) for f in page.frames if f != page.main_frame]
         if sum(1 for t in texts if t) >= want or time.monotonic() > deadline:
             return "\n".join(texts)
         page.wait_for_timeout(100)  # the frames load on their own; nothing to await
+
+
+def _frame_text(frame) -> str:
+    """A frame's text, or "" when the UI replaced the frame while it was being read."""
+    from playwright.sync_api import Error as PlaywrightError  # only where a browser runs
+
+    try:
+        return frame.inner_text("body", timeout=2_000).strip()
+    except PlaywrightError:  # detached by a re-render: the next pass reads its successor
+        return ""
 
 
 def _look(ui: str, aggregate: str, text: str, ids: dict[str, str]) -> dict:
