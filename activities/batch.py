@@ -156,7 +156,7 @@ class CollectorActivities(MQActivities):
             note = f"{inp.workflow_id} batch {batch.number}"
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 
-        self._unit_of_work(work)
+        self._held_unit_of_work(sum(i.body_bytes() for i in batch.items if i.held), work)
         put, size = len(out), sum(len(m.body) for m in out)
         if earlier:  # what the committed attempt put, as near as the batch tells
             put, size = (len(batch.items) if rule.format == "group" else 1), facts.size_bytes

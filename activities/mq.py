@@ -19,9 +19,11 @@ from bridge.mq.models import MQFMT_STRING, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather import names
 from mqgather.config import AggregateSpec
+from mqgather.constants import DEFAULT_HELD_MB, HELD_BUDGET_WAIT_SECONDS, MB
 from mqgather.names import APPL_NAME, PROP_GATHER_ID, PROP_MISSING, PROP_REASON, PROP_STATE
 from mqgather.routing import Destination, queue_for
 from mqgather.runtime import telemetry
+from mqgather.runtime.budget import ByteBudget
 from workflows.models import PutResponseInput, PutResponseResult, Reply, RouteInput
 
 
@@ -48,9 +50,17 @@ def response_queues(inp: PutResponseInput) -> list[str]:
 class MQActivities:
     """The activities that PUT; each worker thread keeps its own MQ connection."""
 
-    def __init__(self, connect: Callable[[], Transport]) -> None:
+    def __init__(
+        self, connect: Callable[[], Transport], held_bytes: int = DEFAULT_HELD_MB * MB
+    ) -> None:
         self._connect = connect
         self._local = threading.local()
+        self.budget = ByteBudget(held_bytes)
+
+    def _held_unit_of_work(self, held: int, work: Callable[[Transport], None]) -> None:
+        """A unit of work that reads ``held`` bytes of held replies into memory."""
+        with self.budget.hold(held, HELD_BUDGET_WAIT_SECONDS):
+            self._unit_of_work(work)
 
     def _transport(self) -> Transport:
         transport = getattr(self._local, "transport", None)
@@ -130,8 +140,9 @@ class MQActivities:
             note = f"{inp.gather_id} {inp.outcome} response"
             ledger.mark(transport, spec.ledger_queue, msg_id, note, spec.ledger_hours)
 
+        held = sum(r.size for leg in inp.legs for r in leg.replies if r.held)
         try:
-            self._unit_of_work(work)
+            self._held_unit_of_work(held, work)
         except MergeError as exc:
             return self._merge_failed(inp, exc)
         if refused:
@@ -193,7 +204,9 @@ class MQActivities:
                     note = f"{gather} discarded a held duplicate"
                 ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 
-        self._unit_of_work(work)
+        # One message in memory at a time, so the largest held one is what it holds.
+        held = max((reply.size for _, reply, _ in items if reply.held), default=0)
+        self._held_unit_of_work(held, work)
 
 
 def _held(transport: Transport, reply: Reply) -> MQMessage:

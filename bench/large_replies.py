@@ -27,12 +27,14 @@ from pathlib import Path
 from bench.gather_throughput import Bench, _rss_mb, wait_depth
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
-from mqgather.constants import GATHER_HOLD
+from mqgather.constants import GATHER_FAILURE, GATHER_HOLD, GATHER_LATE, GATHER_UNKNOWN
 from mqgather.runtime.temporal import ensure_search_attributes
 from workflows.models import gather_id
 
 MB = 1024 * 1024
 LEGS = ("CREDIT", "STOCK", "TAX")
+#: Where a reply ends when the run is wrong (a reused CorrelId, a refused reply).
+ASTRAY = (GATHER_LATE, GATHER_UNKNOWN, GATHER_FAILURE)
 CONFIG = """
 [aggregates.large]
 mode = "static"
@@ -67,14 +69,18 @@ def _correl(prefix: str, i: int) -> bytes:
     return f"{prefix}{i}".encode().ljust(24, b"\x00")
 
 
-async def through_pipeline(bench: Bench, size: int, gathers: int, worker: int) -> dict:
-    """Put ``gathers`` gathers of three ``size``-byte legs; wait for every response."""
+async def through_pipeline(
+    bench: Bench, size: int, gathers: int, worker: int, run: str = "run"
+) -> dict:
+    """Put ``gathers`` gathers of three ``size``-byte legs; wait for every response.
+
+    ``run`` keeps each call's CorrelIds apart: a reused one would be a late reply."""
     qm = LocalQueueManager(bench.qm_path)
     body = os.urandom(size)
     base = qm.inquire("ORDER.RESPONSE").curdepth
     idle = _rss_mb(worker)
     peak = idle
-    prefix = f"L{size // MB}-"
+    prefix = f"{run}{size // MB}-"
     start = time.perf_counter()
     for i in range(gathers):
         for leg in LEGS:
@@ -82,8 +88,13 @@ async def through_pipeline(bench: Bench, size: int, gathers: int, worker: int) -
                                           properties={"leg": leg}, body=body))  # fmt: skip
         qm.commit()
     done = asyncio.create_task(wait_depth(qm, "ORDER.RESPONSE", base + gathers))
+    astray = {queue: qm.inquire(queue).curdepth for queue in ASTRAY}
     while not done.done():
         peak = max(peak, _rss_mb(worker))
+        for queue, depth in astray.items():
+            if qm.inquire(queue).curdepth > depth:
+                done.cancel()
+                raise RuntimeError(f"a reply went to {queue}: the run measures nothing")
         await asyncio.sleep(0.02)
     await done
     seconds = time.perf_counter() - start
@@ -121,7 +132,7 @@ async def main(sizes: list[int], gathers: int) -> None:
             worker = bench.spawn([*me, "worker", "--no-sandbox"], bench.env).pid
             bench.spawn([*me, "bridge"], bench.env)
             print("warming up …", flush=True)
-            await through_pipeline(bench, MB, 2, worker)
+            await through_pipeline(bench, MB, 2, worker, run="warm")
             for size in sizes:
                 print(f"[{size // MB} MB legs] (a) floor: the queue manager alone …", flush=True)
                 alone = floor(bench.qm_path, size, gathers)

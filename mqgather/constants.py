@@ -34,6 +34,13 @@ DEFAULT_INLINE_REPLY_BYTES = 64 * 1024
 #: The most an aggregate may carry inline: two such replies and the gather's input fit
 #: one signal under Temporal's 2 MB payload limit.
 MAX_INLINE_REPLY_BYTES = 512 * 1024
+#: Held-reply bytes a worker merges at once (MB): about twice this in memory at the
+#: peak (the bodies and the response); a gather larger than it is merged alone.
+DEFAULT_HELD_MB = 64
+MB = 1024 * 1024
+#: How long an activity waits for room in that budget before it fails and is retried:
+#: well inside the activity's timeout, so a waiting thread never outlives its attempt.
+HELD_BUDGET_WAIT_SECONDS = 20.0
 #: Markers of the PUTs already done (response, forwarded reply), one per PUT, committed in
 #: the PUT's own unit of work: a retried activity finds them even when the requester has
 #: consumed the response already.

@@ -18,7 +18,12 @@ import workflows
 from activities.batch import CollectorActivities
 from bridge.mq.transport import Transport
 from mqgather import __version__
-from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS, WORKER_STOP_GRACE_SECONDS
+from mqgather.constants import (
+    DEFAULT_HELD_MB,
+    DEFAULT_MAX_CACHED_GATHERS,
+    MB,
+    WORKER_STOP_GRACE_SECONDS,
+)
 from mqgather.errors import MQGatherError
 from mqgather.names import TASK_QUEUE
 from workflows.collector import AutoUpgradeCollectorWorkflow, CollectorWorkflow
@@ -58,6 +63,7 @@ def build_worker(
     workflow_class: type = GatherWorkflow,
     max_cached_gathers: int = DEFAULT_MAX_CACHED_GATHERS,
     sandboxed: bool = True,
+    held_mb: int = DEFAULT_HELD_MB,
 ) -> Worker:
     """A worker for the gather and collector workflows; each activity thread keeps one MQ
     connection.
@@ -75,9 +81,11 @@ def build_worker(
         sandboxed: Run the workflow code in Temporal's sandbox, which re-imports it for
             every gather (about 8 ms of CPU each) and refuses non-deterministic calls.
             The test suite runs it sandboxed; production workers may go without.
+        held_mb: Held-reply bytes (MB) the activities read into memory at once; about
+            twice this is the worker's peak for them. 0: no limit.
     """
     # One class serves gathers and collectors: each activity thread keeps one connection.
-    acts = CollectorActivities(connect)
+    acts = CollectorActivities(connect, held_mb * MB)
     deployment = None
     if version is not None:
         # Pinned: a gather finishes on the code it started with, so no version ever

@@ -134,15 +134,52 @@ END;
 CREATE TRIGGER IF NOT EXISTS depth_down AFTER DELETE ON messages BEGIN
     UPDATE queues SET curdepth = curdepth - 1 WHERE name = OLD.queue;
 END;
+-- Large bodies live apart from their message's row (which then holds X''): a get under
+-- syncpoint rewrites the row's state without rewriting megabytes, and a body, the only
+-- column here, is written in place by incremental blob I/O.
+CREATE TABLE IF NOT EXISTS bodies (id INTEGER PRIMARY KEY, body BLOB NOT NULL);
+CREATE TRIGGER IF NOT EXISTS bodies_gone AFTER DELETE ON messages BEGIN
+    DELETE FROM bodies WHERE id = OLD.id;
+END;
 """
 
-_INSERT = (
-    "INSERT INTO messages (queue, state, owner, priority, msg_id, correl_id, group_id, "
-    "msg_seq_number, msg_flags, format, persistence, expiry_at, reply_to_q, reply_to_qmgr, "
-    "put_appl_name, put_date_time, backout_count, properties, body, ccsid, encoding, "
-    "user_identifier, accounting_token, appl_identity_data, put_appl_type, appl_origin_data) "
-    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_INSERT_COLUMNS = (
+    "queue, state, owner, priority, msg_id, correl_id, group_id, msg_seq_number, msg_flags, "
+    "format, persistence, expiry_at, reply_to_q, reply_to_qmgr, put_appl_name, "
+    "put_date_time, backout_count, properties, body, ccsid, encoding, user_identifier, "
+    "accounting_token, appl_identity_data, put_appl_type, appl_origin_data"
 )
+_INSERT = (
+    f"INSERT INTO messages ({_INSERT_COLUMNS}) "
+    f"VALUES ({','.join('?' * len(_INSERT_COLUMNS.split(',')))})"
+)
+#: The row's body column. A body past ``_BODY_APART`` bytes goes to the bodies table.
+_BODY_COLUMN = 18
+_BODY_APART = 256 * 1024
+
+
+def _insert(db: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    """Insert message rows in their order (the queue's order); a large body is written
+    into place in the bodies table, so SQLite neither copies it nor builds a record of it
+    in memory (two more copies of a 30 MB response)."""
+    small: list[tuple[Any, ...]] = []
+    for row in rows:
+        body = row[_BODY_COLUMN]
+        if len(body) <= _BODY_APART:
+            small.append(row)
+            continue
+        if small:
+            db.executemany(_INSERT, small)
+            small = []
+        shape = (*row[:_BODY_COLUMN], b"", *row[_BODY_COLUMN + 1 :])
+        rowid = db.execute(_INSERT, shape).lastrowid
+        assert rowid is not None  # an INSERT always sets it
+        db.execute("INSERT INTO bodies (id, body) VALUES (?, zeroblob(?))", (rowid, len(body)))
+        with db.blobopen("bodies", "body", rowid) as blob:
+            blob.write(body)
+    if small:
+        db.executemany(_INSERT, small)
+
 
 #: MQGMO_ALL_MSGS_AVAILABLE, for the message ``m``: in no group, or in one whose messages
 #: 1..N are all on the queue with N the last in the group.
@@ -188,7 +225,8 @@ class _Choice:
 _COLUMNS = (
     "m.id, m.priority, m.msg_id, m.correl_id, m.group_id, m.msg_seq_number, m.msg_flags, "
     "m.format, m.persistence, m.expiry_at, m.reply_to_q, m.reply_to_qmgr, m.put_appl_name, "
-    "m.put_date_time, m.backout_count, m.properties, m.body, m.ccsid, m.encoding, "
+    "m.put_date_time, m.backout_count, m.properties, COALESCE(b.body, m.body), m.ccsid, "
+    "m.encoding, "
     "m.user_identifier, m.accounting_token, m.appl_identity_data, m.put_appl_type, "
     "m.appl_origin_data"
 )
@@ -475,7 +513,7 @@ class LocalQueueManager(Transport):
 
         def op(db: sqlite3.Connection) -> None:
             self._check_put(db, queue, len(stored.body), 0)
-            db.execute(_INSERT, row)
+            _insert(db, [row])
 
         self._call(op)
         self._advance_put_group(queue, message, position)
@@ -710,7 +748,8 @@ class LocalQueueManager(Transport):
                 where.append("(m.priority < :prio OR (m.priority = :prio AND m.id > :last))")
                 params["prio"], params["last"] = self._browse_pos[queue]
         rows = db.execute(
-            f"SELECT {_COLUMNS} FROM messages m WHERE {' AND '.join(where)} "
+            f"SELECT {_COLUMNS} FROM messages m LEFT JOIN bodies b ON b.id = m.id "
+            f"WHERE {' AND '.join(where)} "
             "ORDER BY m.priority DESC, m.id LIMIT :limit",
             params,
         ).fetchall()
@@ -832,7 +871,7 @@ class LocalQueueManager(Transport):
                 if self._got_pending:
                     self._end_uow(db, self.conn_id, commit=True)
                 if self._puts:
-                    db.executemany(_INSERT, [row for _, row in self._puts])
+                    _insert(db, [row for _, row in self._puts])
 
             self._call(op)
             self._puts.clear()

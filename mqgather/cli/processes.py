@@ -25,8 +25,14 @@ from mqgather.cli.options import (
     task_queue_option,
 )
 from mqgather.config import load_config
-from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_MAX_CACHED_GATHERS
-from mqgather.names import ENV_BUILD_ID, ENV_DEPLOYMENT, ENV_MAX_CACHED_GATHERS, ENV_METRICS_PORT
+from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_HELD_MB, DEFAULT_MAX_CACHED_GATHERS
+from mqgather.names import (
+    ENV_BUILD_ID,
+    ENV_DEPLOYMENT,
+    ENV_HELD_MB,
+    ENV_MAX_CACHED_GATHERS,
+    ENV_METRICS_PORT,
+)
 from mqgather.runtime import telemetry
 from mqgather.runtime.prometheus import MetricsEndpoint
 from mqgather.runtime.temporal import (
@@ -144,6 +150,17 @@ async def wait_for_parts(
     "(CPU and server reads). Raise it when most open gathers get replies soon.",
 )
 @click.option(
+    "--held-mb",
+    envvar=ENV_HELD_MB,
+    default=DEFAULT_HELD_MB,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="MB",
+    help=f"Held replies (those too large for a signal) the worker reads into memory at "
+    f"once, in MB [env {ENV_HELD_MB}]. Its peak for them is about twice this (the bodies "
+    "and the response); a gather larger than it is merged alone. 0: no limit.",
+)
+@click.option(
     "--sandbox/--no-sandbox",
     default=False,
     show_default=True,
@@ -162,6 +179,7 @@ def worker(
     deployment: str | None,
     build_id: str | None,
     max_cached_gathers: int,
+    held_mb: int,
     sandbox: bool,
     fail_fast: bool,
     metrics_port: int | None,
@@ -194,6 +212,7 @@ def worker(
         w = build_worker(
             client, connector(mq), task_queue=task_queue, activity_threads=threads,
             version=version, max_cached_gathers=max_cached_gathers, sandboxed=sandbox,
+            held_mb=held_mb,
         )  # fmt: skip
         where = (
             f"version {version.build_id} of deployment {version.deployment_name}"
