@@ -27,7 +27,13 @@ from pathlib import Path
 from bench.gather_throughput import Bench, _rss_mb, wait_depth
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
-from mqgather.constants import GATHER_FAILURE, GATHER_HOLD, GATHER_LATE, GATHER_UNKNOWN
+from mqgather.constants import (
+    DEFAULT_HELD_MB,
+    GATHER_FAILURE,
+    GATHER_HOLD,
+    GATHER_LATE,
+    GATHER_UNKNOWN,
+)
 from mqgather.runtime.temporal import ensure_search_attributes
 from workflows.models import gather_id
 
@@ -116,7 +122,7 @@ async def through_pipeline(
     }
 
 
-async def main(sizes: list[int], gathers: int) -> None:
+async def main(sizes: list[int], gathers: int, held_mb: int) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
@@ -129,7 +135,8 @@ async def main(sizes: list[int], gathers: int) -> None:
             client = await bench.client()
             await ensure_search_attributes(client)
             me = [sys.executable, "-m", "mqgather.cli"]
-            worker = bench.spawn([*me, "worker", "--no-sandbox"], bench.env).pid
+            worker_args = ["worker", "--no-sandbox", "--held-mb", str(held_mb)]
+            worker = bench.spawn([*me, *worker_args], bench.env).pid
             bench.spawn([*me, "bridge"], bench.env)
             print("warming up …", flush=True)
             await through_pipeline(bench, MB, 2, worker, run="warm")
@@ -142,7 +149,10 @@ async def main(sizes: list[int], gathers: int) -> None:
         finally:
             bench.close()
     print()
-    print(f"{gathers} gathers of 3 legs per size, blob merge, one worker and one bridge")
+    print(
+        f"{gathers} gathers of 3 legs per size, blob merge, one worker (--held-mb {held_mb}) "
+        "and one bridge"
+    )
     print(
         f"{'legs':>8} {'gathers/s':>10} {'MB/s':>8} {'floor MB/s':>11} {'ratio':>6} "
         f"{'RSS +MB':>8} {'gather MB':>10} {'RSS/gather':>11} {'history B':>10} {'held':>5}"
@@ -169,5 +179,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,10", help="leg sizes in MB, comma separated")
     parser.add_argument("--gathers", type=int, default=20, help="gathers per size")
+    parser.add_argument("--held-mb", type=int, default=DEFAULT_HELD_MB, help="the worker's")
     args = parser.parse_args()
-    asyncio.run(main([int(s) * MB for s in args.sizes.split(",")], args.gathers))
+    sizes = [int(s) * MB for s in args.sizes.split(",")]
+    asyncio.run(main(sizes, args.gathers, args.held_mb))

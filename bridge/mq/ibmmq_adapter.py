@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import os
 import re
+from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -127,6 +128,10 @@ def parse_ibmmq_url(url: str, env: dict[str, str] | None = None) -> IBMMQSetting
     )
 
 
+#: MQCD fields that channel_definition gives as MQ constants' names (cmqxc).
+MQCD_ENUMS = frozenset({"ChannelType", "TransportType"})
+
+
 def channel_definition(settings: IBMMQSettings) -> dict[str, Any]:
     """MQCD fields for a client connection (empty when a CCDT defines the channel)."""
     if not settings.conname:
@@ -238,6 +243,10 @@ def _md_bytes(text: str, field: str) -> bytes:
         ) from exc
 
 
+#: Object handles one connection keeps open: half a queue manager's default MAXHANDS
+#: (256), so a process replying to many reply-to queues never meets
+#: MQRC_HANDLE_NOT_AVAILABLE. Past it the least recently used handle is closed.
+MAX_OPEN_QUEUES = 128
 #: Set before ``ibmmq`` is imported: its own OpenTelemetry hooks stay off, so trace context
 #: travels once, in mqgather's ``traceparent`` property, and an input open costs no extra
 #: MQOPEN + MQINQ.
@@ -287,8 +296,8 @@ def connect_options(mq: ModuleType, settings: IBMMQSettings) -> dict[str, Any]:
     if fields:
         cd = mq.CD()
         for name, value in fields.items():
-            if isinstance(value, str) and value.startswith("MQ"):
-                value = getattr(X, value)
+            if name in MQCD_ENUMS:
+                value = getattr(X, value)  # a constant's name; any other field is text
             setattr(cd, name, value.encode() if isinstance(value, str) else value)
         kwargs["cd"] = cd
     sco_fields = ssl_options(settings)
@@ -318,7 +327,9 @@ class IBMMQTransport(Transport):
         self.mq = mq or load_mq_module()
         self.C = self.mq.CMQC
         self.qmgr_name = settings.qmgr
-        self._queues: dict[tuple[str, int], Any] = {}
+        # Open object handles, least recently used first (see MAX_OPEN_QUEUES).
+        self._queues: OrderedDict[tuple[str, int], Any] = OrderedDict()
+        self._pinned: set[tuple[str, int]] = set()
         self._get_handle: Any = None
         self._pcf: Any = None
         self._closed = False
@@ -334,16 +345,36 @@ class IBMMQTransport(Transport):
         err = translate_exception(exc, detail)
         if isinstance(err, ConnectionBroken):
             self._queues.clear()  # object handles do not survive the connection
+            self._pinned.clear()
         return err
 
-    def _open(self, queue: str, options: int) -> Any:
+    def _open(self, queue: str, options: int, *, pin: bool = False) -> Any:
+        """The open handle for ``queue`` with ``options``, opened on first use.
+
+        ``pin`` keeps it open for good: a browse cursor or a group in logical order lives
+        in its handle. Others are closed least recently used first past MAX_OPEN_QUEUES.
+        """
         key = (queue, options)
-        if key not in self._queues:
-            try:
-                self._queues[key] = self.mq.Queue(self.qmgr, queue, options)
-            except self.mq.MQMIError as exc:
-                raise self._failed(exc, f"opening queue {queue!r}") from exc
+        if pin:
+            self._pinned.add(key)
+        if key in self._queues:
+            self._queues.move_to_end(key)
+            return self._queues[key]
+        if len(self._queues) >= MAX_OPEN_QUEUES:
+            self._close_oldest()
+        try:
+            self._queues[key] = self.mq.Queue(self.qmgr, queue, options)
+        except self.mq.MQMIError as exc:
+            raise self._failed(exc, f"opening queue {queue!r}") from exc
         return self._queues[key]
+
+    def _close_oldest(self) -> None:
+        for key in self._queues:
+            if key not in self._pinned:
+                handle = self._queues.pop(key)
+                with contextlib.suppress(self.mq.MQMIError):
+                    handle.close()  # MQCLOSE leaves the unit of work as it is
+                return
 
     def _set_properties(self, handle: Any, properties: dict[str, PropertyValue]) -> None:
         C = self.C
@@ -405,7 +436,7 @@ class IBMMQTransport(Transport):
                 handle = self.mq.MessageHandle(self.qmgr)
                 self._set_properties(handle, message.properties)
                 pmo.OriginalMsgHandle = handle.msg_handle
-            self._open(queue, open_opts).put(message.body, md, pmo)
+            self._open(queue, open_opts, pin=opts.logical_order).put(message.body, md, pmo)
         except self.mq.MQMIError as exc:
             raise self._failed(exc, f"putting to queue {queue!r}") from exc
         finally:
@@ -475,7 +506,8 @@ class IBMMQTransport(Transport):
                 md.GroupId, match_opts = match.group_id, match_opts | C.MQMO_MATCH_GROUP_ID
         gmo.MatchOptions = match_opts
         try:
-            body = self._open(queue, open_opts).get(None, md, gmo)
+            pin = browse is not None or logical_order
+            body = self._open(queue, open_opts, pin=pin).get(None, md, gmo)
             properties = self._read_properties(handle)
         except self.mq.MQMIError as exc:
             raise self._failed(exc, f"getting from queue {queue!r}") from exc
@@ -646,6 +678,7 @@ class IBMMQTransport(Transport):
             with contextlib.suppress(self.mq.MQMIError):
                 q.close()
         self._queues.clear()
+        self._pinned.clear()
         for handle in (self._get_handle,):
             if handle is not None:
                 with contextlib.suppress(self.mq.MQMIError):

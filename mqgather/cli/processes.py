@@ -34,6 +34,7 @@ from mqgather.names import (
     ENV_METRICS_PORT,
 )
 from mqgather.runtime import telemetry
+from mqgather.runtime.memory import return_large_buffers
 from mqgather.runtime.prometheus import MetricsEndpoint
 from mqgather.runtime.temporal import (
     TemporalUnavailable,
@@ -196,6 +197,7 @@ def worker(
 
     load_config(config_path)  # fail at start on a bad file
     setup_logging()
+    return_large_buffers()
     endpoint = start_metrics("mqgather-worker", metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
@@ -265,6 +267,7 @@ def serve_bridge(
     """Run a bridge until Ctrl-C: logging and metrics, the queue manager and Temporal
     waited for, then ``make(client)`` served; its counters are logged at the end."""
     setup_logging()
+    return_large_buffers()
     endpoint = start_metrics(service, metrics_port)
 
     async def main(stop: asyncio.Event) -> None:

@@ -10,7 +10,8 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
   the MQCNO (never read from the environment), reconnect options recorded; MQDISC
   commits the open unit of work, as a normal disconnect does on IBM MQ.
 - open: unknown queues (2085), exclusive input (2042) on DEFSOPT(EXCL) queues or when
-  another handle holds it exclusively, context authority (2035) for set/pass all context.
+  another handle holds it exclusively, context authority (2035) for set/pass all context,
+  MAXHANDS open handles per connection (2017).
 - put: MsgId generation, CCSID / Encoding / Format / MsgType / context fields kept, the
   unit of work, Q_FULL and MAXMSGL from the queue manager.
 - groups: MQMD version 2 carries GroupId / MsgSeqNumber / MsgFlags (version 1 none);
@@ -68,6 +69,7 @@ RC = {
     "BUFFER_LENGTH_ERROR": 2005,
     "DATA_LENGTH_ERROR": 2010,
     "CONNECTION_BROKEN": 2009,
+    "HANDLE_NOT_AVAILABLE": 2017,
     "HCONN_ERROR": 2018,
     "HOBJ_ERROR": 2019,
     "MD_ERROR": 2026,
@@ -156,6 +158,9 @@ class QueueManagerConfig:
     #: MAXMSGL of the server-connection channel (4 MB, as DEFINE CHANNEL gives it). A
     #: client may move messages up to the lower of this and its MQCD's MaxMsgLength.
     channel_maxmsgl: int = 4 * 1024 * 1024
+    #: MAXHANDS of the queue manager (256 by default): object handles one connection may
+    #: hold open at once; one more fails MQOPEN with MQRC_HANDLE_NOT_AVAILABLE.
+    maxhands: int = 256
 
 
 #: Queue managers by name; tests register theirs here.
@@ -359,6 +364,8 @@ def MQOPEN(hconn: int, od_bytes: bytes, options: int) -> tuple[Any, ...]:
             conn.qm.inquire(name)
         except MQError as exc:
             return _mq_fail(exc, 0, od.pack())
+    if len(conn.objects) >= conn.config.maxhands:
+        return _fail("HANDLE_NOT_AVAILABLE", 0, od.pack())
     exclusive = bool(options & OO_INPUT_EXCLUSIVE) or (
         bool(options & OO_INPUT_AS_Q_DEF) and name in conn.config.exclusive_queues
     )
@@ -810,6 +817,11 @@ def MQDLTMH(hconn: int, hmsg: int, dmho: bytes) -> tuple[int, int]:
 def live_message_handles() -> int:
     """How many message handles exist now (tests check that none leak)."""
     return len(_handles)
+
+
+def most_open_objects() -> int:
+    """The most object handles any live connection holds open now."""
+    return max((len(c.objects) for c in _conns.values()), default=0)
 
 
 def live_connections() -> int:

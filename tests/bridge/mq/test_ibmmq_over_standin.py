@@ -244,3 +244,42 @@ def test_a_channel_left_at_four_megabytes_refuses_larger_messages_by_name(tmp_pa
         qm.backout()
     with LocalQueueManager(tmp_path / "qm.db") as local:
         assert local.inquire("BIG").curdepth == 1  # nothing got, nothing lost
+
+
+def test_channel_and_host_names_that_begin_with_mq_travel_as_text(tmp_path):
+    standin_connector(tmp_path / "qm.db", qmgr="QM1", channel="MQGATHER.SVRCONN")
+    url = "ibmmq://QM1@MQHOST1(1414)/MQGATHER.SVRCONN"
+    IBMMQTransport(parse_ibmmq_url(url, env={})).close()
+    seen = ibmmqc.CONNECTS[-1]
+    assert (seen["channel"], seen["conname"]) == ("MQGATHER.SVRCONN", "MQHOST1(1414)")
+    assert (seen["channel_type"], seen["transport"]) == (ibmmqc.CHT_CLNTCONN, ibmmqc.XPT_TCP)
+
+
+def test_replying_to_more_queues_than_maxhands_closes_the_least_recently_used(adapter):
+    from bridge.mq.ibmmq_adapter import MAX_OPEN_QUEUES
+
+    t = adapter()
+    queues = [f"REPLY.{n:03d}" for n in range(300)]  # past the queue manager's MAXHANDS 256
+    for queue in queues:
+        t.define(QueueAttributes(name=queue))
+    for queue in queues:
+        t.put(queue, MQMessage(body=queue.encode()))
+        assert ibmmqc.most_open_objects() <= MAX_OPEN_QUEUES + 2  # + the PCF queues
+    t.commit()
+    assert [t.get(queue).body for queue in queues[:3]] == [q.encode() for q in queues[:3]]
+    t.commit()
+
+
+def test_a_browse_cursor_survives_many_other_queues(adapter):
+    t = adapter()
+    t.define(QueueAttributes(name="BROWSED"))
+    for n in range(3):
+        t.put("BROWSED", MQMessage(body=b"%d" % n))
+    t.commit()
+    first = t.get("BROWSED", browse="first").body
+    for n in range(200):  # enough other handles to evict an unpinned one
+        t.define(QueueAttributes(name=f"OTHER.{n}"))
+        t.put(f"OTHER.{n}", MQMessage(body=b"x"))
+    t.commit()
+    rest = [t.get("BROWSED", browse="next").body for _ in range(2)]
+    assert [first, *rest] == [b"0", b"1", b"2"]
