@@ -168,6 +168,25 @@ def ccdt_url(settings: IBMMQSettings) -> str:
     return path if "://" in path else "file://" + str(Path(path).resolve())
 
 
+#: The JMS synonyms an MQI program may set with MQSETMP. The others a JMS reply shows
+#: (JMSDestination, JMSDeliveryMode, JMSExpiration, JMSPriority, JMSTimestamp,
+#: JMSMessageID, JMSRedelivered, JMSXAppID, JMSXDeliveryCount, JMSXUserID) stand for
+#: MQMD fields a forwarded copy keeps, or for where and when it was first sent; MQ refuses
+#: them with MQRC_PROPERTY_NAME_ERROR (2442).
+JMS_SETTABLE = frozenset(
+    {"JMSCorrelationID", "JMSReplyTo", "JMSType", "JMSXGroupID", "JMSXGroupSeq"}
+)
+
+
+def settable(properties: dict[str, PropertyValue]) -> dict[str, PropertyValue]:
+    """The properties MQSETMP accepts: without the JMS synonyms MQ sets itself."""
+    return {
+        name: value
+        for name, value in properties.items()
+        if not (name.startswith("JMS") and name not in JMS_SETTABLE)
+    }
+
+
 def property_type_name(value: PropertyValue) -> str:
     """The MQTYPE_* name a Python property value is written as."""
     if value is None:
@@ -379,7 +398,7 @@ class IBMMQTransport(Transport):
     def _set_properties(self, handle: Any, properties: dict[str, PropertyValue]) -> None:
         C = self.C
         smpo = self.mq.SMPO(ValueCCSID=CCSID_UTF8)
-        for name, value in properties.items():
+        for name, value in settable(properties).items():
             kind = getattr(C, property_type_name(value))
             length = len(value) if isinstance(value, bytes) else C.MQVL_NULL_TERMINATED
             handle.properties.set(name, value, property_type=kind, value_length=length,

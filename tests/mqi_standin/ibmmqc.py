@@ -29,7 +29,8 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
   strings), MQCCSI_APPL meaning the process's own CCSID, buffers: a value longer than the
   caller's buffer fails with 2469 and the length needed, the cursor left on it for
   ``MQIMPO_INQ_PROP_UNDER_CURSOR``; booleans come back as integers, as the C layer
-  returns them.
+  returns them; names beginning "JMS" other than the five JMS synonyms the MQI may set
+  are refused (2442), while a message put by a JMS program shows them to MQINQMP.
 - inquire: CURDEPTH, MAXDEPTH, MAXMSGL, BOTHRESH, BOQNAME, DEADQ.
 - PCF: CREATE / CHANGE / COPY / INQUIRE / DELETE Q through SYSTEM.ADMIN.COMMAND.QUEUE with
   a temporary dynamic reply queue, as the command server answers; an INQUIRE matching
@@ -92,6 +93,7 @@ RC = {
     "NOT_CONVERTED": 2119,
     "CHANNEL_CONFIG_ERROR": 2539,
     "HMSG_ERROR": 2460,
+    "PROPERTY_NAME_ERROR": 2442,
     "PROPERTY_VALUE_TOO_BIG": 2469,
     "PROPERTY_NOT_AVAILABLE": 2471,
     "PROPERTY_TYPE_ERROR": 2473,
@@ -139,6 +141,9 @@ CONTEXT_FIELDS = (
 )
 COMMAND_QUEUE = "SYSTEM.ADMIN.COMMAND.QUEUE"
 MODEL_QUEUES = {"SYSTEM.DEFAULT.MODEL.QUEUE"}
+#: The JMS synonyms an MQI program may set (MQSETMP); any other name beginning "JMS",
+#: and any "usr.JMS…", is refused with MQRC_PROPERTY_NAME_ERROR.
+JMS_SETTABLE = {"JMSCorrelationID", "JMSReplyTo", "JMSType", "JMSXGroupID", "JMSXGroupSeq"}
 
 
 @dataclass
@@ -853,6 +858,8 @@ def MQSETMP(
     s = mq.SMPO()
     s.unpack(smpo)
     key = name.decode()
+    if (key.startswith("JMS") and key not in JMS_SETTABLE) or key.startswith("usr.JMS"):
+        return CC_FAILED, RC["PROPERTY_NAME_ERROR"]
     if kind == TYPE_STRING:
         # The C layer hands over the text encoded as UTF-8; MQ reads it in ValueCCSID.
         raw = value.encode("utf-8", "ignore")

@@ -19,7 +19,7 @@ from bridge.mq.errors import (
 from bridge.mq.forward import forward
 from bridge.mq.ibmmq_adapter import IBMMQTransport, connect_options, parse_ibmmq_url
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage, QueueAttributes
+from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
 from tests.conftest import standin_connector
 from tests.mqi_standin import ibmmqc
 
@@ -283,3 +283,46 @@ def test_a_browse_cursor_survives_many_other_queues(adapter):
     t.commit()
     rest = [t.get("BROWSED", browse="next").body for _ in range(2)]
     assert [first, *rest] == [b"0", b"1", b"2"]
+
+
+JMS_REPLY_PROPERTIES = {
+    "JMSDestination": "queue:///GATHER.IN",
+    "JMSDeliveryMode": 2,
+    "JMSExpiration": 0,
+    "JMSPriority": 4,
+    "JMSTimestamp": 1_795_000_000_000,
+    "JMSCorrelationID": "ID:414d51",
+    "JMSType": "stock-reply",
+    "leg": "STOCK",
+}
+
+
+def test_a_reply_from_a_jms_back_end_is_forwarded_with_what_mq_lets_be_set(tmp_path, adapter):
+    t = adapter()
+    t.define(QueueAttributes(name="FROM.JMS"))
+    t.define(QueueAttributes(name="LATE"))
+    with LocalQueueManager(tmp_path / "qm.db") as qm:  # as a JMS program puts it
+        message = MQMessage(body=b"{}", properties=JMS_REPLY_PROPERTIES)
+        qm.put("FROM.JMS", message, PutOptions(syncpoint=False))
+    got = t.get("FROM.JMS")
+    assert got.properties == JMS_REPLY_PROPERTIES  # MQINQMP shows them all
+    forward(t, "LATE", got, "late", "FROM.JMS")
+    t.commit()
+    copy = t.get("LATE")
+    t.commit()
+    kept = {k: v for k, v in copy.properties.items() if not k.startswith("mqgather")}
+    assert kept == {"JMSCorrelationID": "ID:414d51", "JMSType": "stock-reply", "leg": "STOCK"}
+    assert (copy.body, copy.persistence, copy.priority) == (b"{}", got.persistence, got.priority)
+
+
+def test_mq_refuses_the_jms_names_it_sets_itself(adapter):
+    t = adapter()
+    mq = sys.modules["ibmmq"]
+    handle = mq.MessageHandle(t.qmgr)
+    try:
+        with pytest.raises(mq.MQMIError) as refused:
+            handle.properties.set("JMSTimestamp", 1, property_type=mq.CMQC.MQTYPE_INT64)
+        assert refused.value.reason == 2442
+        handle.properties.set("JMSType", "x", property_type=mq.CMQC.MQTYPE_STRING)
+    finally:
+        handle.dlt()
