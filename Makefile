@@ -64,6 +64,7 @@ bench: bytecode
 	$(BIN)/python -m bench.collector_throughput
 	$(BIN)/python -m bench.analytics_scale
 	$(BIN)/python -m bench.chaos
+	$(BIN)/python -m bench.large_replies --gathers 10
 
 # The gather pipeline with up to 50,000 gathers open in the background: about 40 minutes
 # here, most of it opening them.
