@@ -359,6 +359,12 @@ class IBMMQTransport(Transport):
             self.qmgr.connect_with_options(settings.qmgr, **connect_options(self.mq, settings))
         except self.mq.MQMIError as exc:
             raise translate_exception(exc, f"connecting to {settings.describe()}") from exc
+        # The name asked for may be blank or "*GROUP" under a CCDT: MQDLH headers must
+        # name the queue manager actually reached.
+        try:
+            self.qmgr_name = _text(self.qmgr.inquire(self.C.MQCA_Q_MGR_NAME)) or settings.qmgr
+        except self.mq.MQMIError as exc:
+            raise self._failed(exc, "inquiring the queue manager's name") from exc
 
     def _failed(self, exc: BaseException, detail: str) -> MQError:
         err = translate_exception(exc, detail)
@@ -644,6 +650,8 @@ class IBMMQTransport(Transport):
             C.MQIA_BACKOUT_THRESHOLD: attrs.bothresh,
             C.MQCA_BACKOUT_REQ_Q_NAME: attrs.boqname,
         }
+        if attrs.descr:
+            args[C.MQCA_Q_DESC] = attrs.descr
         try:
             if replace:
                 # ALTER, not DEFINE REPLACE: REPLACE would reset every attribute not named

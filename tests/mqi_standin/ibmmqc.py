@@ -163,6 +163,9 @@ class QueueManagerConfig:
     #: MAXMSGL of the server-connection channel (4 MB, as DEFINE CHANNEL gives it). A
     #: client may move messages up to the lower of this and its MQCD's MaxMsgLength.
     channel_maxmsgl: int = 4 * 1024 * 1024
+    #: The QMNAME of its CCDT entries: a client connecting to "*GROUP" through a CCDT
+    #: reaches it, and learns its real name only from MQINQ.
+    group: str = ""
     #: MAXHANDS of the queue manager (256 by default): object handles one connection may
     #: hold open at once; one more fails MQOPEN with MQRC_HANDLE_NOT_AVAILABLE.
     maxhands: int = 256
@@ -259,6 +262,11 @@ def MQCONNX(
     record: dict[str, Any] = {"qmgr": qmgr, "options": c.Options, "ccdt_url": ccdt}
     CONNECTS.append(record)
     config = QUEUE_MANAGERS.get(qmgr)
+    if config is None and qmgr.startswith("*") and record["ccdt_url"]:
+        # A queue-sharing group of CCDT entries: the first queue manager of the group.
+        qmgr, config = next(
+            ((n, c) for n, c in QUEUE_MANAGERS.items() if c.group == qmgr[1:]), (qmgr, None)
+        )
     if config is None:
         return _fail("Q_MGR_NAME_ERROR", 0)
     maxmsgl = config.channel_maxmsgl  # a CCDT's entry is taken to match the server's

@@ -326,3 +326,28 @@ def test_mq_refuses_the_jms_names_it_sets_itself(adapter):
         handle.properties.set("JMSType", "x", property_type=mq.CMQC.MQTYPE_STRING)
     finally:
         handle.dlt()
+
+
+def test_under_a_ccdt_group_dead_letters_name_the_queue_manager_reached(tmp_path):
+    from bridge.mq import dlh
+
+    ccdt = tmp_path / "ccdt.json"
+    ccdt.write_text("{}")
+    standin_connector(tmp_path / "qm.db", qmgr="PAYQM2", group="PAY")
+    t = IBMMQTransport(parse_ibmmq_url(f"ibmmq://*PAY?ccdt={ccdt}", env={}))
+    try:
+        assert t.qmgr_name == "PAYQM2"
+        t.define(QueueAttributes(name="DLQ"))
+        forward(t, "DLQ", MQMessage(body=b"x"), "undeliverable", "IN", dead_letter_reason=2053)
+        t.commit()
+        header, body = dlh.unpack(t.get("DLQ").body)
+        t.commit()
+    finally:
+        t.close()
+    assert (header.dest_q_mgr_name, body) == ("PAYQM2", b"x")
+
+
+def test_a_queue_defined_through_the_adapter_keeps_its_description(tmp_path, adapter):
+    adapter().define(QueueAttributes(name="DESCRIBED", descr="replies from payments"))
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        assert qm.inquire("DESCRIBED").descr == "replies from payments"
