@@ -15,7 +15,7 @@ from bridge.mq.dlh import dead_letter
 from bridge.mq.errors import MQError, undeliverable
 from bridge.mq.forward import forward
 from bridge.mq.ledger import ledger_key
-from bridge.mq.models import MQFMT_STRING, MQMessage, PropertyValue, PutOptions
+from bridge.mq.models import MQFMT_STRING, MQMT_REPLY, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather import names
 from mqgather.config import AggregateSpec
@@ -117,6 +117,7 @@ class MQActivities:
             response = MQMessage(
                 msg_id=msg_id,
                 correl_id=inp.request_msg_id or inp.correl_id,
+                msg_type=MQMT_REPLY,  # a reply, though it names the requester's ReplyToQ
                 format=merged.format,
                 coded_char_set_id=merged.ccsid,
                 reply_to_q=inp.reply_to_q,

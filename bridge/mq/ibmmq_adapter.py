@@ -427,7 +427,9 @@ class IBMMQTransport(Transport):
             pmo_opts |= C.MQPMO_LOGICAL_ORDER
         md = self.mq.MD()
         md.Version = C.MQMD_VERSION_2  # GroupId, MsgSeqNumber and MsgFlags live in v2
-        md.MsgType = C.MQMT_REQUEST if message.reply_to_q else C.MQMT_DATAGRAM
+        md.MsgType = message.message_type
+        md.Report = message.report
+        md.Feedback = message.feedback
         md.MsgId = message.msg_id
         md.CorrelId = message.correl_id
         md.GroupId = message.group_id
@@ -557,6 +559,9 @@ class IBMMQTransport(Transport):
             appl_identity_data=_md_chars(md.ApplIdentityData),
             put_appl_type=int(md.PutApplType),
             appl_origin_data=_md_chars(md.ApplOriginData),
+            msg_type=int(md.MsgType),
+            report=int(md.Report),
+            feedback=int(md.Feedback),
             backout_count=int(md.BackoutCount),
             properties=properties,
             body=bytes(body),

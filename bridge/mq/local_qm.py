@@ -110,7 +110,10 @@ CREATE TABLE IF NOT EXISTS messages (
     accounting_token BLOB NOT NULL DEFAULT X'',
     appl_identity_data TEXT NOT NULL DEFAULT '',
     put_appl_type INTEGER NOT NULL DEFAULT 0,
-    appl_origin_data TEXT NOT NULL DEFAULT ''
+    appl_origin_data TEXT NOT NULL DEFAULT '',
+    msg_type INTEGER,
+    report INTEGER NOT NULL DEFAULT 0,
+    feedback INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_order ON messages (queue, state, priority DESC, id);
 -- A get that matches an id finds it through its own index, in queue order, however deep
@@ -147,7 +150,8 @@ _INSERT_COLUMNS = (
     "queue, state, owner, priority, msg_id, correl_id, group_id, msg_seq_number, msg_flags, "
     "format, persistence, expiry_at, reply_to_q, reply_to_qmgr, put_appl_name, "
     "put_date_time, backout_count, properties, body, ccsid, encoding, user_identifier, "
-    "accounting_token, appl_identity_data, put_appl_type, appl_origin_data"
+    "accounting_token, appl_identity_data, put_appl_type, appl_origin_data, msg_type, "
+    "report, feedback"
 )
 _INSERT = (
     f"INSERT INTO messages ({_INSERT_COLUMNS}) "
@@ -228,7 +232,7 @@ _COLUMNS = (
     "m.put_date_time, m.backout_count, m.properties, COALESCE(b.body, m.body), m.ccsid, "
     "m.encoding, "
     "m.user_identifier, m.accounting_token, m.appl_identity_data, m.put_appl_type, "
-    "m.appl_origin_data"
+    "m.appl_origin_data, m.msg_type, m.report, m.feedback"
 )
 #: Columns added since the first file format, with their definitions: an older file gets
 #: them when first opened (its messages take the defaults, which is what they were).
@@ -240,6 +244,9 @@ _ADDED_COLUMNS = {
     "appl_identity_data": "TEXT NOT NULL DEFAULT ''",
     "put_appl_type": "INTEGER NOT NULL DEFAULT 0",
     "appl_origin_data": "TEXT NOT NULL DEFAULT ''",
+    "msg_type": "INTEGER",
+    "report": "INTEGER NOT NULL DEFAULT 0",
+    "feedback": "INTEGER NOT NULL DEFAULT 0",
 }
 
 
@@ -616,6 +623,9 @@ class LocalQueueManager(Transport):
             m.appl_identity_data,
             m.put_appl_type,
             m.appl_origin_data,
+            m.msg_type,
+            m.report,
+            m.feedback,
         )
 
     def get(
@@ -834,6 +844,9 @@ class LocalQueueManager(Transport):
             appl_identity_data,
             put_appl_type,
             appl_origin_data,
+            msg_type,
+            report,
+            feedback,
         ) = row
         return MQMessage(
             msg_id=msg_id,
@@ -859,6 +872,9 @@ class LocalQueueManager(Transport):
             appl_identity_data=appl_identity_data,
             put_appl_type=put_appl_type,
             appl_origin_data=appl_origin_data,
+            msg_type=msg_type,
+            report=report,
+            feedback=feedback,
         )
 
     def commit(self) -> None:

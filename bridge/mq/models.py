@@ -31,6 +31,10 @@ ACCOUNTING_TOKEN_LENGTH = 32
 MQACT_NONE = b"\x00" * ACCOUNTING_TOKEN_LENGTH
 #: MQAT_NO_CONTEXT and MQAT_UNIX (PutApplType of a program on Linux / UNIX).
 MQAT_NO_CONTEXT = 0
+#: MQMD MsgType values (cmqc.h).
+MQMT_REQUEST, MQMT_REPLY, MQMT_REPORT, MQMT_DATAGRAM = 1, 2, 4, 8
+#: MQMD Report: no report options; Feedback: none.
+MQRO_NONE, MQFB_NONE = 0, 0
 MQAT_UNIX = 6
 
 INT64_MIN = -(2**63)
@@ -231,6 +235,12 @@ class MQMessage(BaseModel):
     appl_identity_data: str = Field(default="", max_length=32, description="ApplIdentityData")
     put_appl_type: int = Field(default=MQAT_NO_CONTEXT, description="PutApplType")
     appl_origin_data: str = Field(default="", max_length=4, description="ApplOriginData")
+    msg_type: int | None = Field(
+        default=None,
+        description="MsgType; None: REQUEST when there is a ReplyToQ, else DATAGRAM",
+    )
+    report: int = Field(default=MQRO_NONE, description="Report options, kept as put")
+    feedback: int = Field(default=MQFB_NONE, description="Feedback, kept as put")
     backout_count: int = 0
     properties: dict[str, PropertyValue] = Field(default_factory=dict)
     body: bytes = b""
@@ -288,6 +298,13 @@ class MQMessage(BaseModel):
     def group_status(self) -> GroupStatus:
         """Whether the message is in a logical group, and the group's last one."""
         return group_status(self.msg_flags)
+
+    @property
+    def message_type(self) -> int:
+        """MsgType as put: the one given, else REQUEST with a ReplyToQ, else DATAGRAM."""
+        if self.msg_type is not None:
+            return self.msg_type
+        return MQMT_REQUEST if self.reply_to_q else MQMT_DATAGRAM
 
     @property
     def in_group(self) -> bool:

@@ -15,7 +15,7 @@ from activities.mq import MQActivities, response_msg_id
 from bridge.mq import dlh
 from bridge.mq.errors import NoMessageAvailable, QueueFull
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage, QueueAttributes
+from bridge.mq.models import MQMT_REPLY, MQMessage, QueueAttributes
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import DEAD_LETTER_QUEUE
 from mqgather.routing import Destination
@@ -69,6 +69,15 @@ def test_a_retried_put_after_the_response_was_consumed_puts_nothing(qm_path):
         assert drain(requester, "ORDER.RESPONSE") == []
     assert len(taken) == 1 and taken[0].msg_id == response_msg_id(GATHER, "COMPLETE")
     assert first == again
+
+
+def test_the_response_is_a_reply_though_it_names_the_requesters_reply_queue(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,), destination="replyToQueue")
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    ActivityEnvironment().run(acts.put_response, response_input(spec, reply_to_q="ORDER.RESPONSE"))
+    with LocalQueueManager(qm_path) as requester:
+        (response,) = drain(requester, "ORDER.RESPONSE")
+    assert (response.message_type, response.reply_to_q) == (MQMT_REPLY, "ORDER.RESPONSE")
 
 
 def test_a_full_ledger_backs_the_put_out_and_the_retry_puts_once_there_is_room(qm_path):

@@ -126,9 +126,6 @@ TYPE_INT8, TYPE_INT16, TYPE_INT32, TYPE_INT64 = 0x10, 0x20, 0x40, 0x80
 TYPE_FLOAT32, TYPE_FLOAT64, TYPE_STRING = 0x100, 0x200, 0x400
 IMPO_INQ_NEXT, IMPO_INQ_PROP_UNDER_CURSOR, IMPO_CONVERT_VALUE = 0x8, 0x10, 0x20
 TEXT_FORMATS = {"MQSTR", "MQADMIN"}
-#: MQMD fields the embedded queue manager has no column for travel as hidden properties.
-HIDDEN = "mqi.md."
-MD_EXTRA = ("MsgType", "Report", "Feedback")
 #: The context fields of the message model a put may set (MQPMO_SET/PASS_ALL_CONTEXT).
 CONTEXT_FIELDS = (
     "user_identifier",
@@ -440,11 +437,6 @@ def _message_from(
     ccsid = md.CodedCharSetId
     if ccsid in (CCSI_APPL, CCSI_Q_MGR):
         ccsid = conn.config.application_ccsid if ccsid == CCSI_APPL else 1208
-    hidden: dict[str, Any] = {
-        HIDDEN + "MsgType": md.MsgType,
-        HIDDEN + "Report": md.Report,
-        HIDDEN + "Feedback": md.Feedback,
-    }
     context: dict[str, Any] = {}
     if opts & PMO_SET_ALL_CONTEXT:
         if obj is None or not obj.options & OO_SET_ALL_CONTEXT:
@@ -487,7 +479,9 @@ def _message_from(
         expiry=md.Expiry,
         reply_to_q=_text(md.ReplyToQ),
         reply_to_qmgr=_text(md.ReplyToQMgr),
-        properties=hidden,
+        msg_type=md.MsgType,
+        report=md.Report,
+        feedback=md.Feedback,
         body=body,
         **context,
     )
@@ -615,9 +609,7 @@ def _fill_md(md: Any, m: MQMessage, ccsid: int) -> None:
         stamp = m.put_date_time.astimezone(UTC)
         md.PutDate = stamp.strftime("%Y%m%d").encode()
         md.PutTime = (stamp.strftime("%H%M%S") + f"{stamp.microsecond // 10000:02d}").encode()
-    for name in MD_EXTRA:
-        if HIDDEN + name in m.properties:
-            setattr(md, name, m.properties[HIDDEN + name])
+    md.MsgType, md.Report, md.Feedback = m.message_type, m.report, m.feedback
 
 
 def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int) -> tuple[Any, ...]:
@@ -736,9 +728,7 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
         handle = _handles.get(gmo.MsgHandle)
         if handle is None:
             return _fail("HMSG_ERROR", b"", md.pack(), gmo.pack(), 0)
-        handle.properties = {
-            k: v for k, v in message.properties.items() if not k.startswith(HIDDEN)
-        }
+        handle.properties = dict(message.properties)
         handle.cursor = -1
     gmo.ReturnedLength = min(len(body), length)
     if len(body) > length:

@@ -158,7 +158,7 @@ def test_requests_with_a_reply_queue_go_out_as_requests(tmp_path, adapter):
     t.put("REQ", MQMessage(body=b"d"))
     t.commit()
     with LocalQueueManager(tmp_path / "qm.db") as qm:
-        kinds = [m.properties[ibmmqc.HIDDEN + "MsgType"] for m in qm.browse("REQ")]
+        kinds = [m.msg_type for m in qm.browse("REQ")]
     mq = sys.modules["ibmmq"]
     assert kinds == [mq.CMQC.MQMT_REQUEST, mq.CMQC.MQMT_DATAGRAM]
 
@@ -351,3 +351,22 @@ def test_a_queue_defined_through_the_adapter_keeps_its_description(tmp_path, ada
     adapter().define(QueueAttributes(name="DESCRIBED", descr="replies from payments"))
     with LocalQueueManager(tmp_path / "qm.db") as qm:
         assert qm.inquire("DESCRIBED").descr == "replies from payments"
+
+
+def test_a_forwarded_report_keeps_its_message_type_report_options_and_feedback(tmp_path, adapter):
+    mq = sys.modules["ibmmq"]
+    C = mq.CMQC
+    t = adapter()
+    t.define(QueueAttributes(name="REPORTS"))
+    t.define(QueueAttributes(name="UNKNOWN"))
+    original = MQMessage(body=b"expired", msg_type=C.MQMT_REPORT, feedback=C.MQFB_EXPIRATION,
+                         report=C.MQRO_EXPIRATION_WITH_DATA | C.MQRO_PASS_CORREL_ID)  # fmt: skip
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        qm.put("REPORTS", original, PutOptions(syncpoint=False))
+    got = t.get("REPORTS")
+    forward(t, "UNKNOWN", got, "unknown", "REPORTS")
+    t.commit()
+    copy = t.get("UNKNOWN")
+    t.commit()
+    fields = ("msg_type", "report", "feedback")
+    assert copy.model_dump(include=set(fields)) == original.model_dump(include=set(fields))
