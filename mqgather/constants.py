@@ -74,3 +74,5 @@ DEFAULT_DEPLOYMENT = "mqgather"
 #: Payloads larger than this are compressed (zlib) before they are sealed: bodies of text
 #: shrink several-fold, and below this the compressor's own cost outweighs the saving.
 COMPRESS_PAYLOADS_ABOVE_BYTES = 1024
+#: Where /metrics listens unless told otherwise: this host only.
+DEFAULT_METRICS_HOST = "127.0.0.1"

@@ -66,6 +66,7 @@ def run_(
     batch_size: int,
     fail_fast: bool,
     metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Feed collector NAME's destinations from its input queue until Ctrl-C.
 
@@ -80,7 +81,7 @@ def run_(
         err=True,
     )
     serve_bridge(
-        f"mqgather-collector-{name}", mq, fail_fast, metrics_port,
+        f"mqgather-collector-{name}", mq, fail_fast, (metrics_host, metrics_port),
         lambda client: CollectorBridge(
             client, connector(mq), spec, task_queue=task_queue, batch_size=batch_size
         ),

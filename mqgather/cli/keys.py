@@ -211,8 +211,21 @@ def codec_tokens() -> list[str]:
               "e.g. http://localhost:8233.")  # fmt: skip
 @click.option("--namespace", "namespaces", multiple=True,
               help="Serve only these namespaces (repeatable) [default: any].")  # fmt: skip
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Serve HTTPS with this certificate (PEM, chain first).",
+)
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="The certificate's private key (PEM).")  # fmt: skip
 def codec_server(
-    host: str, port: int, origins: tuple[str, ...], namespaces: tuple[str, ...]
+    host: str,
+    port: int,
+    origins: tuple[str, ...],
+    namespaces: tuple[str, ...],
+    tls_cert: Path | None,
+    tls_key: Path | None,
 ) -> None:
     """Open and seal payloads for the Temporal Web UI and CLI with this key ring.
 
@@ -222,14 +235,19 @@ def codec_server(
     MQGATHER_CODEC_TOKEN or MQGATHER_CODEC_TOKEN_FILE; the key ring comes from
     MQGATHER_KEYS / MQGATHER_KEYS_FILE.
     """
-    from mqgather.runtime.codec_server import CodecServer
+    from mqgather.runtime.codec_server import CodecServer, server_tls
 
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("give --tls-cert and --tls-key together")
     setup_logging()
     ring = load_key_ring()
     if ring is None:
         raise ConfigError(ENV_KEYS, f"the codec server needs the key ring: set {ENV_KEYS} "
                           f"or {ENV_KEYS_FILE}")  # fmt: skip
-    server = CodecServer((host, port), PayloadCipher(ring), codec_tokens(), origins, namespaces)
+    tls = server_tls(tls_cert, tls_key) if tls_cert and tls_key else None
+    server = CodecServer(
+        (host, port), PayloadCipher(ring), codec_tokens(), origins, namespaces, tls=tls
+    )
     click.echo(f"codec server on {server.url} (keys: {', '.join(ring.keys)}; active "
                f"{ring.active}); UI origins: {', '.join(origins) or 'none'}", err=True)  # fmt: skip
     try:

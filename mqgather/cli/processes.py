@@ -25,12 +25,18 @@ from mqgather.cli.options import (
     task_queue_option,
 )
 from mqgather.config import load_config
-from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_HELD_MB, DEFAULT_MAX_CACHED_GATHERS
+from mqgather.constants import (
+    DEFAULT_DEPLOYMENT,
+    DEFAULT_HELD_MB,
+    DEFAULT_MAX_CACHED_GATHERS,
+    DEFAULT_METRICS_HOST,
+)
 from mqgather.names import (
     ENV_BUILD_ID,
     ENV_DEPLOYMENT,
     ENV_HELD_MB,
     ENV_MAX_CACHED_GATHERS,
+    ENV_METRICS_HOST,
     ENV_METRICS_PORT,
 )
 from mqgather.runtime import telemetry
@@ -55,7 +61,17 @@ OPEN_GATHERS_REFRESH_SECONDS = 10.0
 
 
 def metrics_port_option(fn: F) -> F:
-    """``--metrics-port``: Prometheus text on /metrics."""
+    """``--metrics-port`` and ``--metrics-host``: Prometheus text on /metrics."""
+    fn = click.option(
+        "--metrics-host",
+        envvar=ENV_METRICS_HOST,
+        default=DEFAULT_METRICS_HOST,
+        show_default=True,
+        metavar="ADDRESS",
+        help=f"The address /metrics listens on [env {ENV_METRICS_HOST}]. Loopback unless "
+        "you choose otherwise: give the container network's address (or 0.0.0.0 inside a "
+        "container) so a Prometheus elsewhere can scrape it.",
+    )(fn)
     return click.option(
         "--metrics-port",
         type=click.IntRange(1, 65535),
@@ -66,9 +82,11 @@ def metrics_port_option(fn: F) -> F:
     )(fn)
 
 
-def start_metrics(service: str, port: int | None) -> MetricsEndpoint | None:
+def start_metrics(
+    service: str, port: int | None, host: str = DEFAULT_METRICS_HOST
+) -> MetricsEndpoint | None:
     """Telemetry per MQGATHER_OTEL, plus the Prometheus endpoint when a port is given."""
-    endpoint = MetricsEndpoint(port) if port else None
+    endpoint = MetricsEndpoint(port, host) if port else None
     telemetry.configure(service, extra_readers=[endpoint.reader] if endpoint else ())
     if endpoint is not None:
         try:
@@ -184,6 +202,7 @@ def worker(
     sandbox: bool,
     fail_fast: bool,
     metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run gather workflows and the merge/PUT activities until Ctrl-C.
 
@@ -198,7 +217,7 @@ def worker(
     load_config(config_path)  # fail at start on a bad file
     setup_logging()
     return_large_buffers()
-    endpoint = start_metrics("mqgather-worker", metrics_port)
+    endpoint = start_metrics("mqgather-worker", metrics_port, metrics_host)
 
     async def main(stop: asyncio.Event) -> None:
         client = await wait_for_parts(mq, stop, fail_fast, endpoint)
@@ -243,13 +262,14 @@ def bridge(
     batch_size: int,
     fail_fast: bool,
     metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Feed gathers from the reply queues until Ctrl-C (one signal per gather per batch)."""
     from bridge.inbound import InboundBridge
 
     config = load_config(config_path)
     serve_bridge(
-        "mqgather-bridge", mq, fail_fast, metrics_port,
+        "mqgather-bridge", mq, fail_fast, (metrics_host, metrics_port),
         lambda client: InboundBridge(
             client, connector(mq), list(config.aggregates.values()),
             task_queue=task_queue, batch_size=batch_size,
@@ -261,14 +281,14 @@ def serve_bridge(
     service: str,
     mq: str,
     fail_fast: bool,
-    metrics_port: int | None,
+    metrics: tuple[str, int | None],
     make: Callable[[Client], QueueBridge],
 ) -> None:
     """Run a bridge until Ctrl-C: logging and metrics, the queue manager and Temporal
     waited for, then ``make(client)`` served; its counters are logged at the end."""
     setup_logging()
     return_large_buffers()
-    endpoint = start_metrics(service, metrics_port)
+    endpoint = start_metrics(service, metrics[1], metrics[0])
 
     async def main(stop: asyncio.Event) -> None:
         client = await wait_for_parts(mq, stop, fail_fast, endpoint)

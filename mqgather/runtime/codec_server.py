@@ -21,15 +21,18 @@ import hmac
 import json
 import logging
 import re
+import ssl
 import threading
 from collections.abc import Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
 
+from mqgather.errors import ConfigError
 from mqgather.runtime.codec import PayloadCipher, SealedPayloadError
 
 log = logging.getLogger("mqgather.codec")
@@ -37,6 +40,21 @@ log = logging.getLogger("mqgather.codec")
 #: A request body larger than this is refused: the UI sends one event's payloads at once.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 _PATH = re.compile(r"^(?:/(?P<namespace>[A-Za-z0-9._-]+))?/(?P<op>encode|decode)/?$")
+
+
+def server_tls(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server-side TLS context (TLS 1.2 at least) with this certificate and key.
+
+    Raises:
+        ConfigError: naming the file that cannot be loaded.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError("--tls-cert/--tls-key", f"cannot load {cert} with {key}: {exc}") from exc
+    return context
 
 
 class CodecServer(ThreadingHTTPServer):
@@ -51,6 +69,7 @@ class CodecServer(ThreadingHTTPServer):
         tokens: Sequence[str],
         origins: Sequence[str] = (),
         namespaces: Sequence[str] = (),
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not tokens or any(len(t) < 16 for t in tokens):
             raise ValueError("the codec server needs tokens of at least 16 characters")
@@ -59,12 +78,19 @@ class CodecServer(ThreadingHTTPServer):
         self.origins = frozenset(o.rstrip("/") for o in origins)
         self.namespaces = frozenset(namespaces)
         super().__init__(address, _Handler)
+        self.tls = tls is not None
+        if tls is not None:
+            # The handshake happens in each request's thread, not in accept(): a client
+            # that stalls mid-handshake holds up only itself.
+            self.socket = tls.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
 
     @property
     def url(self) -> str:
         """The server's base URL."""
         host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
 
     def start(self) -> threading.Thread:
         """Serve in a background thread (for tests and embedding)."""

@@ -27,6 +27,8 @@ from opentelemetry.sdk.metrics.export import (
     Sum,
 )
 
+from mqgather.constants import DEFAULT_METRICS_HOST
+
 log = logging.getLogger("mqgather.metrics")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -112,7 +114,7 @@ class MetricsEndpoint:
     """One process's ``/metrics``: install :attr:`reader` in the meter provider, let the
     Temporal runtime serve the SDK's metrics at :attr:`sdk_address`, then :meth:`start`."""
 
-    def __init__(self, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, port: int, host: str = DEFAULT_METRICS_HOST) -> None:
         self.port = port
         self.host = host
         self.reader = InMemoryMetricReader()

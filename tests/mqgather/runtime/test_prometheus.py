@@ -158,3 +158,25 @@ async def test_worker_and_bridge_serve_metrics_that_move_as_gathers_complete(
             served |= {family.name} | {sample.name for sample in family.samples}
     rare = {"mqgather_bridge_rollbacks_total", "mqgather_replies_routed_total"}
     assert dashboard_metrics() - rare <= {re.sub(r"_bucket$", "", n) for n in served} | served
+
+
+def test_metrics_listen_on_loopback_unless_told_otherwise():
+    from mqgather.runtime.prometheus import MetricsEndpoint
+
+    endpoint = MetricsEndpoint(free_port())
+    endpoint.start()
+    try:
+        assert endpoint._server is not None
+        assert endpoint._server.server_address[0] == "127.0.0.1"
+    finally:
+        endpoint.stop()
+
+
+def test_the_processes_take_a_metrics_host():
+    from click.testing import CliRunner
+
+    from mqgather.cli.main import cli
+
+    for command in (["worker"], ["bridge"], ["collector", "run"]):
+        shown = CliRunner().invoke(cli, [*command, "--help"]).output
+        assert "--metrics-host" in shown and "127.0.0.1" in shown, command
