@@ -35,13 +35,20 @@ from mqgather.constants import QMGR_MAXMSGL
 from mqgather.errors import ConfigError
 from mqgather.names import (
     ENV_MQ,
+    ENV_MQ_KEYREPO_PASSWORD,
+    ENV_MQ_KEYREPO_PASSWORD_FILE,
     ENV_MQ_PASSWORD,
     ENV_MQ_PASSWORD_FILE,
     ENV_MQ_USER,
 )
 
+#: Secrets a URL must not carry, with where each belongs instead.
+_SECRET_KEYS = {"password": ENV_MQ_PASSWORD, "keyrepo_password": ENV_MQ_KEYREPO_PASSWORD}
 _CONNAME = re.compile(r"^[A-Za-z0-9.\-:\[\]]+\(\d{1,5}\)$")
-_QUERY_KEYS = {"ccdt", "cipher", "keyrepo", "certlabel", "user", "password_file", "channel"}
+_QUERY_KEYS = {
+    "ccdt", "cipher", "keyrepo", "keyrepo_password_file", "certlabel", "user",
+    "password_file", "channel",
+}  # fmt: skip
 
 
 class IBMMQSettings(BaseModel):
@@ -54,6 +61,7 @@ class IBMMQSettings(BaseModel):
     cipher_spec: str = ""
     key_repository: str = ""
     cert_label: str = ""
+    key_repository_password: SecretStr | None = None
     user: str = ""
     password: SecretStr | None = None
 
@@ -68,9 +76,12 @@ def parse_ibmmq_url(url: str, env: dict[str, str] | None = None) -> IBMMQSetting
     """Parse ``ibmmq://QMGR@host(port)[,host(port)...]/CHANNEL[?options]``.
 
     Options: ``ccdt=PATH`` (instead of host and channel), ``cipher=CIPHERSPEC``,
-    ``keyrepo=PATH`` (key repository stem), ``certlabel=LABEL``, ``user=NAME``,
-    ``password_file=PATH``. The password comes from ``MQGATHER_MQ_PASSWORD`` or a
-    file (``MQGATHER_MQ_PASSWORD_FILE`` or ``password_file=``), never from the URL.
+    ``keyrepo=PATH`` (key repository), ``keyrepo_password_file=PATH``,
+    ``certlabel=LABEL``, ``user=NAME``, ``password_file=PATH``. The password comes from
+    ``MQGATHER_MQ_PASSWORD`` or a file (``MQGATHER_MQ_PASSWORD_FILE`` or
+    ``password_file=``), the key repository's from ``MQGATHER_MQ_KEYREPO_PASSWORD`` or
+    a file (``MQGATHER_MQ_KEYREPO_PASSWORD_FILE`` or ``keyrepo_password_file=``); never
+    from the URL.
 
     Raises:
         ConfigError: naming MQGATHER_MQ and what is wrong.
@@ -83,10 +94,8 @@ def parse_ibmmq_url(url: str, env: dict[str, str] | None = None) -> IBMMQSetting
     rest, _, query = rest.partition("?")
     options: dict[str, str] = {}
     for name, values in parse_qs(query, keep_blank_values=True).items():
-        if name == "password":
-            raise ConfigError(
-                key, f"put the password in {ENV_MQ_PASSWORD} or a password file, not the URL"
-            )
+        if name in _SECRET_KEYS:
+            raise ConfigError(key, f"put the {name} in {_SECRET_KEYS[name]} or a file, not the URL")
         if name not in _QUERY_KEYS:
             raise ConfigError(key, f"unknown option {name!r}; known: {sorted(_QUERY_KEYS)}")
         options[name] = values[-1]
@@ -106,15 +115,16 @@ def parse_ibmmq_url(url: str, env: dict[str, str] | None = None) -> IBMMQSetting
         raise ConfigError(key, "a channel is needed after the endpoints: .../CHANNEL")
     if len(qmgr) > 48 or len(channel) > 20:
         raise ConfigError(key, "queue manager names are at most 48 and channels 20 characters")
-    password: str | None = env.get(ENV_MQ_PASSWORD)
-    password_file = options.get("password_file") or env.get(ENV_MQ_PASSWORD_FILE)
-    if password is None and password_file:
-        try:
-            password = Path(password_file).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(
-                ENV_MQ_PASSWORD_FILE, f"cannot read {password_file}: {exc.strerror}"
-            ) from exc
+    password = _secret(
+        env.get(ENV_MQ_PASSWORD),
+        options.get("password_file") or env.get(ENV_MQ_PASSWORD_FILE),
+        ENV_MQ_PASSWORD_FILE,
+    )
+    keyrepo_password = _secret(
+        env.get(ENV_MQ_KEYREPO_PASSWORD),
+        options.get("keyrepo_password_file") or env.get(ENV_MQ_KEYREPO_PASSWORD_FILE),
+        ENV_MQ_KEYREPO_PASSWORD_FILE,
+    )
     return IBMMQSettings(
         qmgr=qmgr,
         conname=conname,
@@ -123,9 +133,24 @@ def parse_ibmmq_url(url: str, env: dict[str, str] | None = None) -> IBMMQSetting
         cipher_spec=options.get("cipher", ""),
         key_repository=options.get("keyrepo", ""),
         cert_label=options.get("certlabel", ""),
+        key_repository_password=keyrepo_password,
         user=options.get("user") or env.get(ENV_MQ_USER, ""),
-        password=SecretStr(password) if password is not None else None,
+        password=password,
     )
+
+
+def _secret(value: str | None, path: str | None, key: str) -> SecretStr | None:
+    """A secret from its environment variable, else from its file.
+
+    Raises:
+        ConfigError: naming ``key`` when the file cannot be read.
+    """
+    if value is None and path:
+        try:
+            value = Path(path).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(key, f"cannot read {path}: {exc.strerror}") from exc
+    return SecretStr(value) if value is not None else None
 
 
 #: MQCD fields that channel_definition gives as MQ constants' names (cmqxc).
@@ -320,10 +345,15 @@ def connect_options(mq: ModuleType, settings: IBMMQSettings) -> dict[str, Any]:
             setattr(cd, name, value.encode() if isinstance(value, str) else value)
         kwargs["cd"] = cd
     sco_fields = ssl_options(settings)
-    if sco_fields:
+    if sco_fields or settings.key_repository_password:
         sco = mq.SCO()
         for name, text in sco_fields.items():
             setattr(sco, name, text.encode())
+        if settings.key_repository_password:
+            # MQSCO version 6 (MQ 9.3) carries the password of a PKCS#12 or CMS key
+            # repository; the library passes it by pointer, never through the environment.
+            sco.Version = max(int(sco.Version), C.MQSCO_VERSION_6)
+            sco.KeyRepoPassword = settings.key_repository_password.get_secret_value()
         kwargs["sco"] = sco
     if settings.user:
         kwargs["user"] = settings.user

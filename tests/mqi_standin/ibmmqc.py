@@ -46,6 +46,7 @@ import ctypes
 import itertools
 import math
 import os
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -222,6 +223,24 @@ def _text(raw: bytes) -> str:
     return bytes(raw).rstrip(b"\0 ").decode("latin-1")
 
 
+def _fields(structure: Any, raw: bytes) -> dict[str, Any]:
+    """A packed MQI structure's fields by name, read as the C library reads them.
+
+    ``ibmmq``'s own unpack takes one value for an array field (MQSCO's
+    EncryptionPolicySuiteB has four) and shifts every later field.
+    """
+    layout = structure._MQOpts__list  # (name, default, format[, count])
+    fmt = structure._MQOpts__format
+    values = struct.unpack(fmt, raw.ljust(struct.calcsize(fmt), b"\0"))
+    out: dict[str, Any] = {}
+    at = 0
+    for entry in layout:
+        width = len(entry[1]) if isinstance(entry[1], list) else 1
+        out[entry[0]] = values[at] if width == 1 else list(values[at : at + width])
+        at += width
+    return out
+
+
 def _ptr_string(ptr: int, length: int) -> str:
     return ctypes.string_at(ptr, length).decode() if ptr and length > 0 else ""
 
@@ -283,6 +302,13 @@ def MQCONNX(
             return _fail("UNKNOWN_CHANNEL_NAME", 0)
     elif not record["ccdt_url"]:
         return _fail("Q_MGR_NOT_AVAILABLE", 0)  # a client with neither MQCD nor CCDT
+    if sco is not None:
+        t = _fields(mq.SCO(), sco)
+        record["key_repository"] = _text(t["KeyRepository"])
+        if t["Version"] >= 6:  # MQSCO_VERSION_6: the key repository's password, by pointer
+            record["keyrepo_password"] = _ptr_string(
+                t["KeyRepoPassword"], t["_KeyRepoPasswordLength"]
+            )
     user = ""
     if csp is not None:
         s = mq.CSP()

@@ -370,3 +370,25 @@ def test_a_forwarded_report_keeps_its_message_type_report_options_and_feedback(t
     t.commit()
     fields = ("msg_type", "report", "feedback")
     assert copy.model_dump(include=set(fields)) == original.model_dump(include=set(fields))
+
+
+def test_the_key_repository_password_travels_in_the_mqsco_from_a_file(tmp_path):
+    standin_connector(tmp_path / "qm.db", qmgr="TLSQM")
+    secret = tmp_path / "keyrepo-password"
+    secret.write_text("s3cret-from-a-file\n")
+    url = (f"ibmmq://TLSQM@localhost(1414)/DEV.APP.SVRCONN?cipher=ANY_TLS13_OR_HIGHER"
+           f"&keyrepo=/tls/mq-client.p12&keyrepo_password_file={secret}")  # fmt: skip
+    settings = parse_ibmmq_url(url, env={})
+    assert "s3cret" not in settings.describe() and "s3cret" not in repr(settings)
+    IBMMQTransport(settings).close()
+    seen = ibmmqc.CONNECTS[-1]
+    assert seen["key_repository"] == "/tls/mq-client.p12"
+    assert seen["keyrepo_password"] == "s3cret-from-a-file"
+    assert "s3cret" not in "".join(os.environ.values())
+
+
+def test_a_key_repository_password_in_the_url_is_refused():
+    from mqgather.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not the URL"):
+        parse_ibmmq_url("ibmmq://QM@h(1)/CH?keyrepo=/k&keyrepo_password=x", env={})
