@@ -21,6 +21,7 @@ from mqgather.cli import (
     operators,
     processes,
     queues,
+    stack,
 )
 from mqgather.errors import MQGatherError
 from mqgather.runtime import telemetry
@@ -50,7 +51,7 @@ def cli() -> None:
     """
 
 
-for _module in (processes, operators, collector, devdemo, analytics, deploy, keys, hold):
+for _module in (processes, operators, collector, devdemo, analytics, deploy, keys, hold, stack):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 cli.add_command(queues.queues)
