@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 PACKAGES := mqgather bridge workflows activities workers analytics
 
-.PHONY: demo test lint typecheck unit bench bench-scale bytecode install clean histories browser postgres
+.PHONY: demo test lint typecheck unit bench bench-scale bytecode install clean histories browser postgres stack-secrets
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ bytecode: $(STAMP)
 
 demo: bytecode
 	$(BIN)/mqgather demo
+
+# The production stack's .env: a random value for every secret docker-compose.yml needs
+# (kept if already set). Then: docker compose up -d --build
+stack-secrets: $(STAMP)
+	$(BIN)/mqgather stack init
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -17,12 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Every part the stack must run, and how many of each.
 PARTS = {"ibmmq": 1, "postgresql": 1, "temporal": 1, "temporal-ui": 1, "worker": 2,
          "bridge": 2, "otel-collector": 1, "prometheus": 1, "grafana": 1, "spark-master": 1,
-         "spark-worker": 1, "codec-server": 1}  # fmt: skip
+         "spark-worker": 1, "codec-server": 1, "ui-proxy": 1}  # fmt: skip
 #: Services without a health check, and why.
 UNWATCHED = {
     "otel-collector": "its image has no shell to run a check in",
     "queues": "a one-shot job; the workers wait for it to complete",
     "keys": "a one-shot job; the workers and the codec server wait for it to complete",
+    "certs": "a one-shot job; every part that uses its certificates waits for it",
     "analytics": "an on-demand job",
 }
 
@@ -68,7 +69,7 @@ def test_the_stack_runs_encrypted_with_the_ui_reading_through_the_codec_server()
     )
     for name in ("worker", "bridge", "codec-server", "analytics"):
         assert services[name]["environment"]["MQGATHER_KEYS_FILE"] == ring, name
-        assert any(v.startswith("mqgather-keys:") and v.endswith(":ro")
+        assert any(isinstance(v, str) and v.startswith("mqgather-keys:") and v.endswith(":ro")
                    for v in services[name]["volumes"]), name  # fmt: skip
         assert services[name]["depends_on"]["keys"]["condition"] == (
             "service_completed_successfully"
@@ -76,12 +77,15 @@ def test_the_stack_runs_encrypted_with_the_ui_reading_through_the_codec_server()
     codec = services["codec-server"]
     command = codec["command"]
     port = command[command.index("--port") + 1]
-    assert services["temporal-ui"]["environment"]["TEMPORAL_CODEC_ENDPOINT"].endswith(f":{port}")
-    assert codec["environment"]["MQGATHER_CODEC_TOKEN_FILE"].startswith("/var/lib/mqgather/keys/")
-    ui_port = services["temporal-ui"]["ports"][0].split(":")[0]
-    assert f"http://localhost:{ui_port}" in command
-    # Reachable from this host only.
-    assert all(p.startswith("127.0.0.1:") for p in codec["ports"])
+    assert codec["environment"]["MQGATHER_CODEC_TOKEN_FILE"] == "/run/secrets/codec_token"
+    assert "ports" not in codec  # only the proxy calls it
+    ui = services["temporal-ui"]["environment"]
+    assert ui["TEMPORAL_CODEC_ENDPOINT"] == "https://localhost:8443/codec"
+    assert ui["TEMPORAL_CODEC_PASS_ACCESS_TOKEN"] == "false"
+    proxy = (ROOT / "deploy/nginx/ui.conf.template").read_text()
+    assert f"proxy_pass https://codec-server:{port}/;" in proxy
+    assert 'proxy_set_header Authorization "Bearer ${CODEC_TOKEN}";' in proxy
+    assert "https://localhost:8443" in command
     # The image makes the keys' directory for its own user, so a fresh volume is theirs.
     assert "install -d -o 1001 -m 700 /var/lib/mqgather/keys" in (ROOT / "Dockerfile").read_text()
 
@@ -95,7 +99,7 @@ def test_builds_and_mounts_point_at_files_that_exist():
             assert (ROOT / build["context"] / build["dockerfile"]).is_file(), name
             assert build["target"] in stages, name
         for volume in service.get("volumes", []):
-            source = volume.split(":")[0]
+            source = volume["source"] if isinstance(volume, dict) else volume.split(":")[0]
             if source.startswith("./") and source != "./analytics-out":
                 assert (ROOT / source).exists(), f"{name} mounts missing {source}"
 
@@ -158,3 +162,115 @@ def test_the_dashboard_is_provisioned_from_prometheus():
     uid = source["datasources"][0]["uid"]
     assert all(p["datasource"]["uid"] == uid for p in dashboard["panels"])
     assert {"mqgather_gathers_started", "mqgather_gathers_open"} <= dashboard_metrics()
+
+
+# ------------------------------------------------------------------ secure by default
+
+#: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR?error}
+_INTERPOLATION = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
+#: Where a secret may be read from a file: Docker secrets, the key ring, the stack's keys.
+_SECRET_FILES = ("/run/secrets/", "/var/lib/mqgather/keys/", "/etc/temporal/tls/",
+                 "/etc/temporal-ui/tls/", "/etc/mqgather/tls/")  # fmt: skip
+#: Environment variables that carry a secret by their name.
+_SECRET_NAME = re.compile(r"PASSWORD|TOKEN|SECRET|_KEY$", re.I)
+
+
+def _required() -> list[str]:
+    """The variables docker compose must be given, in file order."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    return list(dict.fromkeys(m[1] for m in _INTERPOLATION.finditer(text) if m[2] in (":?", "?")))
+
+
+def test_no_secret_has_a_default_and_every_one_is_required_from_env():
+    from mqgather.runtime.stack import SECRET_NAMES
+
+    text = (ROOT / "docker-compose.yml").read_text()
+    for match in _INTERPOLATION.finditer(text):
+        assert match[2] in (":?", "?"), f"${{{match[1]}}} has a default or may be empty"
+    assert set(_required()) == set(SECRET_NAMES)  # exactly what `stack init` writes
+    for name, service in _compose()["services"].items():
+        for key, value in (service.get("environment") or {}).items():
+            if not _SECRET_NAME.search(key) or str(value) in ("true", "false"):
+                continue  # a switch about a secret, not one
+            if str(value).startswith("/"):  # a file: a secret, or a key of the stack's own
+                assert str(value).startswith(_SECRET_FILES), f"{name}: {key} is {value}"
+            else:
+                assert str(value).startswith("${"), f"{name}: {key} is written in the file"
+    for name, secret in _compose()["secrets"].items():
+        assert secret.get("environment") in SECRET_NAMES, name
+
+
+def test_without_an_env_file_compose_stops_naming_the_first_missing_secret():
+    """What `docker compose config` does with no .env: interpolation fails on the first
+    required variable, with the message written beside it."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    first = next(m for m in _INTERPOLATION.finditer(text) if m[2] == ":?")
+    assert first[1] == "MQ_APP_PASSWORD"
+    assert "make stack-secrets" in first[3]
+
+
+def test_only_loopback_is_published():
+    for name, service in _compose()["services"].items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+    for name in ("temporal-ui", "codec-server", "otel-collector", "postgresql", "worker"):
+        assert "ports" not in _compose()["services"][name], f"{name} is published"
+
+
+def test_every_image_has_a_version_tag():
+    for name, service in _compose()["services"].items():
+        image = service.get("image", "")
+        tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
+        assert tag and tag != "latest", f"{name}: {image or 'no image'} is not pinned"
+        assert re.search(r"\d", tag), f"{name}: {image} has no version in its tag"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert _compose()["services"]["worker"]["image"] == f"mqgather:{project}"
+
+
+def test_every_client_of_temporal_and_mq_speaks_tls():
+    services = _compose()["services"]
+    for name, service in services.items():
+        env = service.get("environment") or {}
+        if "TEMPORAL_ADDRESS" in env and name != "temporal-ui":
+            for key in ("CLIENT_CERT_PATH", "CLIENT_KEY_PATH", "SERVER_CA_CERT_PATH"):
+                assert env.get(f"TEMPORAL_TLS_{key}"), f"{name} reaches Temporal without TLS"
+        if "MQGATHER_MQ" in env:
+            url = env["MQGATHER_MQ"]
+            assert "cipher=" in url and "keyrepo=" in url, f"{name} reaches MQ without TLS"
+            assert "keyrepo_password_file=" in url and "password=" not in url.replace(
+                "keyrepo_password_file=", ""
+            )
+    ui = services["temporal-ui"]["environment"]
+    assert ui["TEMPORAL_TLS_CERT"] and ui["TEMPORAL_TLS_CA"]
+    server = services["temporal"]["environment"]
+    assert server["TEMPORAL_TLS_REQUIRE_CLIENT_AUTH"] == "true"
+    mqsc = (ROOT / "deploy/mq/tls.mqsc").read_text()
+    assert "ALTER CHANNEL('DEV.APP.SVRCONN') CHLTYPE(SVRCONN) SSLCIPH(ANY_TLS13" in mqsc
+
+
+def test_every_part_mounts_only_its_own_certificates():
+    from mqgather.runtime.stack import PARTS
+
+    for name, service in _compose()["services"].items():
+        for volume in service.get("volumes", []):
+            if isinstance(volume, dict) and volume.get("source") == "stack-tls":
+                assert volume["read_only"] is True, name
+                assert volume["volume"]["subpath"] in PARTS, name
+                assert volume["volume"]["subpath"] in (name, "mqgather"), name
+
+
+def test_metrics_listen_beyond_loopback_only_inside_the_stack():
+    services = _compose()["services"]
+    for name in ("worker", "bridge"):
+        command = services[name]["command"]
+        assert command[command.index("--metrics-host") + 1] == "0.0.0.0", name
+        assert "ports" not in services[name], name
+
+
+def test_the_ui_is_reached_only_through_the_signing_in_proxy():
+    proxy = (ROOT / "deploy/nginx/ui.conf.template").read_text()
+    assert "auth_basic_user_file /etc/nginx/tls/ui.htpasswd;" in proxy
+    assert "listen 8443 ssl;" in proxy
+    assert "proxy_pass http://temporal-ui:8080;" in proxy
+    grafana = _compose()["services"]["grafana"]["environment"]
+    assert grafana["GF_AUTH_ANONYMOUS_ENABLED"] == "false"

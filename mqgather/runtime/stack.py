@@ -42,7 +42,7 @@ PARTS: dict[str, tuple[int, tuple[str, ...]]] = {
     "temporal": (1000, ("temporal", "localhost")),
     "ibmmq": (1001, ("ibmmq", "localhost")),
     "codec-server": (1001, ("codec-server", "localhost")),
-    "ui-proxy": (0, ("localhost",)),
+    "ui-proxy": (101, ("localhost",)),  # nginx's workers read the sign-in file
     # Clients: the workers, bridges and CLI (mqgather's image), and the Temporal UI.
     "mqgather": (1001, ()),
     "temporal-ui": (1000, ()),
