@@ -154,6 +154,9 @@ class CollectorBridge(QueueBridge):
         sizes: dict[int, int] = {}
         whole: dict[int, MQMessage] = {}  # held messages, whole
         for message in batch:
+            if message.unreadable:  # its destination could be among what is missing
+                moves.append(Move(Destination.FAILURE, failure, message, message.unreadable))
+                continue
             routed = self._route(message)
             if isinstance(routed, str):
                 moves.append(Move(Destination.FAILURE, failure, message, routed))

@@ -414,6 +414,10 @@ class InboundBridge(QueueBridge):
         whole: dict[int, MQMessage] = {}
         owner = owner_of_shared_queue(specs)
         for message in batch:
+            if message.unreadable:  # its leg or CorrelId could be among what is missing
+                target = queue_for(owner, Destination.FAILURE)
+                moves.append(Move(Destination.FAILURE, target, message, message.unreadable))
+                continue
             if attrs.bothresh and message.backout_count >= attrs.bothresh:
                 # A redelivery the gather took already is dropped, unless it is held: the
                 # gather then still needs it on the hold queue, which was backed out.

@@ -57,7 +57,7 @@ REASONS: dict[str, int] = {
     "MQRC_OBJECT_ALREADY_EXISTS": 4001,
     "MQRC_HANDLE_NOT_AVAILABLE": 2017,
     "MQRC_PROPERTY_NAME_ERROR": 2442,
-    "MQRC_PROP_CONV_NOT_SUPPORTED": 2466,
+    "MQRC_PROP_VALUE_NOT_CONVERTED": 2466,
 }
 REASON_NAMES: dict[int, str] = {code: name for name, code in REASONS.items()}
 

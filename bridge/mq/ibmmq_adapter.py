@@ -565,7 +565,7 @@ class IBMMQTransport(Transport):
         try:
             pin = browse is not None or logical_order
             body = self._open(queue, open_opts, pin=pin).get(None, md, gmo)
-            properties = self._read_properties(handle)
+            properties, problems = self._read_properties(handle)
         except self.mq.MQMIError as exc:
             raise self._failed(exc, f"getting from queue {queue!r}") from exc
         return MQMessage(
@@ -594,11 +594,18 @@ class IBMMQTransport(Transport):
             feedback=int(md.Feedback),
             backout_count=int(md.BackoutCount),
             properties=properties,
+            unreadable="; ".join(problems),
             body=bytes(body),
         )
 
-    def _read_properties(self, handle: Any) -> dict[str, PropertyValue]:
-        """Every property of the message just got, names and values as set.
+    def _read_properties(self, handle: Any) -> tuple[dict[str, PropertyValue], list[str]]:
+        """Every property of the message just got, names and values as set, and why any
+        could not be read.
+
+        A value MQ cannot convert to UTF-8 (MQRC_PROP_VALUE_NOT_CONVERTED, or bytes the
+        library cannot decode) is skipped, not raised: raised, it would back the message
+        out again and again and stall the queue behind it. The library does not return
+        the name of a property it failed to read, so the reason counts them.
 
         Raises:
             MQMIError: as MQINQMP reports it.
@@ -606,14 +613,22 @@ class IBMMQTransport(Transport):
         """
         C = self.C
         props: dict[str, PropertyValue] = {}
+        unreadable = 0
         option = C.MQIMPO_INQ_FIRST
         while True:
             impo = self.mq.IMPO(Options=option | C.MQIMPO_CONVERT_VALUE, RequestedCCSID=CCSID_UTF8)
+            option = C.MQIMPO_INQ_NEXT  # MQ moved the cursor to it, read or not
             try:
                 got = handle.properties.get("%", impo=impo, max_value_length=PROPERTY_BUFFER)
+            except UnicodeDecodeError:
+                unreadable += 1
+                continue
             except self.mq.MQMIError as exc:
                 if exc.reason == C.MQRC_PROPERTY_NOT_AVAILABLE:
-                    return props
+                    break
+                if exc.reason == C.MQRC_PROP_VALUE_NOT_CONVERTED:
+                    unreadable += 1
+                    continue
                 if exc.reason != C.MQRC_PROPERTY_VALUE_TOO_BIG:
                     raise
                 # The cursor is on the long one: read it again whole.
@@ -624,7 +639,6 @@ class IBMMQTransport(Transport):
                 got = handle.properties.get(
                     "%", impo=impo, max_value_length=int(getattr(exc, "data_length", 0))
                 )
-            option = C.MQIMPO_INQ_NEXT
             if not isinstance(got, tuple):
                 raise MQError(
                     "this MQ library returns property values without their names; "
@@ -633,6 +647,14 @@ class IBMMQTransport(Transport):
                 )
             value, name = got
             props[_text(name).removeprefix("usr.")] = property_from_mq(value)
+        problems = []
+        if unreadable:
+            problems.append(
+                f"{unreadable} propert{'y' if unreadable == 1 else 'ies'} whose value MQ "
+                "cannot convert to UTF-8 (MQRC_PROP_VALUE_NOT_CONVERTED, 2466: set in a "
+                "CCSID without conversion) could not be read; the message keeps the others"
+            )
+        return props, problems
 
     def commit(self) -> None:
         try:

@@ -243,6 +243,9 @@ class MQMessage(BaseModel):
     feedback: int = Field(default=MQFB_NONE, description="Feedback, kept as put")
     backout_count: int = 0
     properties: dict[str, PropertyValue] = Field(default_factory=dict)
+    #: Why some of its properties could not be read on the get (the message carries
+    #: those it could): whoever takes it routes it aside with this reason. Not sent on.
+    unreadable: str = Field(default="", exclude=True)
     body: bytes = b""
 
     @field_validator("msg_id", "correl_id", "group_id", mode="before")

@@ -14,6 +14,7 @@ from tests.conftest import standin_connector
 from tests.harness import pipeline, status, until
 from tests.mqi_standin.ibmmqc import (
     CONTEXT_FIELDS,
+    UNCONVERTIBLE,
     live_connections,
     live_message_handles,
 )
@@ -104,3 +105,24 @@ async def test_a_gather_of_large_replies_over_the_adapter(temporal_env, tmp_path
         ("STOCK", True),
         ("TAX", False),
     ]
+
+
+async def test_a_reply_whose_property_mq_cannot_convert_goes_aside_and_stalls_nothing(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="odd", legs=LEGS)
+    async with pipeline(
+        temporal_env.client, tmp_path, [spec], transport=lambda path: standin_connector(path)
+    ) as p:
+        g = await p.scatter(spec)
+        props = {"leg": "CREDIT", "note": "Hi".encode("cp037"), f"{UNCONVERTIBLE}note": 4711}
+        odd = MQMessage(correl_id=g.correl_id, body=b'{"c":9}', properties=props)
+        bad = p.put("GATHER.IN", odd)
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, g.correl_id, leg, b"{}")
+        result = await p.result(spec, g.correl_id)
+        aside = await p.wait_message("GATHER.FAILURE")
+    assert result.state == "COMPLETE"
+    assert (aside.msg_id, aside.body, aside.correl_id) == (bad.msg_id, b'{"c":9}', g.correl_id)
+    assert aside.properties["leg"] == "CREDIT"
+    assert "MQRC_PROP_VALUE_NOT_CONVERTED" in str(aside.properties["mqgather_reason"])

@@ -58,6 +58,7 @@ from bridge.mq.errors import MQError, NoMessageAvailable, TruncatedMessage
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import NONE_ID, Match, MQMessage, PutOptions, QueueAttributes
 from bridge.mq.transport import Browse
+from mqgather.ccsid import CCSIDError
 
 __version__ = version("ibmmq")
 __cmdlevel__ = 940
@@ -95,6 +96,7 @@ RC = {
     "CHANNEL_CONFIG_ERROR": 2539,
     "HMSG_ERROR": 2460,
     "PROPERTY_NAME_ERROR": 2442,
+    "PROP_VALUE_NOT_CONVERTED": 2466,
     "PROPERTY_VALUE_TOO_BIG": 2469,
     "PROPERTY_NOT_AVAILABLE": 2471,
     "PROPERTY_TYPE_ERROR": 2473,
@@ -139,6 +141,10 @@ CONTEXT_FIELDS = (
 )
 COMMAND_QUEUE = "SYSTEM.ADMIN.COMMAND.QUEUE"
 MODEL_QUEUES = {"SYSTEM.DEFAULT.MODEL.QUEUE"}
+#: A string property set in a CCSID the queue manager cannot convert is kept as its
+#: bytes, with its CCSID under this prefix and its name: MQINQMP then answers 2466 with
+#: conversion asked for, and without it hands the bytes to the C layer's UTF-8 decoding.
+UNCONVERTIBLE = "mqi.ccsid."
 #: The JMS synonyms an MQI program may set (MQSETMP); any other name beginning "JMS",
 #: and any "usr.JMS…", is refused with MQRC_PROPERTY_NAME_ERROR.
 JMS_SETTABLE = {"JMSCorrelationID", "JMSReplyTo", "JMSType", "JMSXGroupID", "JMSXGroupSeq"}
@@ -889,7 +895,12 @@ def MQSETMP(
         raw = value.encode("utf-8", "ignore")
         if value_length != VL_NULL_TERMINATED:
             raw = raw[:value_length]
-        stored: Any = raw.split(b"\0", 1)[0].decode(_codec_of(s.ValueCCSID, conn.config))
+        raw = raw.split(b"\0", 1)[0]
+        try:
+            stored: Any = raw.decode(_codec_of(s.ValueCCSID, conn.config))
+        except CCSIDError:
+            handle.properties[UNCONVERTIBLE + key.removeprefix("usr.")] = s.ValueCCSID
+            stored = raw
     elif kind == TYPE_BYTE_STRING:
         if value_length < 0:  # MQVL_NULL_TERMINATED is for strings only
             return CC_FAILED, RC["BUFFER_LENGTH_ERROR"]
@@ -933,7 +944,7 @@ def MQINQMP(
     impo = mq.IMPO()
     impo.unpack(impo_bytes)
     wanted = name.decode()
-    names = list(handle.properties)
+    names = [n for n in handle.properties if not n.startswith(UNCONVERTIBLE)]
     if wanted.endswith("%"):
         prefix = wanted[:-1].removeprefix("usr.")
         matching = [i for i, n in enumerate(names) if n.startswith(prefix)]
@@ -953,6 +964,11 @@ def MQINQMP(
         position = names.index(returned)
     handle.cursor = position
     value = handle.properties[returned]
+    if UNCONVERTIBLE + returned in handle.properties:
+        if impo.Options & IMPO_CONVERT_VALUE:
+            # Returned unconverted with a warning (the cursor moved on to it).
+            return value, len(value), returned, CC_WARNING, RC["PROP_VALUE_NOT_CONVERTED"]
+        return value.decode("utf-8"), len(value), returned, CC_OK, 0  # strict, as in C
     actual = _type_of(value)
     if kind not in (TYPE_AS_SET, actual):
         return None, 0, returned, CC_FAILED, RC["PROPERTY_TYPE_ERROR"]

@@ -392,3 +392,44 @@ def test_a_key_repository_password_in_the_url_is_refused():
 
     with pytest.raises(ConfigError, match="not the URL"):
         parse_ibmmq_url("ibmmq://QM@h(1)/CH?keyrepo=/k&keyrepo_password=x", env={})
+
+
+#: "Hello" in a CCSID the queue manager has no conversion for, as an EBCDIC back end sets
+#: it (ValueCCSID 4711); valid UTF-8 it is not.
+UNCONVERTIBLE = {"note": "Hello".encode("cp037"), ibmmqc.UNCONVERTIBLE + "note": 4711}
+
+
+def test_a_property_mq_cannot_convert_is_reported_not_raised(tmp_path, adapter):
+    t = adapter()
+    t.define(QueueAttributes(name="ODD"))
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        odd = MQMessage(body=b"{}", properties={"leg": "TAX", **UNCONVERTIBLE})
+        qm.put("ODD", odd, PutOptions(syncpoint=False))
+        qm.put(
+            "ODD", MQMessage(body=b"next", properties={"leg": "TAX"}), PutOptions(syncpoint=False)
+        )
+    got = t.get("ODD")
+    assert got.properties == {"leg": "TAX"} and got.body == b"{}"
+    assert "MQRC_PROP_VALUE_NOT_CONVERTED" in got.unreadable
+    assert t.get("ODD").body == b"next"  # nothing stalls behind it
+    t.commit()
+
+
+def test_the_library_fails_on_such_a_value_without_conversion_too(tmp_path, adapter):
+    """Why the adapter cannot simply read it unconverted: the C layer decodes strictly."""
+    t = adapter()
+    t.define(QueueAttributes(name="ODD2"))
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        qm.put("ODD2", MQMessage(body=b"x", properties=UNCONVERTIBLE), PutOptions(syncpoint=False))
+    mq = sys.modules["ibmmq"]
+    handle = mq.MessageHandle(t.qmgr)
+    try:
+        queue = mq.Queue(t.qmgr, "ODD2", mq.CMQC.MQOO_INPUT_SHARED)
+        gmo = mq.GMO(Options=mq.CMQC.MQGMO_PROPERTIES_IN_HANDLE | mq.CMQC.MQGMO_NO_SYNCPOINT,
+                     Version=mq.CMQC.MQGMO_VERSION_4, MsgHandle=handle.msg_handle)  # fmt: skip
+        queue.get(None, mq.MD(), gmo)
+        with pytest.raises(UnicodeDecodeError):
+            handle.properties.get("%", impo=mq.IMPO(Options=mq.CMQC.MQIMPO_INQ_FIRST))
+        queue.close()
+    finally:
+        handle.dlt()
