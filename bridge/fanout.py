@@ -64,6 +64,7 @@ async def scatter(
     request_msg_id: bytes | None = None,
     reply_to_q: str = "",
     reply_to_qmgr: str = "",
+    request: MQMessage | None = None,
     timeout_seconds: float | None = None,
     leg_properties: Mapping[str, Mapping[str, PropertyValue]] | None = None,
     task_queue: str = TASK_QUEUE,
@@ -80,6 +81,10 @@ async def scatter(
         request_msg_id: the original request's MsgId, which becomes the response's
             CorrelId (default: the gather's CorrelId).
         reply_to_q: where the requester wants the response (replyToQueue mode).
+        request: the requester's message, got by the caller: the response goes to its
+            ReplyToQ/ReplyToQMgr with the CorrelId its report options ask for (its
+            CorrelId with MQRO_PASS_CORREL_ID, else its MsgId). It stands in for
+            ``request_msg_id``, ``reply_to_q`` and ``reply_to_qmgr``.
         leg_properties: extra properties per leg request.
 
     Raises:
@@ -91,6 +96,9 @@ async def scatter(
             f"aggregate {spec.name} takes its replies as one logical group: the first reply "
             "starts the gather, so there is nothing to register"
         )
+    if request is not None:
+        request_msg_id = request.reply_correl_id()
+        reply_to_q, reply_to_qmgr = request.reply_to_q, request.reply_to_qmgr
     chosen = tuple(legs or spec.legs)
     if not chosen:
         raise ScatterError(f"aggregate {spec.name} lists no legs; pass the legs to scatter")

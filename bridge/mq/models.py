@@ -35,6 +35,9 @@ MQAT_NO_CONTEXT = 0
 MQMT_REQUEST, MQMT_REPLY, MQMT_REPORT, MQMT_DATAGRAM = 1, 2, 4, 8
 #: MQMD Report: no report options; Feedback: none.
 MQRO_NONE, MQFB_NONE = 0, 0
+#: Report options a requester sets for its reply's CorrelId: its own CorrelId passed on,
+#: instead of its MsgId copied (MQRO_COPY_MSG_ID_TO_CORREL_ID, the default, 0).
+MQRO_PASS_CORREL_ID = 0x40
 MQAT_UNIX = 6
 
 INT64_MIN = -(2**63)
@@ -301,6 +304,11 @@ class MQMessage(BaseModel):
     def group_status(self) -> GroupStatus:
         """Whether the message is in a logical group, and the group's last one."""
         return group_status(self.msg_flags)
+
+    def reply_correl_id(self) -> bytes:
+        """The CorrelId a reply to this request carries, as its report options ask:
+        its CorrelId with MQRO_PASS_CORREL_ID, else its MsgId."""
+        return self.correl_id if self.report & MQRO_PASS_CORREL_ID else self.msg_id
 
     @property
     def message_type(self) -> int:

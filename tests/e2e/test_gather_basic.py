@@ -6,7 +6,7 @@ import json
 
 from temporalio.api.enums.v1 import EventType
 
-from bridge.mq.models import MQMessage, parse_id
+from bridge.mq.models import MQRO_PASS_CORREL_ID, MQMessage, QueueAttributes, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline
 
@@ -61,3 +61,23 @@ async def test_replies_that_come_together_cost_one_task_and_one_upsert(temporal_
         "EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES",
         "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED",
     ]
+
+
+async def test_the_response_correlates_as_the_requesters_report_options_ask(temporal_env, tmp_path):
+    spec = AggregateSpec(name="reports", legs=LEGS, timeout_seconds=30, destination="replyToQueue")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        p.qm.define(QueueAttributes(name="APP.R2"))
+        requests = {
+            "pass": MQMessage(msg_id=parse_id("REQ-MSG-1"), correl_id=parse_id("CONV-1"),
+                              report=MQRO_PASS_CORREL_ID, reply_to_q="APP.R2"),
+            "copy": MQMessage(msg_id=parse_id("REQ-MSG-2"), correl_id=parse_id("CONV-2"),
+                              reply_to_q="APP.R2"),
+        }  # fmt: skip
+        for request in requests.values():
+            sent = await p.scatter(spec, request=request)
+            for leg in ("CREDIT", "STOCK", "TAX"):
+                p.reply(spec, sent.correl_id, leg, b"{}")
+            await p.result(spec, sent.correl_id)
+        got = {(await p.wait_message("APP.R2")).correl_id for _ in requests}
+    # MQRO_PASS_CORREL_ID: the request's CorrelId; by default its MsgId.
+    assert got == {parse_id("CONV-1"), parse_id("REQ-MSG-2")}
