@@ -436,7 +436,13 @@ class IBMMQTransport(Transport):
         smpo = self.mq.SMPO(ValueCCSID=CCSID_UTF8)
         for name, value in settable(properties).items():
             kind = getattr(C, property_type_name(value))
-            length = len(value) if isinstance(value, bytes) else C.MQVL_NULL_TERMINATED
+            length = C.MQVL_NULL_TERMINATED
+            if isinstance(value, bytes):
+                length = len(value)
+            elif isinstance(value, str):
+                # With its length a string keeps a NUL inside it; null-terminated, MQ
+                # would end it there.
+                length = len(value.encode("utf-8", "surrogatepass"))
             handle.properties.set(name, value, property_type=kind, value_length=length,
                                   smpo=smpo)  # fmt: skip
 

@@ -893,9 +893,9 @@ def MQSETMP(
     if kind == TYPE_STRING:
         # The C layer hands over the text encoded as UTF-8; MQ reads it in ValueCCSID.
         raw = value.encode("utf-8", "ignore")
-        if value_length != VL_NULL_TERMINATED:
-            raw = raw[:value_length]
-        raw = raw.split(b"\0", 1)[0]
+        # MQVL_NULL_TERMINATED: up to the first NUL; else exactly the length given.
+        nul_ended = value_length == VL_NULL_TERMINATED
+        raw = raw.split(b"\0", 1)[0] if nul_ended else raw[:value_length]
         try:
             stored: Any = raw.decode(_codec_of(s.ValueCCSID, conn.config))
         except CCSIDError:

@@ -433,3 +433,13 @@ def test_the_library_fails_on_such_a_value_without_conversion_too(tmp_path, adap
         queue.close()
     finally:
         handle.dlt()
+
+
+def test_a_string_property_keeps_a_nul_inside_it(adapter):
+    t = adapter()
+    t.define(QueueAttributes(name="NUL"))
+    props = {"ref": "A\x00B", "plain": "caf\u00e9"}
+    t.put("NUL", MQMessage(body=b"x", properties=props))
+    t.commit()
+    assert t.get("NUL").properties == props
+    t.commit()
