@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import re
 from collections import OrderedDict
@@ -44,6 +45,7 @@ from mqgather.names import (
 
 #: Secrets a URL must not carry, with where each belongs instead.
 _SECRET_KEYS = {"password": ENV_MQ_PASSWORD, "keyrepo_password": ENV_MQ_KEYREPO_PASSWORD}
+log = logging.getLogger("mqgather.mq")
 _CONNAME = re.compile(r"^[A-Za-z0-9.\-:\[\]]+\(\d{1,5}\)$")
 _QUERY_KEYS = {
     "ccdt", "cipher", "keyrepo", "keyrepo_password_file", "certlabel", "user",
@@ -443,8 +445,16 @@ class IBMMQTransport(Transport):
                 # With its length a string keeps a NUL inside it; null-terminated, MQ
                 # would end it there.
                 length = len(value.encode("utf-8", "surrogatepass"))
-            handle.properties.set(name, value, property_type=kind, value_length=length,
-                                  smpo=smpo)  # fmt: skip
+            try:
+                handle.properties.set(name, value, property_type=kind, value_length=length,
+                                      smpo=smpo)  # fmt: skip
+            except self.mq.MQMIError as exc:
+                if exc.reason != C.MQRC_PROPERTY_NAME_ERROR:
+                    raise
+                # A name MQ will not take (one a JMS or RFH2 writer used) must not block
+                # the message: failing, it would be retried for ever on every path.
+                log.warning("property %r refused by MQ (MQRC_PROPERTY_NAME_ERROR, 2442); "
+                            "the message goes on without it", name)  # fmt: skip
 
     def put(self, queue: str, message: MQMessage, options: PutOptions | None = None) -> MQMessage:
         opts = options or PutOptions()

@@ -870,6 +870,26 @@ def _codec_of(ccsid: int, config: QueueManagerConfig) -> str:
     return codec(config.application_ccsid if ccsid == CCSI_APPL else ccsid)
 
 
+#: Names MQ keeps for its selectors (in any case, alone or after "usr.").
+SQL_KEYWORDS = {"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS",
+                "ESCAPE"}  # fmt: skip
+
+
+def _settable_name(name: str) -> bool:
+    """MQSETMP's name rules (MQRC_PROPERTY_NAME_ERROR otherwise)."""
+    if (name.startswith("JMS") and name not in JMS_SETTABLE) or name.startswith("usr.JMS"):
+        return False
+    if name.removeprefix("usr.").upper() in SQL_KEYWORDS:
+        return False
+    if name.startswith(("Body", "Root")) and not name.startswith("Root.MQMD."):
+        return False
+    if ".." in name or name.endswith(".") or name.startswith("."):
+        return False
+    lowered = name.lower()
+    return not (lowered.startswith("mq") and not lowered.startswith("mq_usr")
+                and name.count(".") > 1)  # fmt: skip
+
+
 def MQSETMP(
     hconn: int,
     hmsg: int,
@@ -888,7 +908,7 @@ def MQSETMP(
     s = mq.SMPO()
     s.unpack(smpo)
     key = name.decode()
-    if (key.startswith("JMS") and key not in JMS_SETTABLE) or key.startswith("usr.JMS"):
+    if not _settable_name(key):
         return CC_FAILED, RC["PROPERTY_NAME_ERROR"]
     if kind == TYPE_STRING:
         # The C layer hands over the text encoded as UTF-8; MQ reads it in ValueCCSID.

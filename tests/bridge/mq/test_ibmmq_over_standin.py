@@ -443,3 +443,20 @@ def test_a_string_property_keeps_a_nul_inside_it(adapter):
     t.commit()
     assert t.get("NUL").properties == props
     t.commit()
+
+
+def test_a_property_name_mq_refuses_does_not_block_the_message(tmp_path, adapter, caplog):
+    t = adapter()
+    t.define(QueueAttributes(name="FROM.RFH2"))
+    t.define(QueueAttributes(name="FAILED"))
+    props = {"Root.Custom": "x", "usr.AND": 1, "leg": "TAX"}  # as an RFH2 writer could
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        qm.put("FROM.RFH2", MQMessage(body=b"b", properties=props), PutOptions(syncpoint=False))
+    got = t.get("FROM.RFH2")
+    forward(t, "FAILED", got, "failure", "FROM.RFH2")
+    t.commit()
+    copy = t.get("FAILED")
+    t.commit()
+    assert copy.body == b"b" and copy.properties["leg"] == "TAX"
+    assert "Root.Custom" not in copy.properties and "AND" not in copy.properties
+    assert "'Root.Custom' refused by MQ (MQRC_PROPERTY_NAME_ERROR" in caplog.text
