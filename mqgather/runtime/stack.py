@@ -47,13 +47,15 @@ PARTS: dict[str, tuple[int, tuple[str, ...]]] = {
     "mqgather": (1001, ()),
     "temporal-ui": (1000, ()),
 }
+#: Written last by :func:`init_certs`: without it, a run that died halfway is redone.
+COMPLETE = ".complete"
 #: How long the stack's certificates are valid.
 VALID_DAYS = 825
 
 
 @dataclass
 class Made:
-    """What :func:`init_stack` wrote and what it left as it was."""
+    """What :func:`init_env` or :func:`init_certs` wrote and what it left as it was."""
 
     written: list[Path] = field(default_factory=list)
     kept: list[Path] = field(default_factory=list)
@@ -71,8 +73,7 @@ def _private(path: Path, data: bytes) -> None:
 def _public(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.write_bytes(data)
-    # Read inside containers by users other than this one (the MQ and UI images).
-    os.chmod(path, 0o644)
+    os.chmod(path, 0o644)  # certificates: its directory decides who reaches them
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -195,9 +196,10 @@ def init_certs(directory: Path, ui_password: str, *, force: bool = False) -> Mad
     repository with its password), and the UI proxy's sign-in file. Kept if made before,
     unless ``force``."""
     made = Made()
-    if (directory / "ca" / "ca.crt").exists() and not force:
+    if (directory / COMPLETE).exists() and not force:
         made.kept.append(directory)
         return made
+    (directory / COMPLETE).unlink(missing_ok=True)
     now = datetime.now(UTC)
     ca = _authority(now)
     _private(directory / "ca" / "ca.key", _pem_key(ca[0]))
@@ -214,6 +216,7 @@ def init_certs(directory: Path, ui_password: str, *, force: bool = False) -> Mad
             _private(home / "ui.htpasswd", f"{UI_USER}:{ssha(ui_password)}\n".encode())
         for path in (home, *home.iterdir()):
             _owned(path, uid)
+    _public(directory / COMPLETE, now.isoformat().encode())
     made.written.append(directory)
     return made
 

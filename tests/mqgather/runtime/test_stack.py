@@ -13,7 +13,15 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key, p
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from mqgather.cli.main import cli
-from mqgather.runtime.stack import PARTS, SECRET_NAMES, UI_USER, init_certs, init_env, read_env
+from mqgather.runtime.stack import (
+    COMPLETE,
+    PARTS,
+    SECRET_NAMES,
+    UI_USER,
+    init_certs,
+    init_env,
+    read_env,
+)
 
 UI_PASSWORD = "a-long-operator-password"
 
@@ -93,6 +101,16 @@ def test_certificates_are_kept_unless_forced(tmp_path):
     assert (tmp_path / "ca" / "ca.crt").read_bytes() == first
     init_certs(tmp_path, UI_PASSWORD, force=True)
     assert (tmp_path / "ca" / "ca.crt").read_bytes() != first
+
+
+def test_a_run_that_died_halfway_is_made_again(tmp_path):
+    init_certs(tmp_path, UI_PASSWORD)
+    first = (tmp_path / "ca" / "ca.crt").read_bytes()
+    (tmp_path / COMPLETE).unlink()  # as if killed before its last write
+    (tmp_path / "temporal" / "tls.key").unlink()
+    assert init_certs(tmp_path, UI_PASSWORD).written == [tmp_path]
+    assert (tmp_path / "ca" / "ca.crt").read_bytes() != first
+    assert (tmp_path / "temporal" / "tls.key").exists()
 
 
 def test_certs_refuse_to_run_without_a_ui_password(tmp_path, monkeypatch):
