@@ -15,16 +15,37 @@ from bridge.mq.dlh import dead_letter
 from bridge.mq.errors import MQError, undeliverable
 from bridge.mq.forward import forward
 from bridge.mq.ledger import ledger_key
-from bridge.mq.models import MQFMT_STRING, MQMT_REPLY, MQMessage, PropertyValue, PutOptions
+from bridge.mq.models import (
+    MQFMT_STRING,
+    MQMT_REPLY,
+    MQRO_PASS_CORREL_ID,
+    MQMessage,
+    PropertyValue,
+    PutOptions,
+)
 from bridge.mq.transport import Transport
 from mqgather import names
 from mqgather.config import AggregateSpec
 from mqgather.constants import DEFAULT_HELD_MB, HELD_BUDGET_WAIT_SECONDS, MB
-from mqgather.names import APPL_NAME, PROP_GATHER_ID, PROP_MISSING, PROP_REASON, PROP_STATE
+from mqgather.names import (
+    APPL_NAME,
+    PROP_ATTEMPT,
+    PROP_GATHER_ID,
+    PROP_MISSING,
+    PROP_REASON,
+    PROP_STATE,
+    PROP_USED,
+)
 from mqgather.routing import Destination, queue_for
 from mqgather.runtime import telemetry
 from mqgather.runtime.budget import ByteBudget
-from workflows.models import PutResponseInput, PutResponseResult, Reply, RouteInput
+from workflows.models import (
+    PutResponseInput,
+    PutResponseResult,
+    Reply,
+    RouteInput,
+    SendRequestInput,
+)
 
 
 def response_msg_id(gather: str, outcome: str) -> bytes:
@@ -98,6 +119,7 @@ class MQActivities:
             PROP_STATE: inp.outcome,
             PROP_GATHER_ID: inp.gather_id,
             PROP_MISSING: ",".join(inp.missing),
+            PROP_USED: ",".join(leg.leg.name for leg in inp.legs),
         }
         if inp.reason:
             properties[PROP_REASON] = inp.reason
@@ -158,6 +180,34 @@ class MQActivities:
             )
         _record_close(inp, inp.outcome)
         return PutResponseResult(outcome=inp.outcome, queues=queues, msg_id=msg_id.hex())
+
+    @activity.defn(name=names.ACTIVITY_SEND_REQUEST)
+    def send_request(self, inp: SendRequestInput) -> str:
+        """PUT a leg's request again, exactly once per attempt: the message scatter sent,
+        with a MsgId of its own and the same CorrelId, asking the back end to pass the
+        CorrelId on (MQRO_PASS_CORREL_ID). Returns the new MsgId (hex)."""
+        spec = inp.aggregate
+        key = ledger_key("request", inp.gather_id, inp.leg, str(inp.attempt))
+        sent = inp.request.message
+        properties = {**sent.properties, PROP_ATTEMPT: inp.attempt}
+        message = sent.model_copy(
+            update={
+                "msg_id": key,
+                "report": sent.report | MQRO_PASS_CORREL_ID,
+                "properties": properties,
+            }
+        )
+
+        def work(transport: Transport) -> None:
+            if ledger.done(transport, spec.ledger_queue, key):
+                return  # committed by an earlier attempt
+            transport.put(inp.request.queue, message, PutOptions(syncpoint=True))
+            note = f"{inp.gather_id} re-request {inp.attempt} of {inp.leg}"
+            ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
+
+        self._unit_of_work(work)
+        telemetry.instruments().rerequests.add(1, {"aggregate": spec.name, "leg": inp.leg})
+        return key.hex()
 
     def _merge_failed(self, inp: PutResponseInput, exc: MergeError) -> PutResponseResult:
         """A bad leg body: every reply of the gather goes, intact, to the failure queue."""

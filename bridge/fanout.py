@@ -14,10 +14,11 @@ from bridge.identify import INDEX_LENGTH, KEY_LENGTH, gather_correl_id, leg_corr
 from bridge.mq.models import ID_LENGTH, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.constants import MAX_KEPT_REQUEST_BYTES
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_AGGREGATE, SIGNAL_EXPECT, TASK_QUEUE
 from workflows.gather import GatherWorkflow
-from workflows.models import GatherInput, Registration, gather_id, start_options
+from workflows.models import GatherInput, LegRequest, Registration, gather_id, start_options
 
 
 class ScatterError(MQGatherError):
@@ -51,6 +52,23 @@ def _check_layout(spec: AggregateSpec, correl: bytes, legs: int) -> None:
         )
     if legs >= 2 ** (8 * INDEX_LENGTH):
         raise ScatterError(f"aggregate {spec.name}: {legs} legs do not fit the leg index")
+
+
+def _kept(spec: AggregateSpec, leg: LegSpec, message: MQMessage) -> LegRequest:
+    """A leg's request as the gather keeps it for re-requests (it travels in the
+    registration, so it must be small).
+
+    Raises:
+        ScatterError: the request is larger than a gather keeps.
+    """
+    size = len(message.body) + sum(len(str(v)) + len(n) for n, v in message.properties.items())
+    if size > MAX_KEPT_REQUEST_BYTES:
+        raise ScatterError(
+            f"aggregate {spec.name}: leg {leg.name}'s request is {size} bytes, and a gather "
+            f"keeps a request for re-requests only up to {MAX_KEPT_REQUEST_BYTES}; set "
+            "retries = 0 on the leg (and keep_requests = false) to send it without"
+        )
+    return LegRequest(queue=leg.queue(), message=message)
 
 
 async def scatter(
@@ -109,6 +127,7 @@ async def scatter(
     correl = correl.ljust(ID_LENGTH, b"\x00")
     if spec.leg_identification == "correlid":
         _check_layout(spec, correl, len(chosen))
+    requests: dict[str, LegRequest] = {}
     for index, leg in enumerate(chosen, start=1):
         props: dict[str, PropertyValue] = {
             spec.leg_property: leg.name,
@@ -116,17 +135,16 @@ async def scatter(
         }
         props.update((leg_properties or {}).get(leg.name, {}))
         msg_id = leg_correl_id(correl, index) if spec.leg_identification == "correlid" else correl
-        transport.put(
-            leg.queue(),
-            MQMessage(
-                msg_id=msg_id,
-                correl_id=msg_id,
-                reply_to_q=spec.reply_queue,
-                properties=props,
-                body=(bodies or {}).get(leg.name, b"{}"),
-            ),
-            PutOptions(syncpoint=True),
+        message = MQMessage(
+            msg_id=msg_id,
+            correl_id=msg_id,
+            reply_to_q=spec.reply_queue,
+            properties=props,
+            body=(bodies or {}).get(leg.name, b"{}"),
         )
+        if leg.retries or spec.keep_requests:
+            requests[leg.name] = _kept(spec, leg, message)
+        transport.put(leg.queue(), message, PutOptions(syncpoint=True))
     registration = Registration(
         legs=list(chosen),
         count=len(chosen) if spec.leg_identification == "count" else 0,
@@ -134,6 +152,7 @@ async def scatter(
         reply_to_q=reply_to_q,
         reply_to_qmgr=reply_to_qmgr,
         timeout_seconds=timeout_seconds,
+        requests=requests,
     )
     gid = gather_id(spec.name, correl)
     try:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mqgather import constants as k
 from mqgather.ccsid import codec
 from mqgather.collector_config import CollectorSpec
+from mqgather.completion import ALL, QUORUM_PREFIX, Rule, RuleError, parse_rule
 from mqgather.errors import ConfigError
 from mqgather.names import ENV_CONFIG
 
@@ -33,17 +34,54 @@ class QueueDefinition(BaseModel):
 
 
 class LegSpec(BaseModel):
-    """One expected reply: its name and IA72 SequenceNumber (order in xml/blob merges)."""
+    """One expected reply: its name and IA72 SequenceNumber (order in xml/blob merges),
+    whether the gather needs it, its own deadline and how often to ask again."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
     sequence: int = Field(default=0, ge=0)
     request_queue: str = Field(default="", max_length=48, description="where scatter sends it")
+    required: bool | None = Field(
+        default=None,
+        description="true: the gather waits for it whatever the rule; false: optional, "
+        "waited for only until its own deadline (or the gather's); unset: needed under "
+        'complete_when = "all", left to the rule under the others',
+    )
+    timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="the leg's own deadline, from the registration; past it the leg "
+        "counts as missing for the completion rule",
+    )
+    retries: int = Field(
+        default=0,
+        ge=0,
+        le=k.MAX_LEG_RETRIES,
+        description="how many times the gather PUTs the leg's request again (the request "
+        "scatter sent, new MsgId, same CorrelId) when no reply came",
+    )
+    retry_after_seconds: float = Field(
+        default=k.DEFAULT_RETRY_AFTER_SECONDS,
+        gt=0,
+        description="wait after the request before the first re-request",
+    )
+    retry_backoff: float = Field(
+        default=2.0, ge=1.0, le=10.0, description="each later wait is this many times longer"
+    )
 
     def queue(self) -> str:
         """The leg's request queue (default ``BACKEND.<name>``)."""
         return self.request_queue or f"BACKEND.{self.name}"
+
+    def needed(self, rule_kind: str) -> bool:
+        """Whether a gather must have this leg to complete (``required``, or by default
+        under the ``all`` rule)."""
+        return self.required if self.required is not None else rule_kind == ALL
+
+    def optional(self) -> bool:
+        """Set ``required = false``: waited for until its deadline, never needed."""
+        return self.required is False
 
 
 class AggregateSpec(BaseModel):
@@ -75,6 +113,17 @@ class AggregateSpec(BaseModel):
         "failure queue (a gather's state must stay small)",
     )
     timeout_seconds: float = Field(default=30.0, ge=0, description="ReplyTimeoutSeconds/Timeout")
+    complete_when: str = Field(
+        default=ALL,
+        description='when the gather has what it needs: "all" (every required leg), '
+        '"any" (the first reply), "quorum:N" (any N legs) or an expression over leg '
+        'names with and, or and parentheses, such as "CREDIT and (STOCK or STOCK_ALT)"',
+    )
+    keep_requests: bool = Field(
+        default=False,
+        description="scatter keeps every leg's request with its gather, so an operator can "
+        "re-request any leg by hand (legs with retries keep theirs anyway)",
+    )
     timer: Literal["first", "restart"] = Field(
         default="first", description="first: from the first registration (ACE); restart: IA72"
     )
@@ -161,6 +210,18 @@ class AggregateSpec(BaseModel):
         codec(value)
         return value
 
+    @field_validator("complete_when")
+    @classmethod
+    def _rule(cls, value: str) -> str:
+        try:
+            return parse_rule(value).text
+        except RuleError as exc:
+            raise ValueError(str(exc)) from exc
+
+    def rule(self) -> Rule:
+        """The parsed ``complete_when``."""
+        return parse_rule(self.complete_when)
+
     @field_validator("hex_separator")
     @classmethod
     def _hex(cls, value: str) -> str:
@@ -185,7 +246,36 @@ class AggregateSpec(BaseModel):
             raise ValueError("legs: static mode needs the legs listed")
         if self.destination == "destinationList" and not self.destination_list:
             raise ValueError("destination_list: needed when destination is destinationList")
+        self._check_rule(names)
+        for index, leg in enumerate(self.legs):
+            if leg.retries and self.mode == "static":
+                raise ValueError(
+                    f"legs.{index}.retries: a static aggregate sends no requests (its first "
+                    "reply starts the gather), so there is no request to send again; "
+                    'use mode = "registration" with scatter'
+                )
         return self
+
+    def _check_rule(self, names: list[str]) -> None:
+        """The rule fits the legs: an expression names only listed legs, a quorum is
+        not larger than the legs."""
+        rule = self.rule()
+        if rule.kind == "expression":
+            if not names:
+                raise ValueError(
+                    "complete_when: an expression names legs, so the aggregate must list "
+                    "them (legs = [...])"
+                )
+            unknown = sorted(rule.names() - set(names))
+            if unknown:
+                raise ValueError(
+                    f"complete_when: {', '.join(unknown)} is not a leg of this aggregate "
+                    f"(legs: {', '.join(names)})"
+                )
+        if rule.kind == QUORUM_PREFIX and names and rule.quorum > len(names):
+            raise ValueError(
+                f"complete_when: quorum {rule.quorum} is more than the {len(names)} legs"
+            )
 
     def separator_bytes(self) -> bytes:
         """The blob separator: HexSeparatorString wins over SeparatorString."""

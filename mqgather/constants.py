@@ -31,6 +31,12 @@ GATHER_HOLD = "GATHER.HOLD"
 #: A reply whose body and properties exceed this many bytes is held on the hold queue
 #: instead of travelling in its signal (well under the 256 KB at which Temporal warns).
 DEFAULT_INLINE_REPLY_BYTES = 64 * 1024
+#: Re-requests of a lost leg: at most this many per leg, first after this many seconds.
+MAX_LEG_RETRIES = 10
+DEFAULT_RETRY_AFTER_SECONDS = 5.0
+#: A leg's request is kept with its gather (for re-requests) up to this size: it travels
+#: in the registration signal and the gather's state.
+MAX_KEPT_REQUEST_BYTES = 64 * 1024
 #: The most an aggregate may carry inline: two such replies and the gather's input fit
 #: one signal under Temporal's 2 MB payload limit.
 MAX_INLINE_REPLY_BYTES = 512 * 1024

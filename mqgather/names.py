@@ -19,8 +19,10 @@ QUERY_CONSUMED = "consumed"
 UPDATE_RELEASE = "release"
 UPDATE_EXTEND = "extend"
 UPDATE_CANCEL = "cancel"
+UPDATE_REREQUEST = "rerequest"
 ACTIVITY_PUT_RESPONSE = "put_response"
 ACTIVITY_ROUTE_REPLIES = "route_replies"
+ACTIVITY_SEND_REQUEST = "send_request"
 #: The collector: one workflow per collector and destination.
 COLLECT_WORKFLOW = "Collect"
 SIGNAL_COLLECT = "collect"
@@ -36,6 +38,8 @@ LEGS_RECEIVED = SearchAttributeKey.for_int("LegsReceived")
 CORREL_ID_TEXT = SearchAttributeKey.for_keyword("CorrelIdText")
 LEGS_MISSING = SearchAttributeKey.for_keyword_list("LegsMissing")
 GATHER_DEADLINE = SearchAttributeKey.for_datetime("GatherDeadline")
+#: Legs whose request a gather sent again (set once it has re-requested one).
+LEGS_REREQUESTED = SearchAttributeKey.for_keyword_list("LegsRerequested")
 COLLECTOR_NAME = SearchAttributeKey.for_keyword("CollectorName")
 COLLECT_DESTINATION = SearchAttributeKey.for_keyword("CollectorDestination")
 BATCH_SIZE = SearchAttributeKey.for_int("BatchSize")
@@ -56,6 +60,7 @@ SEARCH_ATTRIBUTES = (
     LEGS_RECEIVED,
     LEGS_MISSING,
     GATHER_DEADLINE,
+    LEGS_REREQUESTED,
     COLLECTOR_NAME,
     COLLECT_DESTINATION,
     BATCH_SIZE,
@@ -101,9 +106,12 @@ PROP_REASON = "mqgather_reason"
 PROP_SOURCE_QUEUE = "mqgather_source_queue"
 PROP_GATHER_ID = "mqgather_gather_id"
 PROP_BACKOUT_COUNT = "mqgather_backout_count"
-#: On a response: the gather's outcome and its missing legs.
+#: On a response: the gather's outcome, the legs it used and those it missed.
 PROP_STATE = "mqgather_state"
 PROP_MISSING = "mqgather_missing"
+PROP_USED = "mqgather_used"
+#: On a re-request: which request of the leg it is (2 for the first re-request).
+PROP_ATTEMPT = "mqgather_attempt"
 #: On a collector's batch: its destination, how many messages, why it closed.
 PROP_DESTINATION = "mqgather_destination"
 PROP_BATCH_SIZE = "mqgather_batch_size"

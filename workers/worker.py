@@ -100,7 +100,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[workflow_class, collector],
-        activities=[acts.put_response, acts.route_replies, acts.put_batch],
+        activities=[acts.put_response, acts.route_replies, acts.send_request, acts.put_batch],
         activity_executor=ThreadPoolExecutor(activity_threads, thread_name_prefix="mq-activity"),
         max_concurrent_activities=activity_threads,
         deployment_config=deployment,

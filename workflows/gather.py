@@ -21,7 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from mqgather import names
-    from workflows import logic
+    from workflows import legs, logic
     from workflows.models import (
         CancelInput,
         ExtendInput,
@@ -34,7 +34,9 @@ with workflow.unsafe.imports_passed_through():
         Registration,
         ReleaseInput,
         ReplyBatch,
+        RerequestInput,
         RouteInput,
+        SendRequestInput,
         UpdateResult,
         gather_id,
     )
@@ -49,6 +51,9 @@ ACTIVITY_RETRY = RetryPolicy(
 # The MQ work takes milliseconds, so it runs as local activities: no activity task round
 # trips through the server. Still at-least-once; the ledger makes each PUT happen once.
 ACTIVITY_TIMEOUT = timedelta(seconds=60)
+#: Re-requests of lost legs (a command the gather did not issue before): recorded as a
+#: patch marker the first time a gather makes one.
+PATCH_REREQUEST = "rerequest-lost-legs"
 
 
 # The versioning behavior (pinned) is the versioned worker's default, not set here: the
@@ -80,7 +85,7 @@ class GatherWorkflow:
     @workflow.query(name=names.QUERY_STATUS)
     def status(self) -> GatherStatus:
         """What the gather has and lacks now."""
-        return logic.status(self.spec, self.s, self.correl_id, self.id)
+        return logic.status(self.spec, self.s, self.correl_id, self.id, workflow.now())
 
     @workflow.query(name=names.QUERY_CONSUMED)
     def consumed(self, msg_ids: list[str]) -> list[str]:
@@ -101,7 +106,12 @@ class GatherWorkflow:
     @workflow.update(name=names.UPDATE_EXTEND)
     def extend(self, inp: ExtendInput) -> UpdateResult:
         """Move the deadline to ``seconds`` from now."""
-        return self._operated(logic.extend(self.s, inp.seconds, workflow.now()))
+        return self._operated(logic.extend(self.spec, self.s, inp.seconds, workflow.now()))
+
+    @workflow.update(name=names.UPDATE_REREQUEST)
+    def rerequest(self, inp: RerequestInput) -> UpdateResult:
+        """PUT a leg's request again now (the request scatter sent, a new MsgId)."""
+        return self._operated(logic.rerequest(self.s, inp.leg, inp.reason, workflow.now()))
 
     @workflow.update(name=names.UPDATE_CANCEL)
     def cancel(self, inp: CancelInput) -> UpdateResult:
@@ -159,11 +169,16 @@ class GatherWorkflow:
             if logic.unknown_expired(self.s, workflow.now()):
                 logic.expire_unknown(self.s)
                 return None
-            outcome = logic.decide(self.s, workflow.now())
-            if outcome is not None:
+            ending = logic.decide_why(self.spec, self.s, workflow.now())
+            if ending is not None:
                 # Closed from here on: a reply arriving during the PUT is late, not lost.
-                self.s.state = outcome
-                return await self._respond(outcome)
+                self.s.state, self.s.closed_by = ending
+                legs.drop_unsent(self.s)
+                return await self._respond(ending[0])
+            legs.plan_rerequests(self.s, workflow.now())
+            if self.s.to_request:
+                await self._send_requests()
+                continue  # time passed: decide again
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(
                     GatherInput(aggregate=self.spec, correl_id=self.correl_id, carried=self.s)
@@ -184,7 +199,7 @@ class GatherWorkflow:
             if not self.s.registered:  # nothing adopted: held replies are already routed
                 logic.expire_unknown(self.s)
                 return None
-            self.s.state = "CANCELLED"
+            self.s.state, self.s.closed_by = "CANCELLED", "operator"
         elif self.s.state == "UNKNOWN":
             return None
         # Closed before the cancel (the PUT may have been under way): the ledger makes the
@@ -202,6 +217,24 @@ class GatherWorkflow:
         if response.outcome == "FAILED":
             self.s.state = "FAILED"
         return response
+
+    async def _send_requests(self) -> None:
+        """PUT the re-requests decided so far, each exactly once (ledger), in order."""
+        if not workflow.patched(PATCH_REREQUEST):
+            legs.drop_unsent(self.s)  # only histories from before re-requests get here
+            return
+        while self.s.to_request:
+            item = self.s.to_request[0]
+            sent = SendRequestInput(
+                aggregate=self.spec,
+                gather_id=self.id,
+                leg=item.leg,
+                attempt=item.attempt,
+                request=self.s.requests[item.leg],
+            )
+            work = f"re-request {item.attempt} of leg {item.leg}"
+            await self._mq_work(work, names.ACTIVITY_SEND_REQUEST, lambda: sent, str)  # noqa: B023 - awaited in this iteration
+            del self.s.to_request[0]
 
     async def _flush(self) -> None:
         # Items leave the outbox only once forwarded: a cancel during the forwarding
@@ -258,6 +291,13 @@ class GatherWorkflow:
                 names.GATHER_DEADLINE.value_set(due)
                 if due is not None
                 else names.GATHER_DEADLINE.value_unset(),
+                # Only once a leg was asked again: gathers without re-requests upsert
+                # what they always did.
+                *(
+                    [names.LEGS_REREQUESTED.value_set(sorted(self.s.rerequested))]
+                    if self.s.rerequested
+                    else []
+                ),
             ]
         )
         workflow.set_current_details(logic.details(self.s, workflow.now()))

@@ -10,6 +10,7 @@ from typing import Protocol
 from bridge.mq.models import NONE_ID
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.routing import Destination
+from workflows import legs
 from workflows.models import (
     CLOSED_STATES,
     GatherResult,
@@ -127,6 +128,7 @@ def accept(spec: AggregateSpec, state: GatherState, reply: Reply) -> None:
 def start_static(spec: AggregateSpec, state: GatherState, now: datetime) -> None:
     """Static legs: the first reply starts the gather and its timer."""
     state.registered = True
+    state.registered_at = state.registered_at or now
     state.expected = list(spec.legs)
     if spec.leg_identification == "group":
         state.group_size = 0
@@ -152,6 +154,7 @@ def register(spec: AggregateSpec, state: GatherState, reg: Registration, now: da
     state.request_msg_id = reg.request_msg_id or state.request_msg_id
     state.reply_to_q = reg.reply_to_q or state.reply_to_q
     state.reply_to_qmgr = reg.reply_to_qmgr or state.reply_to_qmgr
+    state.requests.update(reg.requests)
     if first or not state.expected:
         if reg.legs:
             state.expected = list(reg.legs)
@@ -245,16 +248,31 @@ def expire_unknown(state: GatherState) -> None:
     state.state = "UNKNOWN"
 
 
-def decide(state: GatherState, now: datetime) -> Outcome | None:
+def decide(spec: AggregateSpec, state: GatherState, now: datetime) -> Outcome | None:
     """Whether the gather ends now, and how."""
+    ending = decide_why(spec, state, now)
+    return ending[0] if ending else None
+
+
+def decide_why(
+    spec: AggregateSpec, state: GatherState, now: datetime
+) -> tuple[Outcome, str] | None:
+    """Whether the gather ends now: how, and what ended it (``closed_by``)."""
     if state.cancel is not None:
-        return "CANCELLED"
-    if state.registered and state.expected and not missing(state):
-        return "COMPLETE"  # a group gather misses its end until the last-in-group comes
+        return "CANCELLED", "operator"
+    # A group gather misses its end until the last-in-group comes (legs.verdict).
+    ruled = legs.verdict(spec, state, now) if state.registered and state.expected else None
+    if ruled == "COMPLETE":
+        return "COMPLETE", legs.BY_RULE
     if state.release is not None:
-        return "RELEASED"
+        return "RELEASED", "operator"
     if state.registered and state.deadline is not None and now >= state.deadline:
-        return "TIMEOUT"
+        # Optional legs are awaited until the gather's deadline at the latest.
+        if legs.holds_now(spec, state):
+            return "COMPLETE", legs.BY_RULE
+        return "TIMEOUT", legs.BY_DEADLINE
+    if ruled == "TIMEOUT":
+        return "TIMEOUT", legs.BY_LOST_LEGS
     return None
 
 
@@ -265,11 +283,13 @@ def _refused(state: GatherState) -> UpdateResult | None:
     return None
 
 
-def _accepted(state: GatherState, now: datetime, message: str = "") -> UpdateResult:
+def _accepted(
+    spec: AggregateSpec, state: GatherState, now: datetime, message: str = ""
+) -> UpdateResult:
     """What an accepted change did: the state the gather is in (or ends as) after it, and
     the deadline that now governs it."""
     governing = state.deadline if state.registered else state.unknown_deadline
-    outcome = decide(state, now)
+    outcome = decide(spec, state, now)
     return UpdateResult(
         accepted=True, state=outcome or state.state, deadline=governing, message=message
     )
@@ -298,10 +318,10 @@ def release(spec: AggregateSpec, state: GatherState, reason: str, now: datetime)
         return refused
     _adopt_held(spec, state)
     state.release = reason
-    return _accepted(state, now, reason)
+    return _accepted(spec, state, now, reason)
 
 
-def extend(state: GatherState, seconds: float, now: datetime) -> UpdateResult:
+def extend(spec: AggregateSpec, state: GatherState, seconds: float, now: datetime) -> UpdateResult:
     """Operator update ``extend``: the deadline that governs the gather becomes ``seconds``
     from ``now`` (earlier or later than before): its timeout, or before a registration,
     the unknown-message timeout of the replies it holds."""
@@ -312,7 +332,25 @@ def extend(state: GatherState, seconds: float, now: datetime) -> UpdateResult:
         state.deadline = now + timedelta(seconds=seconds)
     else:
         state.unknown_deadline = now + timedelta(seconds=seconds)
-    return _accepted(state, now)
+    return _accepted(spec, state, now)
+
+
+def rerequest(state: GatherState, leg: str, reason: str, now: datetime) -> UpdateResult:
+    """Operator update ``rerequest``: PUT leg ``leg``'s request again now (it counts as
+    one of the leg's attempts)."""
+    refused = _refused(state)
+    if refused is not None:
+        return refused
+    why = legs.refuse_rerequest(state, leg, now)
+    if why:
+        return UpdateResult(accepted=False, state=state.state, message=why)
+    planned = legs.rerequest_now(state, leg, reason, now)
+    return UpdateResult(
+        accepted=True,
+        state=state.state,
+        deadline=state.deadline,
+        message=f"leg {leg}: request {planned.attempt} goes out now",
+    )
 
 
 def cancel(spec: AggregateSpec, state: GatherState, reason: str, now: datetime) -> UpdateResult:
@@ -323,12 +361,17 @@ def cancel(spec: AggregateSpec, state: GatherState, reason: str, now: datetime) 
         return refused
     _adopt_held(spec, state)
     state.cancel = reason
-    return _accepted(state, now, reason)
+    return _accepted(spec, state, now, reason)
 
 
 def next_timer(state: GatherState, now: datetime) -> float | None:
-    """Seconds until the next deadline (gather or unknown-message), or None to wait forever."""
+    """Seconds until the next deadline (the gather's or unknown-message, a leg's deadline
+    or re-request), or None to wait forever: one durable timer at a time."""
     due = state.deadline if state.registered else state.unknown_deadline
+    if state.registered and not is_closed(state):
+        leg_due = legs.next_due(state, now)
+        if leg_due is not None and (due is None or leg_due < due):
+            due = leg_due
     if due is None:
         return None
     return max((due - now).total_seconds(), 0.001)
@@ -354,6 +397,7 @@ def response_input(
         reply_to_qmgr=state.reply_to_qmgr,
         started_at=state.started_at,
         reason=_operator_reason(state, outcome),
+        closed_by=state.closed_by,
     )
 
 
@@ -370,24 +414,32 @@ def reply_bytes(reply: Reply) -> int:
     return reply.size or len(reply.message.body)
 
 
-def leg_status(state: GatherState) -> list[LegStatus]:
-    """Each expected leg: received or not, its bytes, whether it is held."""
-    legs = []
+def leg_status(state: GatherState, now: datetime | None = None) -> list[LegStatus]:
+    """Each expected leg: received or not, its bytes, whether it is held, its requests,
+    its own deadline, whether it is lost (``now`` given) and its next re-request."""
+    shown = []
     for leg in state.expected:
         replies = state.received.get(leg.name, [])
-        legs.append(
+        pending = not replies and not is_closed(state)
+        shown.append(
             LegStatus(
                 name=leg.name,
                 received=bool(replies),
                 replies=len(replies),
                 bytes=sum(reply_bytes(r) for r in replies),
                 held=any(r.held is not None for r in replies),
+                attempts=legs.attempts(state, leg),
+                deadline=legs.deadline(state, leg),
+                lost=now is not None and legs.is_lost(state, leg, now),
+                next_request_at=legs.retry_due(state, leg) if pending else None,
             )
         )
-    return legs
+    return shown
 
 
-def status(spec: AggregateSpec, state: GatherState, correl_id: bytes, gather: str) -> GatherStatus:
+def status(
+    spec: AggregateSpec, state: GatherState, correl_id: bytes, gather: str, now: datetime
+) -> GatherStatus:
     """The ``status`` query's answer."""
     return GatherStatus(
         gather_id=gather,
@@ -407,7 +459,8 @@ def status(spec: AggregateSpec, state: GatherState, correl_id: bytes, gather: st
         started_at=state.started_at,
         deadline=state.deadline,
         last_error=error_note(state),
-        legs=leg_status(state),
+        legs=leg_status(state, now),
+        complete_when=spec.complete_when,
     )
 
 
@@ -438,7 +491,9 @@ def result(
         consumed_msg_ids=list(state.seen_msg_ids),
         started_at=state.started_at,
         ended_at=now,
-        legs=leg_status(state),
+        legs=leg_status(state, now),
+        complete_when=spec.complete_when,
+        closed_by=state.closed_by,
     )
 
 
@@ -495,12 +550,16 @@ def error_note(state: GatherState) -> str:
 def details(state: GatherState, now: datetime) -> str:
     """The gather's current details for the Temporal UI (markdown): state, a legs table,
     the deadline with the time left, counters, and the error the MQ work is failing with."""
+    shown = leg_status(state, now)
     rows = [
-        f"| {leg.name} | received | {leg.bytes:,} bytes{', held' if leg.held else ''} |"
-        for leg in leg_status(state)
+        f"| {leg.name} | received | {leg.bytes:,} bytes{', held' if leg.held else ''}"
+        f"{_asked(leg)} |"
+        for leg in shown
         if leg.received
     ]
-    rows += [f"| {name} | **missing** | |" for name in missing(state)]
+    gaps = {leg.name: leg for leg in shown if not leg.received}
+    rows += [f"| {name} | **{_gap(gaps.get(name))}** | {_asked(gaps.get(name))} |"
+             for name in missing(state)]  # fmt: skip
     lines = [f"**{state.state}** — {len(received_names(state))} of {len(state.expected)} legs"]
     if state.held:
         lines.append(f"{len(state.held)} replies held, waiting for the registration")
@@ -517,6 +576,22 @@ def details(state: GatherState, now: datetime) -> str:
     if state.last_error:
         lines.append(f"⚠ {error_note(state)}")
     return "\n".join(lines)
+
+
+def _gap(leg: LegStatus | None) -> str:
+    return "lost" if leg is not None and leg.lost else "missing"
+
+
+def _asked(leg: LegStatus | None) -> str:
+    """A leg's requests and clocks for the details table ("" when it has none)."""
+    if leg is None:
+        return ""
+    parts = [f"{leg.attempts} requests"] if leg.attempts > 1 else []
+    if leg.next_request_at is not None:
+        parts.append(f"next {leg.next_request_at:%H:%M:%S}")
+    if leg.deadline is not None and not leg.received:
+        parts.append(f"deadline {leg.deadline:%H:%M:%S}")
+    return (", " if leg.received and parts else "") + ", ".join(parts)
 
 
 def _span(seconds: float) -> str:

@@ -56,6 +56,23 @@ class Reply(BaseModel):
     )
 
 
+class LegRequest(BaseModel):
+    """A leg's request as scatter sent it, kept with the gather so the leg can be asked
+    again: the queue and the message (MQMD, properties and body)."""
+
+    queue: str = Field(min_length=1, max_length=48)
+    message: MQMessage
+
+
+class Rerequest(BaseModel):
+    """A re-request decided by the gather (or an operator), PUT exactly once: attempt 2
+    is the first re-request."""
+
+    leg: str
+    attempt: int = Field(ge=2)
+    reason: str = ""
+
+
 class ReplyBatch(BaseModel):
     """Signal ``replies``: every reply of one gather from one bridge batch."""
 
@@ -73,6 +90,9 @@ class Registration(BaseModel):
     reply_to_q: str = ""
     reply_to_qmgr: str = ""
     timeout_seconds: float | None = Field(default=None, ge=0, description="overrides the spec")
+    requests: dict[str, LegRequest] = Field(
+        default_factory=dict, description="what scatter sent, by leg, for re-requests"
+    )
 
 
 class ExtendInput(BaseModel):
@@ -91,6 +111,13 @@ class CancelInput(BaseModel):
     """Update ``cancel``: end the gather; what arrived goes to the timeout queue."""
 
     reason: str = "cancelled by an operator"
+
+
+class RerequestInput(BaseModel):
+    """Update ``rerequest``: PUT a leg's request again now."""
+
+    leg: str
+    reason: str = "re-requested by an operator"
 
 
 class UpdateResult(BaseModel):
@@ -152,6 +179,19 @@ class GatherState(BaseModel):
         description="group aggregates: the last-in-group's MsgSeqNumber, 0 until it comes "
         "(None: not a group gather)",
     )
+    requests: dict[str, LegRequest] = Field(
+        default_factory=dict, description="legs' requests kept for re-requests"
+    )
+    rerequested: dict[str, list[datetime]] = Field(
+        default_factory=dict, description="when each leg was asked again, by leg"
+    )
+    to_request: list[Rerequest] = Field(
+        default_factory=list, description="re-requests decided and not yet PUT"
+    )
+    closed_by: str = Field(
+        default="",
+        description="what ended it: the rule, the deadline, lost legs, an operator",
+    )
     #: ``seen_msg_ids`` as a set, for lookups; rebuilt from the list, never carried.
     _seen: set[str] = PrivateAttr(default_factory=set)
 
@@ -175,13 +215,20 @@ class LegStatus(BaseModel):
     replies: int = 0
     bytes: int = Field(default=0, description="the bodies of its replies, held or not")
     held: bool = Field(default=False, description="a reply of it is on the hold queue")
+    attempts: int = Field(default=1, ge=0, description="requests sent, the first included")
+    deadline: datetime | None = Field(default=None, description="the leg's own deadline")
+    lost: bool = Field(default=False, description="past its deadline or its last retry")
+    next_request_at: datetime | None = Field(default=None, description="next re-request")
 
     def line(self) -> str:
-        """``CREDIT: 10,485,760 bytes (held)`` or ``TAX: missing``."""
+        """``CREDIT: 10,485,760 bytes (held)`` or ``TAX: missing, 2 requests``."""
+        asked = f", {self.attempts} requests" if self.attempts > 1 else ""
         if not self.received:
-            return f"{self.name}: missing"
+            gone = " (lost)" if self.lost else ""
+            due = f", due {self.deadline:%H:%M:%S}" if self.deadline and not self.lost else ""
+            return f"{self.name}: missing{gone}{asked}{due}"
         many = f" in {self.replies} replies" if self.replies > 1 else ""
-        return f"{self.name}: {self.bytes:,} bytes{many}{' (held)' if self.held else ''}"
+        return f"{self.name}: {self.bytes:,} bytes{many}{' (held)' if self.held else ''}{asked}"
 
 
 class GatherStatus(BaseModel):
@@ -205,6 +252,7 @@ class GatherStatus(BaseModel):
     deadline: datetime | None
     last_error: str = Field(default="", description="the MQ work failing now, and why")
     legs: list[LegStatus] = Field(default_factory=list)
+    complete_when: str = "all"
 
 
 class ReceivedLeg(BaseModel):
@@ -230,6 +278,7 @@ class PutResponseInput(BaseModel):
     reply_to_qmgr: str = ""
     started_at: datetime | None = None
     reason: str = Field(default="", description="the operator's reason (RELEASED, CANCELLED)")
+    closed_by: str = ""
     attempts_before: int = Field(
         default=0, ge=0, description="PUT attempts already made and failed in earlier rounds"
     )
@@ -242,6 +291,16 @@ class PutResponseResult(BaseModel):
     queues: list[str]
     msg_id: str
     error: str = ""
+
+
+class SendRequestInput(BaseModel):
+    """Activity input: PUT a leg's request again (new MsgId, same CorrelId), once."""
+
+    aggregate: AggregateSpec
+    gather_id: str
+    leg: str
+    attempt: int = Field(ge=2)
+    request: LegRequest
 
 
 class RouteInput(BaseModel):
@@ -273,6 +332,8 @@ class GatherResult(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     legs: list[LegStatus] = Field(default_factory=list)
+    complete_when: str = "all"
+    closed_by: str = Field(default="", description="the rule, the deadline, lost legs...")
 
 
 def gather_id(aggregate: str, correl_id: bytes) -> str:

@@ -158,6 +158,7 @@ class Metrics:
     completion_latency: metrics.Histogram
     leg_latency: metrics.Histogram
     routed: metrics.Counter
+    rerequests: metrics.Counter
     bridge_replies: metrics.Counter
     bridge_moved: metrics.Counter
     bridge_batch_size: metrics.Histogram
@@ -186,6 +187,9 @@ def instruments() -> Metrics:
         ),
         routed=meter.create_counter(
             "mqgather.replies.routed", description="late, unknown, duplicate, failure replies"
+        ),
+        rerequests=meter.create_counter(
+            "mqgather.legs.rerequested", description="leg requests PUT again, by leg"
         ),
         bridge_replies=meter.create_counter("mqgather.bridge.replies", description="replies got"),
         bridge_moved=meter.create_counter(

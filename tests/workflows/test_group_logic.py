@@ -75,7 +75,7 @@ def test_complete_only_with_every_number_up_to_the_last_in_any_order(order):
     state = started()
     for i, seq in enumerate(order):
         logic.take_replies(SPEC, state, [reply(seq, last=seq == 5)], T0, "g")
-        done = logic.decide(state, T0) == "COMPLETE"
+        done = logic.decide(SPEC, state, T0) == "COMPLETE"
         assert done == (i == 4)
     assert [leg.sequence for leg in state.expected] == [1, 2, 3, 4, 5]
     assert state.request_msg_id == b"REQ-1".ljust(24, b"\0")
@@ -88,7 +88,7 @@ def test_a_timeout_names_the_missing_numbers_and_an_unknown_end():
     open_end = started()
     logic.take_replies(SPEC, open_end, [reply(1), reply(3)], T0, "g")
     assert logic.missing(open_end) == ["Reply2", logic.GROUP_END]
-    assert logic.decide(open_end, T0) is None
+    assert logic.decide(SPEC, open_end, T0) is None
 
 
 def test_a_duplicate_sequence_number_is_a_duplicate_leg():
@@ -96,7 +96,7 @@ def test_a_duplicate_sequence_number_is_a_duplicate_leg():
     logic.take_replies(SPEC, state, [reply(1), reply(1, n=99), reply(2, last=True)], T0, "g")
     assert state.duplicates == 1
     assert [item.kind for item in state.outbox] == [Destination.DUPLICATE]
-    assert logic.decide(state, T0) == "COMPLETE"
+    assert logic.decide(SPEC, state, T0) == "COMPLETE"
 
 
 def test_replies_past_the_end_or_a_late_end_marker_go_to_the_unknown_queue():

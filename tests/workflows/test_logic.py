@@ -109,7 +109,7 @@ def test_replies_fill_legs_and_the_state_follows():
     assert state.state == "PARTIAL" and logic.missing(state) == ["STOCK", "TAX"]
     logic.take_replies(s, state, [reply(2, "TAX"), reply(3, "STOCK")], T0, GATHER)
     assert logic.received_names(state) == ["CREDIT", "STOCK", "TAX"]
-    assert logic.decide(state, T0) == "COMPLETE"
+    assert logic.decide(spec(), state, T0) == "COMPLETE"
 
 
 def test_a_redelivery_is_counted_once_and_changes_nothing():
@@ -213,20 +213,20 @@ def test_static_start_files_held_replies_and_starts_the_timer():
 
 def test_decide_order_cancel_complete_release_timeout():
     state = registered()
-    assert logic.decide(state, T0) is None
-    assert logic.decide(state, T0 + timedelta(seconds=30)) == "TIMEOUT"
+    assert logic.decide(spec(), state, T0) is None
+    assert logic.decide(spec(), state, T0 + timedelta(seconds=30)) == "TIMEOUT"
     state.release = "ops"
-    assert logic.decide(state, T0) == "RELEASED"
+    assert logic.decide(spec(), state, T0) == "RELEASED"
     for n, leg in enumerate(LEGS):
         state.received[leg.name] = [reply(n, leg.name)]
-    assert logic.decide(state, T0) == "COMPLETE"
+    assert logic.decide(spec(), state, T0) == "COMPLETE"
     state.cancel = "withdrawn"
-    assert logic.decide(state, T0) == "CANCELLED"
+    assert logic.decide(spec(), state, T0) == "CANCELLED"
 
 
 def test_an_unregistered_gather_does_not_time_out():
     state = GatherState(deadline=T0)
-    assert logic.decide(state, T0 + timedelta(days=1)) is None
+    assert logic.decide(spec(), state, T0 + timedelta(days=1)) is None
 
 
 def test_next_timer():
@@ -243,7 +243,7 @@ def test_next_timer():
 
 def test_release_extend_cancel_on_an_open_gather():
     state = registered()
-    moved = logic.extend(state, 5, T0 + timedelta(seconds=1))
+    moved = logic.extend(spec(), state, 5, T0 + timedelta(seconds=1))
     assert moved.accepted and moved.deadline == T0 + timedelta(seconds=6) == state.deadline
     released = logic.release(spec(), state, "ops", T0)
     assert released.accepted and released.message == "ops" and state.release == "ops"
@@ -258,7 +258,7 @@ def test_operator_updates_are_refused_once_closed(update):
     state.state = "COMPLETE"
     before = state.model_copy(deep=True)
     if update == "extend":
-        result = logic.extend(state, 60, T0)
+        result = logic.extend(spec(), state, 60, T0)
     else:
         result = getattr(logic, update)(spec(), state, "late", T0)
     assert not result.accepted and result.state == "COMPLETE" and result.message
@@ -280,7 +280,7 @@ def test_release_or_cancel_before_registration_takes_the_held_replies(update):
     assert result.accepted and state.held == []
     assert logic.received_names(state) == ["TAX"]  # the aggregate's legs took it
     assert routed(state) == [(Destination.UNKNOWN, 2)]  # no leg for it: routed, not lost
-    outcome = logic.decide(state, T0)
+    outcome = logic.decide(spec(), state, T0)
     assert outcome == ("RELEASED" if update == "release" else "CANCELLED")
     inp = logic.response_input(s, state, b"C" * 24, GATHER, outcome)
     assert [leg.leg.name for leg in inp.legs] == ["TAX"] and inp.reason == "ops"
@@ -296,7 +296,7 @@ def test_release_before_registration_without_aggregate_legs_routes_them_unknown(
 def test_extend_before_registration_moves_the_unknown_deadline():
     s, state = spec(unknown_timeout_seconds=5), GatherState()
     logic.take_replies(s, state, [reply(1, "TAX")], T0, GATHER)
-    result = logic.extend(state, 60, T0 + timedelta(seconds=1))
+    result = logic.extend(spec(), state, 60, T0 + timedelta(seconds=1))
     assert result.deadline == state.unknown_deadline == T0 + timedelta(seconds=61)
     assert not logic.unknown_expired(state, T0 + timedelta(seconds=30))
 
@@ -347,7 +347,7 @@ def test_response_input_status_and_result():
     assert [leg.leg.name for leg in inp.legs] == ["CREDIT", "TAX"]  # leg order, not arrival
     assert inp.missing == ["STOCK"] and inp.reply_to_q == "REQ.REPLY"
     assert inp.request_msg_id == b"M" * 24 and inp.outcome == "TIMEOUT"
-    current = logic.status(s, state, b"C" * 24, GATHER)
+    current = logic.status(s, state, b"C" * 24, GATHER, T0)
     assert (current.legs_received, current.legs_missing) == (["CREDIT", "TAX"], ["STOCK"])
     state.state = "TIMEOUT"
     done = logic.result(s, state, b"C" * 24, GATHER, None, T0)
@@ -395,7 +395,7 @@ def apply(s: AggregateSpec, events) -> GatherState:
 def test_outcome_and_merged_legs_do_not_depend_on_arrival_order(case):
     s, events, shuffled, distinct = case
     canonical, other = apply(s, events), apply(s, shuffled)
-    assert logic.decide(other, T0) == logic.decide(canonical, T0)
+    assert logic.decide(spec(), other, T0) == logic.decide(spec(), canonical, T0)
     assert logic.received_names(other) == logic.received_names(canonical)
     assert logic.missing(other) == logic.missing(canonical)
     for field in ("duplicates", "redeliveries", "unknown", "state"):
@@ -433,7 +433,7 @@ def test_a_failing_round_is_recorded_backs_off_and_clears_on_success():
     note = logic.error_note(state)
     assert note.startswith("failing since 2026-01-01 00:00:00 UTC after 12 attempts")
     assert note.endswith("PUT of the response: MQRC_Q_FULL (2053): queue 'R'")
-    assert "MQRC_Q_FULL" in logic.status(spec(), state, b"C" * 24, GATHER).last_error
+    assert "MQRC_Q_FULL" in logic.status(spec(), state, b"C" * 24, GATHER, T0).last_error
     assert "⚠ failing since" in logic.details(state, T0)
     assert logic.attempt_succeeded(state) and not logic.attempt_succeeded(state)
     assert (logic.error_note(state), logic.failed_attempts(state), state.failing_since) == (
