@@ -82,3 +82,7 @@ DEFAULT_DEPLOYMENT = "mqgather"
 COMPRESS_PAYLOADS_ABOVE_BYTES = 1024
 #: Where /metrics listens unless told otherwise: this host only.
 DEFAULT_METRICS_HOST = "127.0.0.1"
+
+#: Before a workflow ends or continues as new it waits this long for one event from the
+#: server, so a signal racing its close is taken rather than lost (names.PATCH_SETTLE).
+SETTLE_SECONDS = 0.001

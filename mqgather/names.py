@@ -28,6 +28,10 @@ COLLECT_WORKFLOW = "Collect"
 SIGNAL_COLLECT = "collect"
 ACTIVITY_PUT_BATCH = "put_batch"
 
+#: Patch: before a workflow ends or continues as new, it waits for one server event, so
+#: a signal racing its close is taken (see workflows.gather).
+PATCH_SETTLE = "settle-before-close"
+
 AGGREGATE_NAME = SearchAttributeKey.for_keyword("AggregateName")
 CORREL_ID = SearchAttributeKey.for_keyword("CorrelId")
 GATHER_STATE = SearchAttributeKey.for_keyword("GatherState")

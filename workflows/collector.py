@@ -21,6 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from mqgather import names
+    from mqgather.constants import SETTLE_SECONDS
     from workflows import collect_logic as logic
     from workflows.collect_models import (
         BatchStatus,
@@ -38,6 +39,7 @@ PUT_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=2
 )
 PUT_TIMEOUT = timedelta(seconds=60)
+SETTLE = timedelta(seconds=SETTLE_SECONDS)  # see workflows.gather
 #: A batch's delay counts from the bridge's receipt of its first message, not from the
 #: workflow task that took it in. Collectors recorded before replay as they ran.
 PATCH_DELAY_FROM_ARRIVAL = "delay-from-arrival"
@@ -88,17 +90,29 @@ class CollectorWorkflow:
                 await self._put_first()
                 logic.expire(self.s, workflow.now())
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
-                workflow.continue_as_new(
-                    CollectorInput(
-                        collector=self.spec, destination=self.destination, carried=self.s
+                if await self._settled():
+                    workflow.continue_as_new(
+                        CollectorInput(
+                            collector=self.spec, destination=self.destination, carried=self.s
+                        )
                     )
-                )
+                continue  # messages came meanwhile: take them first
             self._publish()
             self._wake = False
             with contextlib.suppress(TimeoutError):  # the batch's delay is over
                 await workflow.wait_condition(
                     lambda: self._wake, timeout=logic.next_timer(self.s, workflow.now())
                 )
+
+    async def _settled(self) -> bool:
+        """Wait for one event from the server before continuing as new (see
+        ``workflows.gather.SETTLE``); True when no signal or update came meanwhile."""
+        if not workflow.patched(names.PATCH_SETTLE):
+            return True  # recorded before this step existed
+        self._wake = False
+        await workflow.sleep(SETTLE)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return not self._wake
 
     async def _put_first(self) -> None:
         batch = self.s.ready[0]

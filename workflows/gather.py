@@ -21,6 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from mqgather import names
+    from mqgather.constants import SETTLE_SECONDS
     from workflows import legs, logic
     from workflows.models import (
         CancelInput,
@@ -54,6 +55,13 @@ ACTIVITY_TIMEOUT = timedelta(seconds=60)
 #: Re-requests of lost legs (a command the gather did not issue before): recorded as a
 #: patch marker the first time a gather makes one.
 PATCH_REREQUEST = "rerequest-lost-legs"
+#: Before a gather ends (or continues as new) it waits for one event from the server
+#: (``names.PATCH_SETTLE``). A local activity's result is not an event of its own: when a
+#: signal races the close, the server refuses the closing task, and on the retry the SDK
+#: delivers the activity's result ahead of the signal, so a gather ending right after its
+#: PUT ended without seeing it, and its reply was lost. A racing signal comes with the
+#: timer's event instead, ahead of it.
+SETTLE = timedelta(seconds=SETTLE_SECONDS)
 
 
 # The versioning behavior (pinned) is the versioned worker's default, not set here: the
@@ -158,7 +166,7 @@ class GatherWorkflow:
                     linger_until = workflow.now()  # cancelled while lingering: stop now
                 continue
             await workflow.wait_condition(workflow.all_handlers_finished)
-            if not self.s.outbox:
+            if not self.s.outbox and await self._settled():
                 break
         return logic.result(self.spec, self.s, self.correl_id, self.id, response, workflow.now())
 
@@ -180,9 +188,11 @@ class GatherWorkflow:
                 await self._send_requests()
                 continue  # time passed: decide again
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
-                workflow.continue_as_new(
-                    GatherInput(aggregate=self.spec, correl_id=self.correl_id, carried=self.s)
-                )
+                if await self._settled():
+                    workflow.continue_as_new(
+                        GatherInput(aggregate=self.spec, correl_id=self.correl_id, carried=self.s)
+                    )
+                continue  # something came meanwhile: take it first
             self._wake = False
             # Published only while waiting (and at the end): a gather completed by one
             # batch costs one visibility update, not two.
@@ -191,6 +201,16 @@ class GatherWorkflow:
                 await workflow.wait_condition(
                     lambda: self._wake, timeout=logic.next_timer(self.s, workflow.now())
                 )
+
+    async def _settled(self) -> bool:
+        """Wait for one event from the server (see ``PATCH_SETTLE``); True when nothing
+        came meanwhile, so the gather may end now."""
+        if not workflow.patched(names.PATCH_SETTLE):
+            return True  # recorded before this step existed
+        self._wake = False
+        await workflow.sleep(SETTLE)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return not self._wake and not self.s.outbox
 
     async def _cancelled(self) -> PutResponseResult | None:
         """Finish a gather whose workflow was cancelled, wherever it was."""

@@ -1,0 +1,280 @@
+"""Completion rules, optional legs and re-requests of a lost leg end to end, on the dev
+server and the embedded queue manager (crashes included)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import multiprocessing as mp
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQRO_PASS_CORREL_ID, MQMessage
+from mqgather.config import AggregateSpec, LegSpec
+from mqgather.names import PROP_ATTEMPT, PROP_MISSING, PROP_STATE, PROP_USED
+from tests.harness import Pipeline, pipeline, status, until
+from workflows.gather import GatherWorkflow
+from workflows.models import CancelInput, RerequestInput, SendRequestInput
+
+NAMES = ("CREDIT", "STOCK", "STOCK_ALT")
+CTX = mp.get_context("spawn")
+
+
+def three(**credit) -> tuple[LegSpec, ...]:
+    return (LegSpec(name="CREDIT", sequence=1, **credit), LegSpec(name="STOCK", sequence=2),
+            LegSpec(name="STOCK_ALT", sequence=3))  # fmt: skip
+
+
+async def _in_order(p: Pipeline, spec: AggregateSpec, order: tuple[str, ...]):
+    """Replies one at a time, each after the gather took the one before (or closed);
+    the order, the MsgIds put and the gather's result."""
+    sent = await p.scatter(spec)
+    handle = p.handle(spec, sent.correl_id)
+    put = []
+    for n, leg in enumerate(order):
+        put.append(p.reply(spec, sent.correl_id, leg, json.dumps({"n": n}).encode()).msg_id)
+        await until(
+            lambda: status(handle),
+            lambda st, n=n: len(st.legs_received) > n or st.state == "COMPLETE",
+            60,
+        )
+    return order, put, await p.result(spec, sent.correl_id)
+
+
+#: Each rule, and how many replies of an arrival order it needs at least.
+RULES = {
+    "all": lambda order: 3,
+    "any": lambda order: 1,
+    "quorum:2": lambda order: 2,
+    "CREDIT and (STOCK or STOCK_ALT)": lambda order: (
+        1 + max(order.index("CREDIT"), min(order.index("STOCK"), order.index("STOCK_ALT")))
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+async def test_each_rule_in_every_order_names_the_legs_used_and_missing(
+    temporal_env, tmp_path, rule
+):
+    spec = AggregateSpec(name=f"rule-{list(RULES).index(rule)}", legs=three(),
+                         complete_when=rule, timeout_seconds=120)  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        runs = await asyncio.gather(
+            *(_in_order(p, spec, order) for order in itertools.permutations(NAMES))
+        )
+        used = {result.correl_id: len(result.legs_received) for _, _, result in runs}
+        # Every reply after the rule held is routed late: none is lost, none kept twice.
+        late = sum(len(NAMES) - n for n in used.values())
+        await until(lambda: _depth(p, spec.late_queue), lambda depth: depth >= late, 30)
+        late_ids = [m.msg_id for m in p.messages(spec.late_queue)]
+        responses = {m.correl_id.hex(): m for m in p.messages(spec.response_queue)}
+    assert len(late_ids) == late == len(set(late_ids))
+    assert len(responses) == len(runs) == 6
+    for order, put, result in runs:
+        assert result.state == "COMPLETE" and result.closed_by == "rule", (order, result)
+        # The rule held with these replies; a reply that raced the decision may be among
+        # them (it came before the decision was recorded), never one that came after.
+        taken = len(result.legs_received)
+        assert taken >= RULES[rule](order), order
+        assert set(result.legs_received) == set(order[:taken])
+        assert set(put) - set(late_ids) == set(put[:taken])
+        missing = [name for name in NAMES if name not in result.legs_received]
+        assert result.legs_missing == missing
+        response = responses[result.correl_id]
+        assert response.properties[PROP_USED] == ",".join(result.legs_received)
+        assert response.properties[PROP_MISSING] == ",".join(missing)
+        body = json.loads(response.body)
+        assert sorted(body["legs"]) == sorted(n.lower() for n in result.legs_received)
+        assert body["missing"] == [n.lower() for n in missing]
+
+
+async def _depth(p: Pipeline, queue: str) -> int:
+    return p.depth(queue)
+
+
+async def test_an_optional_leg_that_never_answers_ends_at_its_own_deadline(temporal_env, tmp_path):
+    legs = (LegSpec(name="CREDIT"), LegSpec(name="STOCK"),
+            LegSpec(name="STOCK_ALT", required=False, timeout_seconds=1.5))  # fmt: skip
+    spec = AggregateSpec(name="optional", legs=legs, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "STOCK", b"{}")
+        p.reply(spec, sent.correl_id, "CREDIT", b"{}")
+        result = await p.result(spec, sent.correl_id, timeout=60)
+        response = await p.wait_message(spec.response_queue)
+        assert p.empty(spec.timeout_queue)
+    assert result.state == "COMPLETE" and result.legs_missing == ["STOCK_ALT"]
+    assert result.closed_by == "rule"
+    assert result.started_at and result.ended_at
+    assert (result.ended_at - result.started_at).total_seconds() < 60  # not the gather's 300 s
+    assert [leg.lost for leg in result.legs] == [False, False, True]
+    assert response.properties[PROP_STATE] == "COMPLETE"
+
+
+def _requests(path: Path, queue: str) -> list[MQMessage]:
+    """Take every request waiting on ``queue`` (a consuming back end)."""
+    taken = []
+    with LocalQueueManager(path) as qm:
+        while True:
+            try:
+                taken.append(qm.get(queue, syncpoint=False))
+            except NoMessageAvailable:
+                return taken
+
+
+def _answer(p: Pipeline, spec: AggregateSpec, request: MQMessage, leg: str) -> None:
+    """A back end answering as MQ asks: CorrelId passed on when the request says so."""
+    correl = request.correl_id if request.report & MQRO_PASS_CORREL_ID else request.msg_id
+    p.reply(spec, correl, leg, b'{"answered":true}')
+
+
+async def _dropped_then_answered(p: Pipeline, spec: AggregateSpec):
+    sent = await p.scatter(spec)
+    p.reply(spec, sent.correl_id, "STOCK", b"{}")
+    p.reply(spec, sent.correl_id, "STOCK_ALT", b"{}")
+    first = await p.wait_message("BACKEND.CREDIT", timeout=60)  # dropped by the back end
+    second = await p.wait_message("BACKEND.CREDIT", timeout=60)
+    _answer(p, spec, second, "CREDIT")
+    result = await p.result(spec, sent.correl_id, timeout=60)
+    return [first, second, *_requests(p.path, "BACKEND.CREDIT")], result
+
+
+def _check_asked_twice(requests: list[MQMessage], result, correl: bytes) -> None:
+    assert len(requests) == 2, [r.properties for r in requests]
+    first, second = requests
+    assert second.correl_id == first.correl_id == correl
+    assert second.msg_id != first.msg_id and second.body == first.body
+    assert second.properties[PROP_ATTEMPT] == 2 and PROP_ATTEMPT not in first.properties
+    assert second.reply_to_q == first.reply_to_q
+    assert result.state == "COMPLETE" and result.legs_missing == []
+    assert [leg.attempts for leg in result.legs] == [2, 1, 1]
+
+
+RETRYING = dict(retries=3, retry_after_seconds=1.0, retry_backoff=4.0)
+
+
+async def test_a_dropped_request_is_asked_again_and_the_gather_completes(temporal_env, tmp_path):
+    spec = AggregateSpec(name="heal", legs=three(**RETRYING), timeout_seconds=120)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        requests, result = await _dropped_then_answered(p, spec)
+        correl = bytes.fromhex(result.correl_id)
+        query = f"LegsRerequested = 'CREDIT' AND WorkflowId = '{p.handle(spec, correl).id}'"
+        await until(lambda: temporal_env.client.count_workflows(query), lambda c: c.count == 1)
+    _check_asked_twice(requests, result, correl)
+
+
+async def test_a_leg_that_never_answers_is_asked_n_plus_one_times_then_the_rule_decides(
+    temporal_env, tmp_path
+):
+    legs = three(retries=2, retry_after_seconds=0.5, retry_backoff=1.0, required=False)
+    spec = AggregateSpec(name="giveup", legs=legs, timeout_seconds=120)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "STOCK", b"{}")
+        p.reply(spec, sent.correl_id, "STOCK_ALT", b"{}")
+        taken: list[MQMessage] = []
+        handle = p.handle(spec, sent.correl_id)
+
+        async def consumed_all() -> object:
+            taken.extend(await asyncio.to_thread(_requests, p.path, "BACKEND.CREDIT"))
+            return await handle.describe()
+
+        await until(consumed_all, lambda d: d.status.name != "RUNNING", 60)
+        result = await p.result(spec, sent.correl_id)
+        taken.extend(_requests(p.path, "BACKEND.CREDIT"))
+    assert len(taken) == 3 and len({m.msg_id for m in taken}) == 3
+    assert [m.properties.get(PROP_ATTEMPT) for m in taken] == [None, 2, 3]
+    assert result.state == "COMPLETE" and result.legs_missing == ["CREDIT"]
+    assert result.legs[0].attempts == 3 and result.legs[0].lost
+
+
+async def test_an_operator_re_requests_a_leg_by_hand(temporal_env, tmp_path):
+    spec = AggregateSpec(name="byhand", legs=three(), keep_requests=True, timeout_seconds=120)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        first = await p.wait_message("BACKEND.STOCK")
+        handle = p.handle(spec, sent.correl_id)
+        unknown = await handle.execute_update(GatherWorkflow.rerequest, RerequestInput(leg="TAX"))
+        done = await handle.execute_update(GatherWorkflow.rerequest, RerequestInput(leg="STOCK"))
+        again = await p.wait_message("BACKEND.STOCK")
+        current = await status(handle)
+        await handle.execute_update(GatherWorkflow.cancel, CancelInput(reason="test over"))
+    assert not unknown.accepted and "not a leg" in unknown.message
+    assert done.accepted and again.correl_id == first.correl_id
+    assert again.properties[PROP_ATTEMPT] == 2
+    assert [leg.attempts for leg in current.legs] == [1, 2, 1]
+
+
+def _run_dying_worker(address: str, path: str, task_queue: str, marker: str, when: str) -> None:
+    """A worker whose first re-request dies by SIGKILL: before its PUT, or after the PUT
+    was committed and before Temporal heard of it."""
+    from temporalio import activity
+
+    import activities.mq as mq
+    from mqgather.names import ACTIVITY_SEND_REQUEST
+    from mqgather.runtime.codec import data_converter
+    from workers.worker import build_worker
+
+    original = mq.MQActivities.send_request
+
+    @activity.defn(name=ACTIVITY_SEND_REQUEST)
+    def dying(self, inp: SendRequestInput) -> str:
+        if when == "before":
+            Path(marker).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        msg_id = original(self, inp)
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+        return msg_id
+
+    mq.MQActivities.send_request = dying  # type: ignore[method-assign]
+
+    async def main() -> None:
+        client = await Client.connect(address, data_converter=data_converter(None))
+        worker = build_worker(client, lambda: LocalQueueManager(path), task_queue=task_queue)
+        await worker.run()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_a_worker_killed_around_the_re_request_put_sends_it_exactly_once(
+    temporal_env, tmp_path, when
+):
+    spec = AggregateSpec(name=f"heal-{when}", legs=three(**RETRYING), timeout_seconds=120)
+    address = temporal_env.client.service_client.config.target_host
+    marker = tmp_path / "died"
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_worker=False) as p:
+        dying = CTX.Process(
+            target=_run_dying_worker, args=(address, str(p.path), p.task_queue, str(marker), when)
+        )
+        dying.start()
+        try:
+            sent = await p.scatter(spec)
+            p.reply(spec, sent.correl_id, "STOCK", b"{}")
+            p.reply(spec, sent.correl_id, "STOCK_ALT", b"{}")
+            first = await p.wait_message("BACKEND.CREDIT", timeout=60)
+            await asyncio.to_thread(dying.join, 60)
+            assert marker.exists() and dying.exitcode == -signal.SIGKILL
+            from workers.worker import build_worker
+
+            worker = build_worker(temporal_env.client, p.connect, task_queue=p.task_queue)
+            async with worker:
+                # The new worker makes the same decision again; the ledger keeps the PUT
+                # the dead one may have committed from happening twice.
+                handle = p.handle(spec, sent.correl_id)
+                await until(lambda: status(handle), lambda st: st.legs[0].attempts == 2, 60)
+                second = await p.wait_message("BACKEND.CREDIT", timeout=60)
+                _answer(p, spec, second, "CREDIT")
+                result = await p.result(spec, sent.correl_id, timeout=60)
+                rest = _requests(p.path, "BACKEND.CREDIT")
+        finally:
+            dying.kill()
+    _check_asked_twice([first, second, *rest], result, sent.correl_id)
