@@ -33,6 +33,7 @@ from mqgather.names import (
     PROP_GATHER_ID,
     PROP_MISSING,
     PROP_REASON,
+    PROP_REREQUESTED,
     PROP_STATE,
     PROP_USED,
 )
@@ -123,6 +124,8 @@ class MQActivities:
         }
         if inp.reason:
             properties[PROP_REASON] = inp.reason
+        if inp.rerequested:
+            properties[PROP_REREQUESTED] = ",".join(inp.rerequested)
         telemetry.inject(properties)  # the requester can continue the gather's trace
         # Attempts count across the workflow's rounds (it retries after showing the error).
         final = inp.attempts_before + activity.info().attempt >= spec.delivery_attempts
@@ -189,7 +192,7 @@ class MQActivities:
         spec = inp.aggregate
         key = ledger_key("request", inp.gather_id, inp.leg, str(inp.attempt))
         sent = inp.request.message
-        properties = {**sent.properties, PROP_ATTEMPT: inp.attempt}
+        properties = {**sent.properties, PROP_ATTEMPT: inp.attempt, PROP_REASON: inp.reason}
         message = sent.model_copy(
             update={
                 "msg_id": key,

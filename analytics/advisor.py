@@ -10,10 +10,18 @@ beyond the arrivals the answer is only "above the configured timeout".
 
 Only gathers that ended by completion or timeout count; released and cancelled ones
 were ended by an operator.
+
+When one leg is much slower than the others, raising the whole gather's timeout for it
+makes every gather that lacks another leg wait as long: ``leg_deadlines`` advises a
+deadline of its own for that leg instead.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+import pandas as pd
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -111,3 +119,55 @@ def timeout_advice(facts: DataFrame, targets: tuple[float, ...] = TARGETS) -> Da
         )
         .orderBy("aggregate", F.col("leg") == WHOLE_GATHER, "leg")
     )
+
+
+#: A leg whose advised timeout is at least this many times the next slowest leg's is
+#: advised a deadline of its own.
+SLOW_LEG_RATIO = 2.0
+
+
+@dataclass(frozen=True)
+class LegDeadline:
+    """Advice for one aggregate: give its slow leg a deadline of its own (the leg's
+    ``timeout_seconds``) and bound the gather by the other legs (its ``timeout_seconds``),
+    instead of raising the whole gather's timeout for one leg."""
+
+    aggregate: str
+    leg: str
+    leg_timeout_ms: float
+    gather_timeout_ms: float
+    configured_ms: float
+
+    def text(self) -> str:
+        """One sentence an operator can act on."""
+        return (
+            f"{self.aggregate}: leg {self.leg} needs {self.leg_timeout_ms / 1000:.3g} s, the "
+            f"other legs {self.gather_timeout_ms / 1000:.3g} s: give {self.leg} its own "
+            f"timeout_seconds = {math.ceil(self.leg_timeout_ms / 100) / 10:g} (and optional "
+            "if the response can go without it), and the gather's timeout can be "
+            f"{math.ceil(self.gather_timeout_ms / 100) / 10:g} s instead of "
+            f"{self.configured_ms / 1000:g} s"
+        )
+
+
+def leg_deadlines(advice: pd.DataFrame, rate: float = 0.01) -> list[LegDeadline]:
+    """From ``timeout_advice`` (as pandas): each aggregate whose slowest leg needs at
+    least ``SLOW_LEG_RATIO`` times the timeout of the next slowest, at target ``rate``."""
+    column = target_column(rate)
+    found = []
+    for aggregate, rows in advice.groupby("aggregate", sort=True):
+        legs = rows[(rows["leg"] != WHOLE_GATHER) & rows[column].notna()]
+        if len(legs) < 2:
+            continue
+        slow, second = legs.sort_values(column, ascending=False).iloc[:2].to_dict("records")
+        if slow[column] >= SLOW_LEG_RATIO * second[column]:
+            found.append(
+                LegDeadline(
+                    str(aggregate),
+                    str(slow["leg"]),
+                    float(slow[column]),
+                    float(second[column]),
+                    float(slow["configured_ms"]),
+                )
+            )
+    return found

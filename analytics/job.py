@@ -19,7 +19,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from analytics.advisor import timeout_advice
+from analytics.advisor import leg_deadlines, timeout_advice
 from analytics.histories import collect
 from analytics.report import ReportData, batch_charts, charts, html_report, millis, percent, when
 from analytics.transforms import (
@@ -152,6 +152,7 @@ def analyze(
             "first_end": F.min("end_time"),
             "last_end": F.max("end_time"),
             "events": F.sum("events"),
+            "rerequests": F.sum("rerequests"),
         },
     ).first()
     assert totals is not None
@@ -198,6 +199,8 @@ def analyze(
         "duplicates": int(totals["duplicates"] or 0),
         "unknown": int(totals["unknown"] or 0),
         "most_missed_leg": missed["most_missed_leg"] if missed else "",
+        "leg_deadlines": [found.text() for found in leg_deadlines(advice_df)],
+        "rerequests": int(totals["rerequests"] or 0),
         "most_missed_by_aggregate": {
             str(r["aggregate"]): str(r["most_missed_leg"] or "")
             for r in per_aggregate.to_dict("records")
@@ -250,7 +253,8 @@ def format_summary(result: Analysis) -> str:
         "completion latency p50/p95/p99: "
         + "/".join("-" if s[k] is None else f"{s[k]:.0f}" for k in ("p50_ms", "p95_ms", "p99_ms"))
         + " ms",
-        f"late {s['late']}, duplicates {s['duplicates']}, unknown {s['unknown']}",
+        f"late {s['late']}, duplicates {s['duplicates']}, unknown {s['unknown']}, "
+        f"leg re-requests {s['rerequests']}",
         "most-missed leg: "
         + (", ".join(f"{agg}: {leg}" for agg, leg in s["most_missed_by_aggregate"].items() if leg)
            or "none"),
@@ -262,6 +266,7 @@ def format_summary(result: Analysis) -> str:
         lines.insert(-1, f"{s['batches']} collector batches of {s['batched_messages']} messages "
                          f"to {s['destinations']} destinations (closed by {reasons}); "
                          f"first-message wait p50/p95/p99 {waits}")  # fmt: skip
+    lines[-1:-1] = [f"advice: {text}" for text in s["leg_deadlines"]]
     for name, reason in result.skipped.items():
         lines.append(f"skipped {name}: {reason}")
     lines.append(f"written to {result.out}: facts/ and batch_facts/ (Parquet), trends.csv, "

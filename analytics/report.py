@@ -22,7 +22,7 @@ import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analytics.advisor import TARGETS, WHOLE_GATHER, target_column
+from analytics.advisor import TARGETS, WHOLE_GATHER, leg_deadlines, target_column
 from analytics.transforms import OUTCOMES
 
 
@@ -243,6 +243,13 @@ def _advice_table(aggregate: str, advice: pd.DataFrame) -> str:
     return _rows(f"advice-{aggregate}", header, rows)
 
 
+def _leg_deadlines(advice: pd.DataFrame) -> str:
+    """The advice to give a slow leg a deadline of its own, if any."""
+    return "".join(
+        f'<p class="advice">{html.escape(found.text())}.</p>' for found in leg_deadlines(advice)
+    )
+
+
 def _image(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     return (
@@ -283,7 +290,7 @@ def _section(aggregate: str, data: ReportData, images: list[Path]) -> str:
         "arrival latencies observed (from the gather's start to the leg's first arrival), "
         "beside the configured one. Arrivals after the configured timeout are not observed, "
         "so a target that needs more is shown as above it. Released and cancelled gathers "
-        "are not counted.</p>" + _advice_table(aggregate, advice)
+        "are not counted.</p>" + _advice_table(aggregate, advice) + _leg_deadlines(advice)
         if not advice.empty
         else "<p>No completed or timed-out gathers to advise on.</p>"
     )

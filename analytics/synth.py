@@ -8,6 +8,7 @@ import base64
 import json
 import random
 import uuid
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -47,6 +48,7 @@ class Truth:
     duplicates: int = 0
     leg_bytes: dict[str, int] = field(default_factory=dict)
     held_legs: int = 0
+    leg_attempts: dict[str, int] = field(default_factory=dict)
 
 
 def _payload(value: BaseModel) -> dict[str, Any]:
@@ -143,6 +145,8 @@ def synthesize(
             h.task(t)
         done_ms = 3000.0 if missing else max(arrivals.values()) + round(rng.uniform(2, 20), 3)
         t_end = t0 + timedelta(milliseconds=done_ms)
+        # About one leg in seven was asked again (its own draw: the rest stays as it was).
+        attempts = {leg: 1 + (zlib.crc32(f"{gid}|{leg}".encode()) % 7 == 0) for leg in LEGS}
         h.add(t_end, "MARKER_RECORDED", {"markerName": "core_local_activity"})
         h.task(t_end)
         outcome = "TIMEOUT" if missing else "COMPLETE"
@@ -154,7 +158,9 @@ def synthesize(
             started_at=t0, ended_at=t_end,
             legs=[LegStatus(name=leg, received=leg in leg_bytes, replies=int(leg in leg_bytes),
                             bytes=leg_bytes.get(leg, 0),
-                            held=leg_bytes.get(leg, 0) > _HELD_ABOVE) for leg in LEGS],
+                            held=leg_bytes.get(leg, 0) > _HELD_ABOVE, attempts=attempts[leg])
+                  for leg in LEGS],
+            closed_by="deadline" if missing else "rule",
         )  # fmt: skip
         h.add(t_end, "WORKFLOW_EXECUTION_COMPLETED", {"result": {"payloads": [_payload(result)]}})
         line = json.dumps(
@@ -164,5 +170,15 @@ def synthesize(
         held = sum(size > _HELD_ABOVE for size in leg_bytes.values())
         yield (
             line,
-            Truth(gid, outcome, missing, done_ms, arrivals, 1 if duplicate else 0, leg_bytes, held),
+            Truth(
+                gid,
+                outcome,
+                missing,
+                done_ms,
+                arrivals,
+                1 if duplicate else 0,
+                leg_bytes,
+                held,
+                attempts,
+            ),
         )

@@ -82,9 +82,10 @@ _RESULT = struct_of(
     {
         **dict.fromkeys(
             ("gather_id", "aggregate", "correl_id", "state", "legs_expected", "legs_received",
-             "legs_missing", "duplicates", "redeliveries", "late", "unknown")
+             "legs_missing", "duplicates", "redeliveries", "late", "unknown", "complete_when",
+             "closed_by")
         ),
-        "legs": dict.fromkeys(("name", "received", "bytes", "held")),
+        "legs": dict.fromkeys(("name", "received", "bytes", "held", "attempts")),
     },
 )  # fmt: skip
 # What the job reads of a collector: its start input and each batch PUT's result.
@@ -233,6 +234,18 @@ def gather_facts(histories: DataFrame) -> DataFrame:
         F.when(F.col("r.legs").isNull(), F.lit(0))
         .otherwise(F.size(F.filter("r.legs", lambda leg: leg["held"])))
         .alias("held_legs"),
+        # Requests per leg, the first included (older gathers: none recorded, so 1).
+        F.coalesce(
+            F.map_from_entries(
+                F.transform(
+                    "r.legs",
+                    lambda leg: F.struct(leg["name"], F.coalesce(leg["attempts"], F.lit(1))),
+                )
+            ),
+            F.create_map().cast("map<string,bigint>"),
+        ).alias("leg_attempts"),
+        F.coalesce("r.complete_when", F.lit("all")).alias("complete_when"),
+        F.coalesce("r.closed_by", F.lit("")).alias("closed_by"),
         # Every reply in arrival order, with the time of the signal that brought it.
         F.flatten(
             F.transform(
@@ -315,6 +328,12 @@ def gather_facts(histories: DataFrame) -> DataFrame:
             "reply_bytes"
         ),
         "held_legs",
+        "leg_attempts",
+        F.aggregate(
+            F.map_values("leg_attempts"), F.lit(0).cast("bigint"), lambda a, b: a + b - 1
+        ).alias("rerequests"),
+        "complete_when",
+        "closed_by",
     )
 
 

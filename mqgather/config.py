@@ -349,7 +349,8 @@ def default_aggregates() -> dict[str, AggregateSpec]:
 
 DEMO_LEGS = (
     LegSpec(name="CREDIT", sequence=10),
-    LegSpec(name="STOCK", sequence=20),
+    # Asked again once when silent (the demo drops some first requests of it).
+    LegSpec(name="STOCK", sequence=20, retries=1, retry_after_seconds=2.5),
     LegSpec(name="TAX", sequence=30),
 )
 

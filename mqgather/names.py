@@ -114,6 +114,8 @@ PROP_BACKOUT_COUNT = "mqgather_backout_count"
 PROP_STATE = "mqgather_state"
 PROP_MISSING = "mqgather_missing"
 PROP_USED = "mqgather_used"
+#: On a response: the legs whose request the gather sent again (absent when none).
+PROP_REREQUESTED = "mqgather_rerequested"
 #: On a re-request: which request of the leg it is (2 for the first re-request).
 PROP_ATTEMPT = "mqgather_attempt"
 #: On a collector's batch: its destination, how many messages, why it closed.

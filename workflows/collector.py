@@ -90,13 +90,13 @@ class CollectorWorkflow:
                 await self._put_first()
                 logic.expire(self.s, workflow.now())
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
-                if await self._settled():
-                    workflow.continue_as_new(
-                        CollectorInput(
-                            collector=self.spec, destination=self.destination, carried=self.s
-                        )
+                # What came with the settling event is in the state the next run carries.
+                await self._settled()
+                workflow.continue_as_new(
+                    CollectorInput(
+                        collector=self.spec, destination=self.destination, carried=self.s
                     )
-                continue  # messages came meanwhile: take them first
+                )
             self._publish()
             self._wake = False
             with contextlib.suppress(TimeoutError):  # the batch's delay is over

@@ -188,11 +188,12 @@ class GatherWorkflow:
                 await self._send_requests()
                 continue  # time passed: decide again
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
-                if await self._settled():
-                    workflow.continue_as_new(
-                        GatherInput(aggregate=self.spec, correl_id=self.correl_id, carried=self.s)
-                    )
-                continue  # something came meanwhile: take it first
+                # Whatever came with the settling event is in the state the next run
+                # carries (its outbox and re-requests too), so a flood cannot hold it off.
+                await self._settled()
+                workflow.continue_as_new(
+                    GatherInput(aggregate=self.spec, correl_id=self.correl_id, carried=self.s)
+                )
             self._wake = False
             # Published only while waiting (and at the end): a gather completed by one
             # batch costs one visibility update, not two.
@@ -251,6 +252,7 @@ class GatherWorkflow:
                 leg=item.leg,
                 attempt=item.attempt,
                 request=self.s.requests[item.leg],
+                reason=item.reason,
             )
             work = f"re-request {item.attempt} of leg {item.leg}"
             await self._mq_work(work, names.ACTIVITY_SEND_REQUEST, lambda: sent, str)  # noqa: B023 - awaited in this iteration

@@ -398,6 +398,7 @@ def response_input(
         started_at=state.started_at,
         reason=_operator_reason(state, outcome),
         closed_by=state.closed_by,
+        rerequested=[leg.name for leg in state.expected if leg.name in state.rerequested],
     )
 
 

@@ -279,6 +279,7 @@ class PutResponseInput(BaseModel):
     started_at: datetime | None = None
     reason: str = Field(default="", description="the operator's reason (RELEASED, CANCELLED)")
     closed_by: str = ""
+    rerequested: list[str] = Field(default_factory=list, description="legs asked again")
     attempts_before: int = Field(
         default=0, ge=0, description="PUT attempts already made and failed in earlier rounds"
     )
@@ -301,6 +302,7 @@ class SendRequestInput(BaseModel):
     leg: str
     attempt: int = Field(ge=2)
     request: LegRequest
+    reason: str = ""
 
 
 class RouteInput(BaseModel):

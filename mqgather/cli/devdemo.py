@@ -59,14 +59,14 @@ def drive(
     """Send N requests at a rate with planned drops, late and duplicate replies to a
     running stack (`mqgather dev`), show progress, and end with the outcomes beside the
     plan. Needs back ends that honour the planned fates, as `mqgather dev` runs."""
-    from workers.demo.driver import Rates, expected_counts, plan_requests
+    from workers.demo.driver import Rates, expected_counts, plan_requests, retrying_legs
     from workers.demo.driver import drive as do_drive
     from workers.demo.harness import counts_for
 
     spec = load_config(config_path).aggregate(name)
     rates = Rates(drop=drop_rate, late=late_rate, duplicate=duplicate_rate)
     plans = plan_requests(n, spec, rates, seed)
-    expected = expected_counts(plans, 0, 0)
+    expected = expected_counts(plans, 0, 0, retrying_legs(spec))
     ours = {plan.correl_id for plan in plans}
     console = Console(stderr=True)
 
@@ -213,7 +213,13 @@ def demo(
     Then the collector: messages batched by destination under rules from its database,
     with a table of batches per destination and close reason, reconciled."""
     from workers.demo.collect import run_section, set_rules
-    from workers.demo.driver import Rates, expected_counts, plan_requests, put_strays
+    from workers.demo.driver import (
+        Rates,
+        expected_counts,
+        plan_requests,
+        put_strays,
+        retrying_legs,
+    )
     from workers.demo.driver import drive as do_drive
     from workers.demo.harness import counts, ensure_server, latencies, percentile, until_ready
 
@@ -240,7 +246,7 @@ def demo(
     rates = Rates()
     plans = plan_requests(n, spec, rates)
     unknown, poison = round(n * rates.unknown), round(n * rates.poison)
-    expected = expected_counts(plans, unknown, poison)
+    expected = expected_counts(plans, unknown, poison, retrying_legs(spec))
 
     async def main(stop: asyncio.Event) -> dict[str, Any]:
         client = await ensure_server(stack, lambda line: console.print(line, soft_wrap=True))
@@ -325,7 +331,9 @@ def _summary(figures: dict[str, Any], expected: dict[str, int], title: str) -> N
     table.add_column("")
     table.add_column("count", justify="right")
     table.add_column("planned", justify="right")
-    for key in ("requests", "completed", "timed_out", "late", "unknown", "duplicates", "failures"):
+    shown = ("requests", "completed", "timed_out", "late", "unknown", "duplicates", "failures",
+             "rerequested")  # fmt: skip
+    for key in shown:
         mark = "" if figures[key] == expected[key] else " ✗"
         table.add_row(key.replace("_", " "), str(figures[key]), f"{expected[key]}{mark}")
     lat = figures.get("latency_ms")

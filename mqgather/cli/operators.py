@@ -24,6 +24,7 @@ from mqgather.names import (
     UPDATE_CANCEL,
     UPDATE_EXTEND,
     UPDATE_RELEASE,
+    UPDATE_REREQUEST,
 )
 from mqgather.runtime.temporal import connect
 from workflows.models import (
@@ -32,6 +33,7 @@ from workflows.models import (
     GatherResult,
     LegStatus,
     ReleaseInput,
+    RerequestInput,
     UpdateResult,
     gather_id,
 )
@@ -236,13 +238,11 @@ def _operator_command(help_text: str, option: Callable[[F], F]) -> Callable[[F],
     return make
 
 
-def _reason_option(default: str) -> Callable[[F], F]:
-    return click.option(
-        "--reason",
-        default=default,
-        show_default=True,
-        help="Recorded in the response (mqgather_reason) and the gather's result.",
-    )
+def _reason_option(
+    default: str,
+    help_text: str = "Recorded in the response (mqgather_reason) and the gather's result.",
+) -> Callable[[F], F]:
+    return click.option("--reason", default=default, show_default=True, help=help_text)
 
 
 @_operator_command("PUT what a gather has now, as a RELEASED response.",
@@ -266,4 +266,21 @@ def cancel(correl_id: str, name: str | None, reason: str, as_json: bool) -> None
     _operate(correl_id, name, as_json, UPDATE_CANCEL, CancelInput(reason=reason))
 
 
-COMMANDS = [scatter, status, release, extend, cancel]
+def _leg_and_reason(fn: F) -> F:
+    fn = _reason_option("re-requested by an operator", "Carried by the request (mqgather_reason).")(
+        fn
+    )
+    return click.argument("leg")(fn)
+
+
+@_operator_command(
+    "PUT a leg's request again now: the request scatter sent, with a new MsgId and the "
+    "same CorrelId. The leg's request must have been kept (retries on the leg, or "
+    "keep_requests on the aggregate); it counts as one of the leg's attempts.",
+    _leg_and_reason,
+)
+def rerequest(correl_id: str, name: str | None, leg: str, reason: str, as_json: bool) -> None:
+    _operate(correl_id, name, as_json, UPDATE_REREQUEST, RerequestInput(leg=leg, reason=reason))
+
+
+COMMANDS = [scatter, status, release, extend, cancel, rerequest]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from analytics.advisor import WHOLE_GATHER, target_column, timeout_advice
+from analytics.advisor import WHOLE_GATHER, leg_deadlines, target_column, timeout_advice
 from analytics.transforms import pick_window
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -77,3 +77,18 @@ def test_an_exponential_distribution_gives_its_quantiles(spark):
 )  # fmt: skip
 def test_the_window_follows_the_span(span, window):
     assert pick_window(span) == window
+
+
+def test_a_slow_leg_is_advised_a_deadline_of_its_own(spark):
+    """Leg B takes ten times as long as A: B gets its own deadline, the gather A's."""
+    rows = [_fact("slowleg", i, "COMPLETE", {"A": float(i), "B": 10.0 * i}, 20_000.0)
+            for i in range(1, 1001)]  # fmt: skip
+    rows += [_fact("even", i, "COMPLETE", {"A": float(i), "B": 1.5 * i}, 5000.0)
+             for i in range(1, 101)]  # fmt: skip
+    frame = spark.createDataFrame(rows, COLUMNS)
+    found = leg_deadlines(timeout_advice(frame).toPandas())
+    assert [(d.aggregate, d.leg) for d in found] == [("slowleg", "B")]  # not "even"
+    (advice,) = found
+    assert (advice.leg_timeout_ms, advice.gather_timeout_ms) == (9900.0, 990.0)
+    assert "give B its own timeout_seconds = 9.9" in advice.text()
+    assert "the gather's timeout can be 1 s instead of 20 s" in advice.text()

@@ -35,7 +35,12 @@ def test_facts_match_the_synthetic_truth(spark, tmp_path):
         assert row["leg_bytes"] == t.leg_bytes
         assert row["reply_bytes"] == sum(t.leg_bytes.values())
         assert row["held_legs"] == t.held_legs
+        assert row["leg_attempts"] == t.leg_attempts
+        assert row["rerequests"] == sum(t.leg_attempts.values()) - len(t.leg_attempts)
+        assert row["complete_when"] == "all"
+        assert row["closed_by"] == ("deadline" if t.outcome == "TIMEOUT" else "rule")
     assert any(t.held_legs for t in truth)  # the sample has held replies to count
+    assert any(n > 1 for t in truth for n in t.leg_attempts.values())  # and re-requests
 
 
 def test_trends_percentiles_are_exact(spark, tmp_path):

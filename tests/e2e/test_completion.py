@@ -18,10 +18,11 @@ from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQRO_PASS_CORREL_ID, MQMessage
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.names import PROP_ATTEMPT, PROP_MISSING, PROP_STATE, PROP_USED
+from mqgather.names import PROP_ATTEMPT, PROP_MISSING, PROP_REASON, PROP_STATE, PROP_USED
+from tests.e2e.test_operators import cli
 from tests.harness import Pipeline, pipeline, status, until
 from workflows.gather import GatherWorkflow
-from workflows.models import CancelInput, RerequestInput, SendRequestInput
+from workflows.models import CancelInput, SendRequestInput
 
 NAMES = ("CREDIT", "STOCK", "STOCK_ALT")
 CTX = mp.get_context("spawn")
@@ -197,19 +198,23 @@ async def test_a_leg_that_never_answers_is_asked_n_plus_one_times_then_the_rule_
 
 async def test_an_operator_re_requests_a_leg_by_hand(temporal_env, tmp_path):
     spec = AggregateSpec(name="byhand", legs=three(), keep_requests=True, timeout_seconds=120)
-    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
-        sent = await p.scatter(spec)
+    client = temporal_env.client
+    async with pipeline(client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec, correl_id=b"HAND-1")
         first = await p.wait_message("BACKEND.STOCK")
-        handle = p.handle(spec, sent.correl_id)
-        unknown = await handle.execute_update(GatherWorkflow.rerequest, RerequestInput(leg="TAX"))
-        done = await handle.execute_update(GatherWorkflow.rerequest, RerequestInput(leg="STOCK"))
+        unknown = await cli(client, "rerequest", "HAND-1", "TAX")
+        done = await cli(client, "rerequest", "HAND-1", "STOCK", "--reason", "supplier back")
         again = await p.wait_message("BACKEND.STOCK")
-        current = await status(handle)
+        shown = await cli(client, "status", "HAND-1")
+        handle = p.handle(spec, sent.correl_id)
         await handle.execute_update(GatherWorkflow.cancel, CancelInput(reason="test over"))
-    assert not unknown.accepted and "not a leg" in unknown.message
-    assert done.accepted and again.correl_id == first.correl_id
+    assert unknown.returncode != 0 and b"TAX is not a leg of this gather" in unknown.stderr
+    assert done.returncode == 0, done.stderr
+    assert b"leg STOCK: request 2 goes out now" in done.stdout
+    assert again.correl_id == first.correl_id and again.body == first.body
     assert again.properties[PROP_ATTEMPT] == 2
-    assert [leg.attempts for leg in current.legs] == [1, 2, 1]
+    assert again.properties[PROP_REASON] == "supplier back"
+    assert b"STOCK: missing, 2 requests" in shown.stdout, shown.stdout
 
 
 def _run_dying_worker(address: str, path: str, task_queue: str, marker: str, when: str) -> None:

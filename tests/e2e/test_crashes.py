@@ -183,7 +183,7 @@ async def _connect_when_up(address: str) -> Client:
 @pytest.mark.timeout(400)
 def test_demo_from_a_shell(tmp_path):
     from mqgather.config import default_aggregates
-    from workers.demo.driver import Rates, expected_counts, plan_requests
+    from workers.demo.driver import Rates, expected_counts, plan_requests, retrying_legs
 
     state = tmp_path / "state"
     out = subprocess.run(
@@ -195,8 +195,12 @@ def test_demo_from_a_shell(tmp_path):
     assert out.returncode == 0, out.stderr.decode()[-3000:]
     figures = __import__("json").loads(out.stdout.decode().strip().splitlines()[-1])
     rates = Rates()
-    plans = plan_requests(200, default_aggregates()["orders"], rates)
-    expected = expected_counts(plans, round(200 * rates.unknown), round(200 * rates.poison))
+    spec = default_aggregates()["orders"]
+    plans = plan_requests(200, spec, rates)
+    expected = expected_counts(
+        plans, round(200 * rates.unknown), round(200 * rates.poison), retrying_legs(spec)
+    )
+    assert expected["rerequested"] >= round(200 * rates.lost)  # the demo shows one at least
     assert figures["completed"] + figures["timed_out"] == 200
     for key, value in expected.items():
         assert figures[key] == value, key

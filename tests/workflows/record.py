@@ -197,6 +197,51 @@ async def group_gap_duplicate(p: Pipeline, s: AggregateSpec) -> bytes:
     return group
 
 
+async def quorum(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "TAX", b"{}")
+    p.reply(s, g.correl_id, "STOCK", b"{}")
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
+async def expression_late(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "STOCK", b"{}")
+    await until(lambda: status(p.handle(s, g.correl_id)), lambda st: st.legs_received)
+    p.reply(s, g.correl_id, "CREDIT", b"{}")
+    await p.wait_message(s.response_queue)
+    p.reply(s, g.correl_id, "TAX", b"{}")  # the rule held without it: late
+    await p.wait_message(s.late_queue)
+    return g.correl_id
+
+
+async def optional_leg(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "CREDIT", b"{}")
+    p.reply(s, g.correl_id, "STOCK", b"{}")
+    await p.result(s, g.correl_id)  # at TAX's own deadline
+    return g.correl_id
+
+
+async def leg_lost(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "STOCK", b"{}")
+    await p.result(s, g.correl_id)  # TIMEOUT at CREDIT's own deadline
+    return g.correl_id
+
+
+async def rerequested(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "STOCK", b"{}")
+    p.reply(s, g.correl_id, "TAX", b"{}")
+    await p.wait_message("BACKEND.CREDIT")  # the back end drops the first request
+    again = await p.wait_message("BACKEND.CREDIT")
+    p.reply(s, again.correl_id, "CREDIT", b"{}")
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
 GROUP = {"legs": (), "mode": "static", "leg_identification": "group", "merge": "json",
          "timeout_seconds": 2}  # fmt: skip
 SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
@@ -213,7 +258,15 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
     "merge_failed": (merge_failed, {}),
     "continue_as_new": (continue_as_new, {"duplicate_queue": ""}),
     "group_gap_duplicate": (group_gap_duplicate, GROUP),
-}
+    "quorum": (quorum, {"complete_when": "quorum:2"}),
+    "expression_late": (expression_late, {"complete_when": "CREDIT and (STOCK or TAX)"}),
+    "optional_leg": (optional_leg, {"legs": (*LEGS[:2], LegSpec(name="TAX", sequence=30,
+                                    required=False, timeout_seconds=1))}),
+    "leg_lost": (leg_lost, {"legs": (LegSpec(name="CREDIT", sequence=10, timeout_seconds=1),
+                                     *LEGS[1:])}),
+    "rerequested": (rerequested, {"legs": (LegSpec(name="CREDIT", sequence=10, retries=2,
+                                           retry_after_seconds=1), *LEGS[1:])}),
+}  # fmt: skip
 
 Collect = Callable[[Collecting, str], Awaitable[None]]
 

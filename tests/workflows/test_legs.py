@@ -181,7 +181,7 @@ def test_a_required_leg_is_needed_whatever_the_rule(rule):
 
 
 def test_details_show_each_legs_requests_and_deadline():
-    s, state = retrying(timeout_seconds=20)
+    _, state = retrying(timeout_seconds=20)
     legs.plan_rerequests(state, at(2))
     shown = logic.details(state, at(3))
     assert "| CREDIT | **missing** | 2 requests, next 00:00:06, deadline 00:00:20 |" in shown

@@ -18,11 +18,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
 from analytics.replay import ReplayReport, read_histories, replay
-from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW
+from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW, PATCH_SETTLE
 from mqgather.runtime.codec import KeyRing, data_converter, parse_key_ring
 from tests.workers.gather_v2 import CollectorV2, GatherV2
 from tests.workflows.record import COLLECT_SCENARIOS, HISTORIES, KEYS_FILE, SCENARIOS
 from workflows.collector import PATCH_DELAY_FROM_ARRIVAL
+from workflows.gather import PATCH_REREQUEST
 
 SETS = sorted(p for p in HISTORIES.iterdir() if p.is_dir())
 FILES = sorted(p for p in HISTORIES.glob("*/*.json") if not p.name.startswith("_"))
@@ -59,14 +60,18 @@ def test_the_recorded_sets_cover_every_path():
     report = ReplayReport()
     read_histories([HISTORIES / LATEST], report)
     assert report.kinds[COLLECT_WORKFLOW] == len(list((HISTORIES / LATEST).glob("collect_*")))
-    # Both sides of the collector's patch are recorded: without it, and with it.
-    assert not patches(FIRST_COLLECTORS) and patches(LATEST) == {PATCH_DELAY_FROM_ARRIVAL}
+    # Both sides of each patch are recorded: without it, and with it.
+    assert not patches(FIRST_COLLECTORS)
+    assert patches(LATEST) == {PATCH_DELAY_FROM_ARRIVAL, PATCH_SETTLE}
+    assert not patches(BEFORE_RULES, "*.json") & {PATCH_SETTLE, PATCH_REREQUEST}
+    assert patches(LATEST, "rerequested.json") == {PATCH_SETTLE, PATCH_REREQUEST}
+    assert patches(LATEST, "complete_first_late.json") == {PATCH_SETTLE}
 
 
-def patches(name: str) -> set[str]:
-    """The patches the collector histories of a set carry."""
+def patches(name: str, files: str = "collect_*.json") -> set[str]:
+    """The patches the histories of a set carry (its collectors', by default)."""
     found = set()
-    for path in (HISTORIES / name).glob("collect_*.json"):
+    for path in (HISTORIES / name).glob(files):
         for event in WorkflowHistory.from_json(path.stem, path.read_text()).events:
             if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
                 details = event.marker_recorded_event_attributes.details
@@ -77,9 +82,11 @@ def patches(name: str) -> set[str]:
 
 #: The first set written by ``tests.workflows.record`` (every later one covers as much).
 RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
-#: The newest set: every path the recorder knows, gathers over a logical group and the
-#: collector's among them.
-LATEST = "0.1.0-df265dd3ea98"
+#: The newest set: every path the recorder knows, gathers over a logical group, the
+#: collector's, completion rules, optional legs, leg deadlines and a re-request among them.
+LATEST = "0.1.0-cca4a9cd535a"
+#: The last set before completion rules and the wait before closing.
+BEFORE_RULES = "0.1.0-df265dd3ea98"
 #: The first set with collectors, before their delay counted from the bridge's receipt.
 FIRST_COLLECTORS = "0.1.0-200b488af0f8"
 

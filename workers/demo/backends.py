@@ -18,13 +18,14 @@ from pydantic import BaseModel, Field
 from bridge.mq.errors import MQError, NoMessageAvailable
 from bridge.mq.models import Match, MQMessage, PutOptions
 from bridge.mq.transport import Transport
-from mqgather.names import PROP_AGGREGATE
+from mqgather.names import PROP_AGGREGATE, PROP_ATTEMPT
 
 log = logging.getLogger("mqgather.backends")
 
 #: Request property that tells a simulated back end what to do with this leg.
 FATE_PROPERTY = "mqgather_sim"
-Fate = Literal["ok", "drop", "late", "dup"]
+#: lost: the first request is dropped, a re-request answered.
+Fate = Literal["ok", "drop", "late", "dup", "lost"]
 
 
 class BackendBehaviour(BaseModel):
@@ -49,7 +50,7 @@ def fate_of(request: MQMessage, behaviour: BackendBehaviour) -> Fate:
     """The request's fate: its ``mqgather_sim`` property, else drawn from the rates
     (deterministically from the MsgId and leg, so a run can be repeated)."""
     told = request.properties.get(FATE_PROPERTY)
-    if told in ("ok", "drop", "late", "dup"):
+    if told in ("ok", "drop", "late", "dup", "lost"):
         return told  # type: ignore[return-value]
     leg = str(request.properties.get(behaviour.leg_property, ""))
     digest = hashlib.sha256(request.msg_id + leg.encode()).digest()
@@ -85,6 +86,7 @@ class BackendStats:
     dropped: int = 0
     late: int = 0
     duplicated: int = 0
+    rerequests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, **counts: int) -> None:
@@ -119,9 +121,16 @@ def serve(
                 leg = str(request.properties.get(behaviour.leg_property, queue))
                 fate = fate_of(request, behaviour)
                 delay = (behaviour.latency_ms + behaviour.jitter_ms * _unit(request)) / 1000
-                if fate == "drop":
+                again = PROP_ATTEMPT in request.properties
+                if again:
+                    stats.add(rerequests=1)
+                # Planned outcomes stay exact: only a "lost" leg's re-request is answered
+                # (the others' first request is answered, dropped or late as planned).
+                if fate == "drop" or (fate == "lost") != again:
                     stats.add(dropped=1)
                     continue
+                if fate == "lost":
+                    fate = "ok"
                 if fate == "late":
                     stats.add(late=1)
                     delay = behaviour.late_after_seconds
@@ -131,7 +140,9 @@ def serve(
                     delay = 0.0  # answered at once, twice: never the gather's last leg
                 for copy in range(copies):
                     reply = MQMessage(
-                        correl_id=request.msg_id,
+                        # As the request's report options ask: a re-request passes its
+                        # CorrelId on (its MsgId is new), a first request its MsgId.
+                        correl_id=request.reply_correl_id(),
                         properties={
                             behaviour.leg_property: leg,
                             PROP_AGGREGATE: request.properties.get(PROP_AGGREGATE, ""),

@@ -37,6 +37,8 @@ class Rates:
     drop: float = 0.02
     late: float = 0.02
     duplicate: float = 0.03
+    #: A first request dropped and its re-request answered (legs with retries only).
+    lost: float = 0.02
     unknown: float = 0.02
     poison: float = 0.01
 
@@ -48,10 +50,12 @@ def plan_requests(n: int, spec: AggregateSpec, rates: Rates, seed: int = 7) -> l
     names = [leg.name for leg in spec.legs]
     fates: list[Fate] = ["ok"] * n
     offset = 0
+    retrying = [leg.name for leg in spec.legs if leg.retries]
     special: tuple[tuple[float, Fate], ...] = (
         (rates.drop, "drop"),
         (rates.late, "late"),
         (rates.duplicate, "dup"),
+        (rates.lost if retrying else 0.0, "lost"),
     )
     for rate, fate in special:
         count = min(round(n * rate), n)
@@ -62,14 +66,31 @@ def plan_requests(n: int, spec: AggregateSpec, rates: Rates, seed: int = 7) -> l
             fates[slot] = fate
         offset += max(1, n // 7)
     return [
-        RequestPlan(new_gather_key(), fate, rng.choice(names) if fate != "ok" else None)
-        for fate in fates
+        RequestPlan(new_gather_key(), fate, _leg_for(fate, names, retrying, rng)) for fate in fates
     ]
 
 
-def expected_counts(plans: list[RequestPlan], unknown: int, poison: int) -> dict[str, int]:
-    """What a correct run ends with, given the plans."""
+def _leg_for(fate: Fate, names: list[str], retrying: list[str], rng: random.Random) -> str | None:
+    if fate == "ok":
+        return None
+    return rng.choice(retrying if fate == "lost" else names)
+
+
+def retrying_legs(spec: AggregateSpec) -> frozenset[str]:
+    """The aggregate's legs with re-requests."""
+    return frozenset(leg.name for leg in spec.legs if leg.retries)
+
+
+def expected_counts(
+    plans: list[RequestPlan], unknown: int, poison: int, retrying: frozenset[str] = frozenset()
+) -> dict[str, int]:
+    """What a correct run ends with, given the plans and the legs with retries: a lost
+    leg is asked again and completes; a dropped or late leg with retries is asked again
+    too (and the gather still times out)."""
     timed_out = sum(1 for p in plans if p.fate in ("drop", "late"))
+    again = sum(
+        1 for p in plans if p.fate == "lost" or (p.fate in ("drop", "late") and p.leg in retrying)
+    )
     return {
         "requests": len(plans),
         "completed": len(plans) - timed_out,
@@ -78,6 +99,7 @@ def expected_counts(plans: list[RequestPlan], unknown: int, poison: int) -> dict
         "unknown": unknown,
         "duplicates": sum(1 for p in plans if p.fate == "dup"),
         "failures": poison,
+        "rerequested": again,
     }
 
 

@@ -17,7 +17,7 @@ from temporalio.client import Client
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
 from mqgather.errors import MQGatherError
-from mqgather.names import TASK_QUEUE
+from mqgather.names import PROP_REREQUESTED, TASK_QUEUE
 from mqgather.routing import Destination, queue_for
 from mqgather.runtime.temporal import TemporalUnavailable, connect
 from workers.demo.stack import DevStack
@@ -84,11 +84,17 @@ async def until_ready(
 
 
 def counts(qm: Transport, spec: AggregateSpec) -> dict[str, int]:
-    """How many messages each destination of the aggregate holds now."""
+    """How many messages each destination of the aggregate holds now, and how many of
+    its responses say a leg was asked again."""
     out = {}
     for key, kind in COUNTED.items():
         queue = queue_for(spec, kind)
         out[key] = qm.inquire(queue).curdepth if queue else 0
+    out["rerequested"] = sum(
+        PROP_REREQUESTED in m.properties
+        for kind in (Destination.RESPONSE, Destination.TIMEOUT)
+        for m in qm.browse(queue_for(spec, kind))
+    )
     return out
 
 
@@ -99,6 +105,11 @@ def counts_for(qm: Transport, spec: AggregateSpec, correl_ids: set[bytes]) -> di
     for key, kind in COUNTED.items():
         queue = queue_for(spec, kind)
         out[key] = sum(1 for m in qm.browse(queue) if m.correl_id in correl_ids) if queue else 0
+    out["rerequested"] = sum(
+        PROP_REREQUESTED in m.properties and m.correl_id in correl_ids
+        for kind in (Destination.RESPONSE, Destination.TIMEOUT)
+        for m in qm.browse(queue_for(spec, kind))
+    )
     return out
 
 

@@ -5,26 +5,60 @@ from __future__ import annotations
 from bridge.mq.models import MQMessage
 from mqgather.config import default_aggregates
 from workers.demo.backends import FATE_PROPERTY, BackendBehaviour, fate_of
-from workers.demo.driver import Rates, expected_counts, plan_requests
+from workers.demo.driver import Rates, expected_counts, plan_requests, retrying_legs
 
 SPEC = default_aggregates()["orders"]
 
 
 def test_plan_has_each_fate_in_proportion_and_unique_correl_ids():
-    plans = plan_requests(200, SPEC, Rates(drop=0.02, late=0.02, duplicate=0.03))
+    plans = plan_requests(200, SPEC, Rates(drop=0.02, late=0.02, duplicate=0.03, lost=0.02))
     fates = [p.fate for p in plans]
     assert (fates.count("drop"), fates.count("late"), fates.count("dup")) == (4, 4, 6)
+    assert fates.count("lost") == 4
     assert len({p.correl_id for p in plans}) == 200
     assert all(p.leg in {"CREDIT", "STOCK", "TAX"} for p in plans if p.fate != "ok")
+    assert {p.leg for p in plans if p.fate == "lost"} == {"STOCK"}  # the leg with retries
 
 
 def test_expected_counts_follow_the_plan():
-    plans = plan_requests(100, SPEC, Rates(drop=0.05, late=0.03, duplicate=0.02))
-    expected = expected_counts(plans, unknown=2, poison=1)
+    plans = plan_requests(100, SPEC, Rates(drop=0.05, late=0.03, duplicate=0.02, lost=0.02))
+    expected = expected_counts(plans, unknown=2, poison=1, retrying=retrying_legs(SPEC))
+    stock_lost = sum(p.fate in ("drop", "late") and p.leg == "STOCK" for p in plans)
     assert expected == {
         "requests": 100, "completed": 92, "timed_out": 8, "late": 3, "unknown": 2,
-        "duplicates": 2, "failures": 1,
+        "duplicates": 2, "failures": 1, "rerequested": 2 + stock_lost,
     }  # fmt: skip
+
+
+def test_a_lost_leg_is_dropped_first_and_answered_when_asked_again(tmp_path):
+    from bridge.mq.local_qm import LocalQueueManager
+    from bridge.mq.models import MQRO_PASS_CORREL_ID, PutOptions, QueueAttributes
+    from mqgather.names import PROP_ATTEMPT
+    from workers.demo.backends import start_backends
+
+    path = tmp_path / "qm.db"
+    with LocalQueueManager(path) as qm:
+        for name in ("REQ.Q", "REPLY.Q"):
+            qm.define(QueueAttributes(name=name))
+        first = MQMessage(msg_id=b"G" * 24, correl_id=b"G" * 24, reply_to_q="REPLY.Q",
+                          properties={"leg": "STOCK", FATE_PROPERTY: "lost"})  # fmt: skip
+        asked = {**first.properties, PROP_ATTEMPT: 2}
+        again = first.model_copy(
+            update={"msg_id": b"N" * 24, "report": MQRO_PASS_CORREL_ID, "properties": asked}
+        )
+        qm.put("REQ.Q", first, PutOptions(syncpoint=False))
+        qm.put("REQ.Q", again, PutOptions(syncpoint=False))
+    stop, stats, threads = start_backends(lambda: LocalQueueManager(path), ["REQ.Q"],
+                                          BackendBehaviour(latency_ms=0, jitter_ms=0))  # fmt: skip
+    try:
+        with LocalQueueManager(path) as qm:
+            reply = qm.get("REPLY.Q", wait_ms=10_000, syncpoint=False)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(5)
+    assert reply.correl_id == b"G" * 24  # the gather's, passed on; not the new MsgId
+    assert (stats.requests, stats.dropped, stats.rerequests, stats.replies) == (2, 1, 1, 1)
 
 
 def test_fate_property_wins_and_rates_are_deterministic():
