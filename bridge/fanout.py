@@ -120,6 +120,14 @@ async def scatter(
     chosen = tuple(legs or spec.legs)
     if not chosen:
         raise ScatterError(f"aggregate {spec.name} lists no legs; pass the legs to scatter")
+    names = {leg.name for leg in chosen}
+    rule = spec.rule()
+    needed = {leg.name for leg in chosen if leg.needed(rule.kind)}
+    if not rule.holds(names, needed):
+        raise ScatterError(
+            f"aggregate {spec.name}: complete_when = {rule.text!r} cannot hold over the legs "
+            f"sent ({', '.join(sorted(names))}); send the legs it names"
+        )
     correl = correl_id or new_gather_key()
     if len(correl) > ID_LENGTH:
         raise ScatterError(f"a CorrelId is at most {ID_LENGTH} bytes, not {len(correl)}")

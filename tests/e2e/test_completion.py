@@ -283,3 +283,13 @@ async def test_a_worker_killed_around_the_re_request_put_sends_it_exactly_once(
         finally:
             dying.kill()
     _check_asked_twice([first, second, *rest], result, sent.correl_id)
+
+
+async def test_scatter_refuses_legs_the_rule_cannot_complete_on(temporal_env, tmp_path):
+    from bridge.fanout import ScatterError
+
+    spec = AggregateSpec(name="norule", legs=three(), complete_when="CREDIT and STOCK")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        with pytest.raises(ScatterError, match="cannot hold over the legs sent"):
+            await p.scatter(spec, legs=three()[1:])
+        assert p.empty("BACKEND.STOCK")  # nothing sent
