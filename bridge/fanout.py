@@ -166,7 +166,7 @@ async def scatter(
     try:
         await client.start_workflow(
             GatherWorkflow.run,
-            GatherInput(aggregate=spec, correl_id=correl),
+            GatherInput(aggregate=spec, correl_id=correl, settle=True),
             id=gid,
             task_queue=task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

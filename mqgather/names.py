@@ -28,8 +28,8 @@ COLLECT_WORKFLOW = "Collect"
 SIGNAL_COLLECT = "collect"
 ACTIVITY_PUT_BATCH = "put_batch"
 
-#: Patch: before a workflow ends or continues as new, it waits for one server event, so
-#: a signal racing its close is taken (see workflows.gather).
+#: Patch: before a collector continues as new it waits for one server event, so a signal
+#: racing it is taken (gathers carry the same step in their input; see workflows.gather).
 PATCH_SETTLE = "settle-before-close"
 
 AGGREGATE_NAME = SearchAttributeKey.for_keyword("AggregateName")

@@ -56,11 +56,12 @@ ACTIVITY_TIMEOUT = timedelta(seconds=60)
 #: patch marker the first time a gather makes one.
 PATCH_REREQUEST = "rerequest-lost-legs"
 #: Before a gather ends (or continues as new) it waits for one event from the server
-#: (``names.PATCH_SETTLE``). A local activity's result is not an event of its own: when a
-#: signal races the close, the server refuses the closing task, and on the retry the SDK
-#: delivers the activity's result ahead of the signal, so a gather ending right after its
-#: PUT ended without seeing it, and its reply was lost. A racing signal comes with the
-#: timer's event instead, ahead of it.
+#: (``GatherInput.settle``, set by every starter, so the step costs no patch marker). A
+#: local activity's result is not an event of its own: when a signal races the close,
+#: the server refuses the closing task, and on the retry the SDK delivers the activity's
+#: result ahead of the signal, so a gather ending right after its PUT ended without
+#: seeing it, and its reply was lost. A racing signal comes with the timer's event
+#: instead, ahead of it.
 SETTLE = timedelta(seconds=SETTLE_SECONDS)
 
 
@@ -76,6 +77,7 @@ class GatherWorkflow:
         self.correl_id = inp.correl_id
         self.id = gather_id(inp.aggregate.name, inp.correl_id)
         self.s: GatherState = inp.carried or GatherState()
+        self.settle = inp.settle
         self._wake = False
 
     @workflow.signal(name=names.SIGNAL_EXPECT)
@@ -192,7 +194,12 @@ class GatherWorkflow:
                 # carries (its outbox and re-requests too), so a flood cannot hold it off.
                 await self._settled()
                 workflow.continue_as_new(
-                    GatherInput(aggregate=self.spec, correl_id=self.correl_id, carried=self.s)
+                    GatherInput(
+                        aggregate=self.spec,
+                        correl_id=self.correl_id,
+                        carried=self.s,
+                        settle=self.settle,
+                    )
                 )
             self._wake = False
             # Published only while waiting (and at the end): a gather completed by one
@@ -204,10 +211,10 @@ class GatherWorkflow:
                 )
 
     async def _settled(self) -> bool:
-        """Wait for one event from the server (see ``PATCH_SETTLE``); True when nothing
-        came meanwhile, so the gather may end now."""
-        if not workflow.patched(names.PATCH_SETTLE):
-            return True  # recorded before this step existed
+        """Wait for one event from the server (see ``SETTLE``); True when nothing came
+        meanwhile, so the gather may end now."""
+        if not self.settle:
+            return True  # started before this step existed: replays as it ran
         self._wake = False
         await workflow.sleep(SETTLE)
         await workflow.wait_condition(workflow.all_handlers_finished)

@@ -204,6 +204,11 @@ class GatherInput(BaseModel):
     aggregate: AggregateSpec
     correl_id: bytes
     carried: GatherState | None = None
+    settle: bool = Field(
+        default=False,
+        description="wait for one server event before closing, so a reply racing the close "
+        "is taken (set by every starter; gathers started before it replay without)",
+    )
 
 
 class LegStatus(BaseModel):

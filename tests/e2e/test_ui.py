@@ -85,7 +85,9 @@ def _look(ui: str, aggregate: str, text: str, ids: dict[str, str]) -> dict:
 
 async def test_an_operator_finds_gathers_and_tells_outcomes_apart_in_the_ui(temporal_env, tmp_path):
     aggregate = f"ui{uuid.uuid4().hex[:6]}"
-    spec = AggregateSpec(name=aggregate, legs=LEGS, timeout_seconds=300)
+    # STOCK is asked again when silent: its requests show in the gather's details.
+    stock = LegSpec(name="STOCK", sequence=20, retries=2, retry_after_seconds=1, retry_backoff=10)
+    spec = AggregateSpec(name=aggregate, legs=(LEGS[0], stock, LEGS[2]), timeout_seconds=300)
     client = temporal_env.client
     text = f"ORDER-{uuid.uuid4().hex[:8]}"
     async with pipeline(client, tmp_path, [spec]) as p:
@@ -104,6 +106,7 @@ async def test_an_operator_finds_gathers_and_tells_outcomes_apart_in_the_ui(temp
         await p.result(spec, done.correl_id)
         await p.result(spec, late.correl_id)
         await until(lambda: status(handles["open"]), lambda s: s.state == "PARTIAL")
+        await until(lambda: status(handles["open"]), lambda s: s.legs[1].attempts >= 2)
 
         async def indexed() -> bool:
             for key, want in (("complete", "COMPLETE"), ("timeout", "TIMEOUT")):
@@ -131,4 +134,5 @@ async def test_an_operator_finds_gathers_and_tells_outcomes_apart_in_the_ui(temp
     summary = rf"{aggregate}: CorrelId ['\u2018]{text}['\u2019] hex:{hex_id}"
     assert re.search(summary, detail), detail
     assert "timeout 300 s" in detail  # the static details: how the aggregate is set up
-    assert re.search(r"STOCK\s+missing", detail) and re.search(r"CREDIT\s+received", detail)
+    assert re.search(r"STOCK\s+missing\s+[23] requests", detail), detail
+    assert re.search(r"CREDIT\s+received", detail)
