@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 PACKAGES := mqgather bridge workflows activities workers analytics
 
-.PHONY: demo test lint typecheck unit bench bench-scale bytecode install clean histories browser postgres stack-secrets
+.PHONY: demo test docs lint typecheck unit bench bench-scale bytecode install clean histories browser postgres stack-secrets
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ typecheck: $(STAMP)
 
 unit: bytecode
 	$(BIN)/pytest -q
+
+# The docs site: reference pages from the code, then a strict build (no broken link).
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 test: lint typecheck unit
 

@@ -55,8 +55,10 @@ class CollectorSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(default="", max_length=64)
-    input_queue: str = Field(default=k.COLLECT_IN, min_length=1, max_length=48)
+    name: str = Field(default="", max_length=64, description="the table's NAME")
+    input_queue: str = Field(
+        default=k.COLLECT_IN, min_length=1, max_length=48, description="messages to batch"
+    )
     destination_key: str = Field(
         default="property:destination",
         description="property:NAME, json:dotted.path or xml:/Element/Path",
@@ -66,20 +68,46 @@ class CollectorSpec(BaseModel):
         description="SQLite file, or a postgresql:// URL",
     )
     rule_refresh_seconds: float = Field(
-        default=RULE_REFRESH_SECONDS, gt=0, le=MAX_RULE_REFRESH_SECONDS
+        default=RULE_REFRESH_SECONDS,
+        gt=0,
+        le=MAX_RULE_REFRESH_SECONDS,
+        description="how often the bridge reads the rules again",
     )
     missing_key: Literal["default", "failure"] = Field(
         default="default",
         description="a message without a destination key: the default rule, or the failure queue",
     )
-    default_destination: str = Field(default="DEFAULT", min_length=1, max_length=200)
-    default_queue: str = Field(default=k.COLLECT_DEFAULT_OUT, min_length=1, max_length=48)
-    default_max_messages: int = Field(default=10, ge=1, le=10_000)
-    default_max_delay_seconds: float = Field(default=60.0, gt=0)
-    default_max_bytes: int = Field(default=1024 * 1024, ge=1)
-    default_format: BatchFormat = "xml"
+    default_destination: str = Field(
+        default="DEFAULT",
+        min_length=1,
+        max_length=200,
+        description="the destination a message without a key is batched under",
+    )
+    default_queue: str = Field(
+        default=k.COLLECT_DEFAULT_OUT,
+        min_length=1,
+        max_length=48,
+        description="target of destinations without a rule",
+    )
+    default_max_messages: int = Field(
+        default=10, ge=1, le=10_000, description="without a rule: a batch closes at this many"
+    )
+    default_max_delay_seconds: float = Field(
+        default=60.0, gt=0, description="without a rule: a batch closes this long after its first"
+    )
+    default_max_bytes: int = Field(
+        default=1024 * 1024, ge=1, description="without a rule: a batch closes at this size"
+    )
+    default_format: BatchFormat = Field(
+        default="xml", description="without a rule: how a batch is written"
+    )
     xml_wrapper: str = Field(default="Aggregation", description="root element of xml batches")
-    failure_queue: str = Field(default=k.COLLECT_FAILURE, min_length=1, max_length=48)
+    failure_queue: str = Field(
+        default=k.COLLECT_FAILURE,
+        min_length=1,
+        max_length=48,
+        description="unbatchable messages, intact, with the reason",
+    )
     inline_bytes: int = Field(
         default=k.DEFAULT_INLINE_REPLY_BYTES,
         ge=0,
@@ -87,9 +115,21 @@ class CollectorSpec(BaseModel):
         description="a message whose body and properties are larger waits on hold_queue "
         "until its batch is PUT; its batch keeps a reference",
     )
-    hold_queue: str = Field(default=k.COLLECT_HOLD, min_length=1, max_length=48)
-    ledger_queue: str = Field(default=k.LEDGER_QUEUE, min_length=1, max_length=48)
-    ledger_hours: float = Field(default=168.0, gt=0)
+    hold_queue: str = Field(
+        default=k.COLLECT_HOLD,
+        min_length=1,
+        max_length=48,
+        description="where messages above inline_bytes wait for their batch",
+    )
+    ledger_queue: str = Field(
+        default=k.LEDGER_QUEUE,
+        min_length=1,
+        max_length=48,
+        description="markers of PUTs done (exactly once)",
+    )
+    ledger_hours: float = Field(
+        default=168.0, gt=0, description="how long a PUT's marker is kept (its MQ expiry)"
+    )
     remembered_msg_ids: int = Field(
         default=20_000,
         ge=100,

@@ -26,11 +26,11 @@ class QueueDefinition(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    maxdepth: int = Field(default=k.DEFAULT_MAXDEPTH, ge=0)
-    maxmsgl: int = Field(default=k.DEFAULT_MAXMSGL, ge=0)
-    bothresh: int = Field(default=0, ge=0)
-    boqname: str = Field(default="", max_length=48)
-    descr: str = Field(default="", max_length=64)
+    maxdepth: int = Field(default=k.DEFAULT_MAXDEPTH, ge=0, description="MAXDEPTH")
+    maxmsgl: int = Field(default=k.DEFAULT_MAXMSGL, ge=0, description="MAXMSGL, bytes")
+    bothresh: int = Field(default=0, ge=0, description="BOTHRESH: backouts before BOQNAME")
+    boqname: str = Field(default="", max_length=48, description="BOQNAME: the backout queue")
+    descr: str = Field(default="", max_length=64, description="DESCR")
 
 
 class LegSpec(BaseModel):
@@ -39,8 +39,15 @@ class LegSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
-    sequence: int = Field(default=0, ge=0)
+    name: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$",
+        description="the leg's name, as replies carry it (leg_property) and rules name it",
+    )
+    sequence: int = Field(
+        default=0, ge=0, description="IA72 SequenceNumber: the leg's place in xml/blob merges"
+    )
     request_queue: str = Field(default="", max_length=48, description="where scatter sends it")
     required: bool | None = Field(
         default=None,
@@ -105,7 +112,9 @@ class AggregateSpec(BaseModel):
         description="group: the replies are one MQ logical group; its GroupId is the "
         "gather's key, MsgSeqNumber the leg, the last-in-group message the count",
     )
-    leg_property: str = "leg"
+    leg_property: str = Field(
+        default="leg", description="the message property naming a reply's leg"
+    )
     max_group_size: int = Field(
         default=1000,
         ge=1,
@@ -128,7 +137,9 @@ class AggregateSpec(BaseModel):
         default="first", description="first: from the first registration (ACE); restart: IA72"
     )
     unknown_timeout_seconds: float = Field(default=30.0, ge=0, description="Unknown Msg Timeout")
-    merge: Literal["json", "xml", "blob", "folders"] = "json"
+    merge: Literal["json", "xml", "blob", "folders"] = Field(
+        default="json", description="AggregatedReplyDataType: how the legs become one response"
+    )
     label: str = Field(default="Reply", description="AggregatedReplyLabelName (xml)")
     separator: str = Field(default="", description="SeparatorString (blob)")
     hex_separator: str = Field(default="", description="HexSeparatorString (blob)")
@@ -137,16 +148,25 @@ class AggregateSpec(BaseModel):
         ge=0,
         description="after closing, keep routing late replies (counted in history) this long",
     )
-    duplicates: Literal["first", "last", "all"] = "first"
+    duplicates: Literal["first", "last", "all"] = Field(
+        default="first",
+        description="a second reply for a leg: keep the first, the last, or all of them",
+    )
     destination: Literal["default", "replyToQueue", "destinationList"] = Field(
         default="default", description="AggregatedReplyDestination"
     )
-    destination_list: tuple[str, ...] = ()
-    response_queue: str = k.ORDER_RESPONSE
-    timeout_queue: str = k.GATHER_TIMEOUT
-    late_queue: str = k.GATHER_LATE
-    unknown_queue: str = k.GATHER_UNKNOWN
-    failure_queue: str = k.GATHER_FAILURE
+    destination_list: tuple[str, ...] = Field(
+        default=(), description="DestinationList: the queues each response goes to"
+    )
+    response_queue: str = Field(default=k.ORDER_RESPONSE, description="merged responses")
+    timeout_queue: str = Field(
+        default=k.GATHER_TIMEOUT, description="partial responses (TIMEOUT, CANCELLED)"
+    )
+    late_queue: str = Field(default=k.GATHER_LATE, description="replies after the gather closed")
+    unknown_queue: str = Field(default=k.GATHER_UNKNOWN, description="replies nobody registered")
+    failure_queue: str = Field(
+        default=k.GATHER_FAILURE, description="bad input, intact, with the reason"
+    )
     duplicate_queue: str = Field(
         default=k.GATHER_DUPLICATE,
         description='where duplicate replies go; "" counts them and discards the copy',

@@ -88,19 +88,22 @@ async def collecting(
     refresh: float = 0.5,
     run_bridge: bool = True,
     version: WorkerDeploymentVersion | None = None,
+    rules_db: str | None = None,
+    extra_queues: tuple[str, ...] = (),
 ) -> AsyncIterator[Collecting]:
     """A collector with a worker (of ``version``, when given) and, unless told otherwise,
-    its bridge; its name is made unique, since collector workflows never end."""
+    its bridge; its name is made unique, since collector workflows never end. Its rules
+    are in a fresh SQLite file unless ``rules_db`` names a database."""
     path = tmp_path / "qm.db"
     # Collector workflows never end: a name of its own keeps each test's apart.
     spec = spec.model_copy(
         update={
             "name": f"{spec.name}-{uuid.uuid4().hex[:6]}",
-            "rules_db": str(tmp_path / "rules.db"),
+            "rules_db": rules_db or str(tmp_path / "rules.db"),
             "rule_refresh_seconds": refresh,
         }
     )
-    prepare_queues(path, [*OUT, spec.failure_queue, spec.default_queue])
+    prepare_queues(path, [*OUT, *extra_queues, spec.failure_queue, spec.default_queue])
     with LocalQueueManager(path) as qm:
         qm.define(QueueAttributes(name=spec.input_queue, maxdepth=100_000, bothresh=3))
     task_queue = f"collect-{uuid.uuid4().hex[:10]}"

@@ -79,23 +79,23 @@ def test_cli_fails_at_start_on_an_invalid_file(tmp_path):
     assert "aggregates.a.duplicates" in err
 
 
-def _readme_example() -> dict:
+def _guide_example() -> dict:
     import re
     import tomllib
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    block = re.search(r"```toml\n(\[queues\..*?)```", readme, re.S)
-    assert block, "the README's example configuration is gone"
+    guide = (Path(__file__).parents[2] / "docs" / "guides" / "configuration.md").read_text()
+    block = re.search(r"```toml\n(\[queues\..*?)```", guide, re.S)
+    assert block, "the configuration guide's example configuration is gone"
     return tomllib.loads(block.group(1))
 
 
-def test_queues_setup_defines_every_queue_the_readme_example_names(tmp_path):
+def test_queues_setup_defines_every_queue_the_guide_example_names(tmp_path):
     from bridge.mq.admin import setup_queues
     from bridge.mq.local_qm import LocalQueueManager
     from mqgather.config import parse_config, referenced_queues
 
-    config = parse_config(_readme_example(), "README.md")
+    config = parse_config(_guide_example(), "docs/guides/configuration.md")
     wanted = referenced_queues(config)
     for queue in ("APP.REPLIES", "APP.BACKOUT", "FLIGHT.REQ", "BACKEND.HOTEL", "TRIP.RESPONSE"):
         assert queue in wanted
