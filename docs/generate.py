@@ -171,11 +171,49 @@ def message_properties() -> str:
     return "\n".join(lines) + "\n"
 
 
+def metrics_page() -> str:
+    """Every OpenTelemetry instrument mqgather creates, from the code that creates them."""
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from mqgather import names
+    from mqgather.runtime import telemetry
+
+    # A real provider, so the instruments carry their name, unit and description.
+    metrics.set_meter_provider(MeterProvider())
+    made = telemetry.instruments()
+    lines = ["# Metrics", "", GENERATED, ""]
+    lines += [
+        "Exported over OTLP and on the Prometheus endpoint (dots become underscores; "
+        "counters end in `_total`). Their attributes, and the dashboards: "
+        "[Metrics, traces and dashboards](../guides/observability.md).",
+        "",
+        "| name | kind | unit | what it counts |",
+        "|---|---|---|---|",
+    ]
+    lines.append(
+        f"| `{telemetry.OPEN_GATHERS}` | ObservableGauge | | {telemetry.OPEN_GATHERS_DESCRIPTION} |"
+    )
+    for field in made.__dataclass_fields__:
+        instrument = getattr(made, field)
+        kind = type(instrument).__name__.removeprefix("_")
+        lines.append(
+            f"| `{instrument.name}` | {kind} | {instrument.unit or ''} | "
+            f"{_cell(instrument.description or '')} |"
+        )
+    lines.append(
+        f"| `{names.METRIC_GATHERS_STARTED}` | Counter (the SDK's meter, in the worker) | | "
+        "gathers started, by aggregate |"
+    )
+    return "\n".join(lines) + "\n"
+
+
 PAGES = {
     "configuration.md": configuration,
     "cli.md": cli,
     "search-attributes.md": search_attributes,
     "message-properties.md": message_properties,
+    "metrics.md": metrics_page,
 }
 
 

@@ -216,6 +216,11 @@ def instruments() -> Metrics:
     )
 
 
+#: The gauge of gathers running now (the worker reports it from visibility).
+OPEN_GATHERS = "mqgather.gathers.open"
+OPEN_GATHERS_DESCRIPTION = "gathers running now in the namespace (from visibility)"
+
+
 def observe_open_gathers(read: Callable[[], int | None]) -> None:
     """The ``mqgather.gathers.open`` gauge, from ``read()`` at each collection (None: not
     known yet, nothing reported)."""
@@ -225,7 +230,5 @@ def observe_open_gathers(read: Callable[[], int | None]) -> None:
         return [] if value is None else [metrics.Observation(value)]
 
     metrics.get_meter(INSTRUMENTATION).create_observable_gauge(
-        "mqgather.gathers.open",
-        callbacks=[observe],
-        description="gathers running now in the namespace (from visibility)",
+        OPEN_GATHERS, callbacks=[observe], description=OPEN_GATHERS_DESCRIPTION
     )
