@@ -1,5 +1,5 @@
 """The Temporal web UI of a dev server with real gathers, in headless Chromium: what an
-operator following the README's saved-view recipe sees."""
+operator following the operators guide's saved-view recipe (docs/guides/operators.md) sees."""
 
 from __future__ import annotations
 
