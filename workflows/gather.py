@@ -168,8 +168,13 @@ class GatherWorkflow:
                     linger_until = workflow.now()  # cancelled while lingering: stop now
                 continue
             await workflow.wait_condition(workflow.all_handlers_finished)
-            if not self.s.outbox and await self._settled():
-                break
+            if self.s.outbox:
+                continue
+            try:
+                if await self._settled():
+                    break
+            except asyncio.CancelledError:
+                continue  # cancelled while settling: settle again
         return logic.result(self.spec, self.s, self.correl_id, self.id, response, workflow.now())
 
     async def _gather(self) -> PutResponseResult | None:
