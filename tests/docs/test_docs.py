@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mqgather.collector_config import CollectorSpec
 from mqgather.config import AggregateSpec, LegSpec, QueueDefinition, parse_config
 
 ROOT = Path(__file__).parents[2]
@@ -56,7 +57,7 @@ def test_the_reference_pages_are_what_the_code_gives_now():
 
 def test_the_site_builds_strictly_from_generated_reference_pages(tmp_path):
     reference = (DOCS / "reference" / "configuration.md").read_text()
-    for model in (AggregateSpec, LegSpec, QueueDefinition):
+    for model in (AggregateSpec, LegSpec, QueueDefinition, CollectorSpec):
         for name, info in model.model_fields.items():
             assert info.description, f"{model.__name__}.{name} has no description to show"
             if name != "name":
