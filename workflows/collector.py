@@ -56,6 +56,8 @@ class CollectorWorkflow:
         self.id = collector_id(inp.collector.name, inp.destination)
         self.s: CollectorState = inp.carried or CollectorState()
         self._wake = False
+        # History length when the latest PUT started (see ``_settled``).
+        self._put_started = -1
 
     @workflow.signal(name=names.SIGNAL_COLLECT)
     def collect(self, signal: CollectInput) -> None:
@@ -109,6 +111,8 @@ class CollectorWorkflow:
         ``workflows.gather.SETTLE``); True when no signal or update came meanwhile."""
         if not workflow.patched(names.PATCH_SETTLE):
             return True  # recorded before this step existed
+        if workflow.info().get_current_history_length() == self._put_started:
+            return True  # the latest PUT resolved in the task that started it
         self._wake = False
         await workflow.sleep(SETTLE)
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -120,6 +124,7 @@ class CollectorWorkflow:
             collector=self.spec, destination=self.destination, workflow_id=self.id, batch=batch
         )
         while True:
+            self._put_started = workflow.info().get_current_history_length()
             try:
                 await workflow.execute_local_activity(
                     names.ACTIVITY_PUT_BATCH,

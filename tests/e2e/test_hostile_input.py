@@ -244,6 +244,6 @@ async def test_a_flood_before_registration_stays_small_and_expires_on_time(tempo
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
     )  # fmt: skip
     closed = history.events[-1].event_time.ToDatetime()
-    # Before closing the gather waits for one server event at a time until one brings
+    # Before closing the gather may wait for one server event at a time until one brings
     # no reply (so none racing the close is lost): a flood still arriving adds rounds.
     assert (closed - first_reply).total_seconds() <= spec.unknown_timeout_seconds + 2
