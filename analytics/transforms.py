@@ -72,7 +72,11 @@ RAW_SCHEMA = StructType(
 
 # What the job reads of the workflow's payloads: projections of its own models.
 _INPUT = struct_of(
-    GatherInput, {"aggregate": {"name": None, "timeout_seconds": None}, "correl_id": None}
+    GatherInput,
+    {
+        "aggregate": dict.fromkeys(("name", "timeout_seconds", "complete_when")),
+        "correl_id": None,
+    },
 )
 _BATCH = struct_of(
     ReplyBatch, {"replies": {"leg": None, "leg_index": None, "message": {"msg_id": None}}}
@@ -82,8 +86,7 @@ _RESULT = struct_of(
     {
         **dict.fromkeys(
             ("gather_id", "aggregate", "correl_id", "state", "legs_expected", "legs_received",
-             "legs_missing", "duplicates", "redeliveries", "late", "unknown", "complete_when",
-             "closed_by")
+             "legs_missing", "duplicates", "redeliveries", "late", "unknown", "closed_by")
         ),
         "legs": dict.fromkeys(("name", "received", "bytes", "held", "attempts")),
     },
@@ -244,7 +247,7 @@ def gather_facts(histories: DataFrame) -> DataFrame:
             ),
             F.create_map().cast("map<string,bigint>"),
         ).alias("leg_attempts"),
-        F.coalesce("r.complete_when", F.lit("all")).alias("complete_when"),
+        F.coalesce("input.aggregate.complete_when", F.lit("all")).alias("complete_when"),
         F.coalesce("r.closed_by", F.lit("")).alias("closed_by"),
         # Every reply in arrival order, with the time of the signal that brought it.
         F.flatten(

@@ -11,6 +11,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from bridge.identify import INDEX_LENGTH, KEY_LENGTH, gather_correl_id, leg_correl_id
+from bridge.mq import hold
 from bridge.mq.models import ID_LENGTH, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec
@@ -61,7 +62,7 @@ def _kept(spec: AggregateSpec, leg: LegSpec, message: MQMessage) -> LegRequest:
     Raises:
         ScatterError: the request is larger than a gather keeps.
     """
-    size = len(message.body) + sum(len(str(v)) + len(n) for n, v in message.properties.items())
+    size = hold.wire_size(message)
     if size > MAX_KEPT_REQUEST_BYTES:
         raise ScatterError(
             f"aggregate {spec.name}: leg {leg.name}'s request is {size} bytes, and a gather "

@@ -29,7 +29,7 @@ SIGNAL_COLLECT = "collect"
 ACTIVITY_PUT_BATCH = "put_batch"
 
 #: Patch: before a collector continues as new it waits for one server event, so a signal
-#: racing it is taken (gathers carry the same step in their input; see workflows.gather).
+#: racing it is taken (gathers carry the same step in their input; see workflows.settling).
 PATCH_SETTLE = "settle-before-close"
 
 AGGREGATE_NAME = SearchAttributeKey.for_keyword("AggregateName")

@@ -21,8 +21,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from mqgather import names
-    from mqgather.constants import SETTLE_SECONDS
     from workflows import collect_logic as logic
+    from workflows import settling
     from workflows.collect_models import (
         BatchStatus,
         CollectInput,
@@ -39,7 +39,6 @@ PUT_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=2
 )
 PUT_TIMEOUT = timedelta(seconds=60)
-SETTLE = timedelta(seconds=SETTLE_SECONDS)  # see workflows.gather
 #: A batch's delay counts from the bridge's receipt of its first message, not from the
 #: workflow task that took it in. Collectors recorded before replay as they ran.
 PATCH_DELAY_FROM_ARRIVAL = "delay-from-arrival"
@@ -108,15 +107,11 @@ class CollectorWorkflow:
 
     async def _settled(self) -> bool:
         """Wait for one event from the server before continuing as new (see
-        ``workflows.gather.SETTLE``); True when no signal or update came meanwhile."""
+        :mod:`workflows.settling`); True when no signal or update came meanwhile."""
         if not workflow.patched(names.PATCH_SETTLE):
             return True  # recorded before this step existed
-        if workflow.info().get_current_history_length() == self._put_started:
-            return True  # the latest PUT resolved in the task that started it
         self._wake = False
-        await workflow.sleep(SETTLE)
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        return not self._wake
+        return not await settling.settle(self._put_started) or not self._wake
 
     async def _put_first(self) -> None:
         batch = self.s.ready[0]
@@ -124,7 +119,7 @@ class CollectorWorkflow:
             collector=self.spec, destination=self.destination, workflow_id=self.id, batch=batch
         )
         while True:
-            self._put_started = workflow.info().get_current_history_length()
+            self._put_started = settling.work_started()
             try:
                 await workflow.execute_local_activity(
                     names.ACTIVITY_PUT_BATCH,

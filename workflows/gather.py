@@ -21,8 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from mqgather import names
-    from mqgather.constants import SETTLE_SECONDS
-    from workflows import legs, logic
+    from workflows import legs, logic, settling
     from workflows.models import (
         CancelInput,
         ExtendInput,
@@ -55,15 +54,6 @@ ACTIVITY_TIMEOUT = timedelta(seconds=60)
 #: Re-requests of lost legs (a command the gather did not issue before): recorded as a
 #: patch marker the first time a gather makes one.
 PATCH_REREQUEST = "rerequest-lost-legs"
-#: Before a gather ends (or continues as new) it may wait for one event from the server
-#: (``GatherInput.settle``, set by every starter, so the step costs no patch marker). A
-#: local activity's result is not an event of its own: when its task was completed while
-#: it ran (a query, a long merge) and a signal then races the close, the server refuses
-#: the closing task, and on the retry the SDK delivers the activity's result ahead of the
-#: signal, so a gather ending right after its PUT ended without seeing it, and its reply
-#: was lost. A racing signal comes with the timer's event instead, ahead of it. When the
-#: work resolved in the task that started it, no wait is needed (``_settled``).
-SETTLE = timedelta(seconds=SETTLE_SECONDS)
 
 
 # The versioning behavior (pinned) is the versioned worker's default, not set here: the
@@ -219,17 +209,14 @@ class GatherWorkflow:
                 )
 
     async def _settled(self) -> bool:
-        """Wait for one event from the server (see ``SETTLE``); True when nothing came
-        meanwhile, so the gather may end now."""
+        """Wait, when needed, for one event from the server (:mod:`workflows.settling`;
+        ``GatherInput.settle`` switches it on); True when nothing came meanwhile, so the
+        gather may end now."""
         if not self.settle:
             return True  # started before this step existed: replays as it ran
-        if workflow.info().get_current_history_length() == self._work_started:
-            # The latest MQ work resolved in the task that started it: were that task
-            # refused for a racing signal, its retry would run the work after the signal.
-            return True
         self._wake = False
-        await workflow.sleep(SETTLE)
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        if not await settling.settle(self._work_started):
+            return True
         return not self._wake and not self.s.outbox
 
     async def _cancelled(self) -> PutResponseResult | None:
@@ -293,7 +280,7 @@ class GatherWorkflow:
         """Run MQ work until it succeeds; between rounds of attempts the error is shown
         in ``status`` and the UI, and the workflow waits on a durable timer."""
         while True:
-            self._work_started = workflow.info().get_current_history_length()
+            self._work_started = settling.work_started()
             try:
                 result = await workflow.execute_local_activity(
                     activity,

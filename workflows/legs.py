@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from mqgather.completion import ALL
+from mqgather.completion import ALL, Rule
 from mqgather.config import AggregateSpec, LegSpec
 from workflows.models import GatherState, Rerequest
 
@@ -80,14 +80,12 @@ def verdict(spec: AggregateSpec, state: GatherState, now: datetime) -> str | Non
     """``COMPLETE`` when the rule holds, every needed leg is in and no optional leg is
     still awaited; ``TIMEOUT`` when the rule can no longer hold even if every leg still
     awaited came; else None."""
-    rule = spec.rule()
-    have = {leg.name for leg in state.expected if leg.name in state.received}
+    rule, have, needed = _sets(spec, state)
     waiting = {
         leg.name for leg in state.expected if leg.name not in have and not is_lost(state, leg, now)
     }
-    needed = {leg.name for leg in state.expected if leg.needed(rule.kind)}
     awaited = any(leg.optional() and leg.name in waiting for leg in state.expected)
-    if holds_now(spec, state) and not awaited:
+    if _holds(state, rule, have, needed) and not awaited:
         return "COMPLETE"
     possible = have | waiting
     if not (rule.holds(possible, needed) and needed <= possible):
@@ -98,9 +96,18 @@ def verdict(spec: AggregateSpec, state: GatherState, now: datetime) -> str | Non
 def holds_now(spec: AggregateSpec, state: GatherState) -> bool:
     """The rule holds and every needed leg is in, optional legs aside (at the gather's
     deadline this completes the gather rather than timing it out)."""
+    return _holds(state, *_sets(spec, state))
+
+
+def _sets(spec: AggregateSpec, state: GatherState) -> tuple[Rule, set[str], set[str]]:
+    """The rule, the legs in, and the legs it needs."""
     rule = spec.rule()
     have = {leg.name for leg in state.expected if leg.name in state.received}
     needed = {leg.name for leg in state.expected if leg.needed(rule.kind)}
+    return rule, have, needed
+
+
+def _holds(state: GatherState, rule: Rule, have: set[str], needed: set[str]) -> bool:
     if state.group_size == 0 and rule.kind == ALL:
         return False  # a group whose size is not known yet
     return bool(state.expected) and rule.holds(have, needed) and needed <= have

@@ -397,7 +397,6 @@ def response_input(
         reply_to_qmgr=state.reply_to_qmgr,
         started_at=state.started_at,
         reason=_operator_reason(state, outcome),
-        closed_by=state.closed_by,
         rerequested=[leg.name for leg in state.expected if leg.name in state.rerequested],
     )
 
@@ -493,7 +492,6 @@ def result(
         started_at=state.started_at,
         ended_at=now,
         legs=leg_status(state, now),
-        complete_when=spec.complete_when,
         closed_by=state.closed_by,
     )
 

@@ -283,7 +283,6 @@ class PutResponseInput(BaseModel):
     reply_to_qmgr: str = ""
     started_at: datetime | None = None
     reason: str = Field(default="", description="the operator's reason (RELEASED, CANCELLED)")
-    closed_by: str = ""
     rerequested: list[str] = Field(default_factory=list, description="legs asked again")
     attempts_before: int = Field(
         default=0, ge=0, description="PUT attempts already made and failed in earlier rounds"
@@ -339,7 +338,6 @@ class GatherResult(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     legs: list[LegStatus] = Field(default_factory=list)
-    complete_when: str = "all"
     closed_by: str = Field(default="", description="the rule, the deadline, lost legs...")
 
 

@@ -293,3 +293,19 @@ async def test_scatter_refuses_legs_the_rule_cannot_complete_on(temporal_env, tm
         with pytest.raises(ScatterError, match="cannot hold over the legs sent"):
             await p.scatter(spec, legs=three()[1:])
         assert p.empty("BACKEND.STOCK")  # nothing sent
+
+
+async def test_scatter_refuses_to_keep_a_request_larger_than_a_gather_carries(
+    temporal_env, tmp_path
+):
+    from bridge.fanout import ScatterError
+
+    spec = AggregateSpec(name="bigreq", legs=three(retries=1))
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        with pytest.raises(ScatterError, match="keeps a request for re-requests only up to"):
+            await p.scatter(spec, bodies={"CREDIT": b"x" * (64 * 1024 + 1)})
+        assert p.empty("BACKEND.CREDIT") and p.empty("BACKEND.STOCK")  # nothing sent
+        # The same body goes out when the leg asks for no re-requests.
+        plain = spec.model_copy(update={"legs": three()})
+        await p.scatter(plain, bodies={"CREDIT": b"x" * (64 * 1024 + 1)})
+        assert len((await p.wait_message("BACKEND.CREDIT")).body) == 64 * 1024 + 1
