@@ -48,6 +48,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from bench.profile import Sampler, table
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
 from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
@@ -251,6 +252,25 @@ async def latency(qm: LocalQueueManager, prefix: str, n: int, rate: float) -> di
     return last_put
 
 
+#: Gathers of each measure whose histories are read for their shape.
+SHAPE_SAMPLE = 50
+
+
+async def shapes(client: Client, prefix: str, n: int) -> dict[str, float]:
+    """Per gather of a measure (a sample), the mean count of its signals, workflow
+    tasks and history events: more tasks than the floor's one means more work."""
+    counts: dict[str, list[int]] = {"signals": [], "workflow tasks": [], "events": []}
+    for i in range(0, n, max(1, n // SHAPE_SAMPLE)):
+        correl = f"{prefix}{i}".encode().ljust(24, b"\0")  # as MQ pads a CorrelId
+        handle = client.get_workflow_handle(gather_id("bench", correl))
+        events = (await handle.fetch_history()).events
+        kinds = [e.event_type for e in events]
+        counts["signals"].append(kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED))
+        counts["workflow tasks"].append(kinds.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED))
+        counts["events"].append(len(events))
+    return {k: round(statistics.fmean(v), 2) for k, v in counts.items()}
+
+
 #: The stages of last reply -> response, in order, as the breakdown names them.
 STAGES = (
     "bridge wake-up + get",
@@ -380,6 +400,7 @@ async def main(
     sandbox: bool,
     server_args: list[str] | None = None,
     ring: KeyRing | None = None,
+    profile: Path | None = None,
 ) -> list[Level]:
     results: list[Level] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -388,15 +409,10 @@ async def main(
             client = await bench.client()
             await ensure_search_attributes(client)
             me = [sys.executable, "-m", "mqgather.cli"]
-            prof = (
-                ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]]
-                if os.environ.get("BENCH_PROFILE")
-                else []
-            )
             roles: dict[str, list[int]] = {"server": [bench.procs[0].pid], "workers": [],
                                            "bridges": []}  # fmt: skip
             for _ in range(workers):
-                args = [sys.executable, *prof, "-m", "mqgather.cli", "worker",
+                args = [*me, "worker",
                         "--max-cached-gathers", str(cache),
                         "--sandbox" if sandbox else "--no-sandbox"]  # fmt: skip
                 roles["workers"].append(bench.spawn(args, bench.env).pid)
@@ -422,17 +438,39 @@ async def main(
                 bare = await ceiling(bench, client, n)
                 print(f"[{level:,} open] (a) pipeline: {n} gathers …", flush=True)
                 pids = [pid for group in roles.values() for pid in group]
+                samplers = {
+                    (role, pid): Sampler(pid, profile / f"{role}-{pid}-{level}.txt")
+                    for role in ("workers", "bridges")
+                    for pid in roles[role]
+                    if profile
+                }
                 before = {pid: _cpu_seconds(pid) for pid in pids}
                 e2e = await pipeline(bench, qm, f"E2E-{level}-", n)
                 cpu = {
                     role: sum(_cpu_seconds(pid) - before[pid] for pid in group)
                     for role, group in roles.items()
                 }
+                for (role, pid), sampler in samplers.items():
+                    per_gather = 1000 * cpu[role] / n / len(roles[role])
+                    print(f"[{level:,} open] where {role[:-1]} {pid}'s CPU went "
+                          f"({per_gather:.2f} ms per gather):\n"
+                          + table(sampler.stop(), per_gather, 1000 / sampler.rate / n),
+                          flush=True)  # fmt: skip
+                shape = await shapes(client, f"E2E-{level}-", n)
+                print(f"[{level:,} open] per gather (mean of {SHAPE_SAMPLE}): " + ", ".join(
+                    f"{v:g} {k}" for k, v in shape.items()), flush=True)  # fmt: skip
                 print(f"[{level:,} open] (c) latency at {bare / 2:.0f} gathers/s …", flush=True)
                 last_put = await latency(qm, f"LAT-{level}-", min(n, 300), bare / 2)
                 totals, stages = await breakdown(client, qm, last_put, PayloadCipher(ring))
                 print(f"[{level:,} open] (d) floor at {bare / 2:.0f} workflows/s …", flush=True)
-                floor_cpu, floor_ms = await floor(client, trivial, min(n, 300), bare / 2)
+                sampler = Sampler(trivial, profile / f"floor-{level}.txt") if profile else None
+                floor_n = min(n, 300)
+                floor_cpu, floor_ms = await floor(client, trivial, floor_n, bare / 2)
+                if sampler:
+                    print(f"[{level:,} open] where the floor's worker CPU went "
+                          f"({floor_cpu:.2f} ms per workflow):\n"
+                          + table(sampler.stop(), floor_cpu, 1000 / sampler.rate / floor_n),
+                          flush=True)  # fmt: skip
                 rss = [_rss_mb(pid) for pid in roles["workers"]]
                 results.append(
                     Level(level, e2e, bare, cpu, rss, totals, stages, floor_cpu, floor_ms)
@@ -525,11 +563,16 @@ if __name__ == "__main__":
                         help="one more argument of `temporal server start-dev` (repeat it), "
                              "e.g. --server-arg=--dynamic-config-value "
                              "--server-arg=KEY=VALUE")  # fmt: skip
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="sample the workers and bridges with py-spy during (a) and print "
+                             "where their CPU went; the raw samples go to DIR")  # fmt: skip
     ns = parser.parse_args()
+    if ns.profile:
+        ns.profile.mkdir(parents=True, exist_ok=True)
     levels = [int(x) for x in ns.open.split(",") if x.strip()]
     options = (ns.gathers, levels, ns.workers, ns.bridges, ns.max_cached_gathers, ns.sandbox,
                ns.server_arg)  # fmt: skip
-    plain = asyncio.run(main(*options))
+    plain = asyncio.run(main(*options, profile=ns.profile))
     if ns.encrypt:
         sealed = asyncio.run(main(*options, ring=KeyRing("bench", {"bench": new_key()})))
         compare(plain, sealed, ns.gathers)
