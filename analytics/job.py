@@ -30,7 +30,6 @@ from analytics.transforms import (
     batch_facts,
     batch_summary,
     batch_trends,
-    dedupe_histories,
     destination_summary,
     gather_facts,
     leg_trends,
@@ -40,6 +39,7 @@ from analytics.transforms import (
     summarise,
     trends,
 )
+from mqgather.names import GATHER_ID_PREFIX
 from mqgather.runtime.codec import PayloadCipher, load_key_ring
 
 
@@ -75,29 +75,61 @@ def spark_session(master: str | None = "local[*]", app: str = "mqgather-analytic
     return spark
 
 
-def read_histories(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, str]]:
-    """Read export NDJSON files; a file with a corrupt or truncated line is reported by
-    name and left out entirely."""
+@dataclass
+class Checked:
+    """What the pruned pass over the export files found."""
 
-    def read() -> DataFrame:
-        return (
-            spark.read.schema(RAW_SCHEMA)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT)
-            .json(files)
-            .withColumn("_file", F.input_file_name())
-        )
+    good: list[str]
+    skipped: dict[str, str]
+    #: The good files that hold a history other than a gather's (a collector's, say).
+    not_only_gathers: list[str]
+    #: Whether some workflow run appears more than once (then facts are deduplicated).
+    repeated_runs: bool
 
-    # A pruned pass finds the bad files; the full records are parsed once, later.
-    check = read().select("_file", CORRUPT, "workflowId").cache()
-    bad_rows = check.filter(F.col(CORRUPT).isNotNull() | F.col("workflowId").isNull())
-    bad = sorted(row["_file"] for row in bad_rows.select("_file").distinct().collect())
+
+def check_files(spark: SparkSession, files: list[str]) -> Checked:
+    """One pruned pass over export NDJSON files (Spark tokenizes each line but builds no
+    history): a file with a corrupt or truncated line is reported by name and left out
+    entirely; which files hold more than gathers, and whether any run is there twice."""
+    check = (
+        spark.read.schema(RAW_SCHEMA)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .json(files)
+        .select(F.input_file_name().alias("_file"), CORRUPT, "workflowId", "runId")
+        .cache()
+    )
+    per_file = check.groupBy("_file").agg(
+        F.max(F.col(CORRUPT).isNotNull() | F.col("workflowId").isNull()).alias("bad"),
+        F.max(~F.coalesce(F.col("workflowId").startswith(GATHER_ID_PREFIX), F.lit(False))).alias(
+            "others"
+        ),
+    )
+    found = {row["_file"]: (row["bad"], row["others"]) for row in per_file.collect()}
+    repeated = check.groupBy("workflowId", "runId").count().filter("count > 1").limit(1).count()
     check.unpersist()
-    skipped = {
-        name.removeprefix("file://"): "corrupt or truncated line (not a history record)"
-        for name in bad
-    }
-    return read().filter(~F.col("_file").isin(bad)).drop(CORRUPT, "_file"), skipped
+    good = [f for f in files if not found.get(_uri(f), (False, False))[0]]
+    return Checked(
+        good=good,
+        skipped={
+            name.removeprefix("file://"): "corrupt or truncated line (not a history record)"
+            for name, (bad, _) in sorted(found.items())
+            if bad
+        },
+        not_only_gathers=[f for f in good if found.get(_uri(f), (False, True))[1]],
+        repeated_runs=repeated > 0,
+    )
+
+
+def _uri(path: str) -> str:
+    return path if "://" in path else Path(path).absolute().as_uri()
+
+
+def read_histories(spark: SparkSession, files: list[str]) -> DataFrame:
+    """The history records of ``files`` (checked by :func:`check_files`)."""
+    if not files:
+        return spark.createDataFrame([], RAW_SCHEMA).drop(CORRUPT)
+    return spark.read.schema(RAW_SCHEMA).json(files).drop(CORRUPT)
 
 
 def analyze(
@@ -120,15 +152,21 @@ def analyze(
     found = collect(inputs, staging, PayloadCipher(load_key_ring()))
     if not found.ndjson:
         raise FileNotFoundError(f"no readable history files under {', '.join(map(str, inputs))}")
-    raw, corrupt = read_histories(spark, found.ndjson)
-    skipped = {**found.skipped, **corrupt}
+    checked = check_files(spark, found.ndjson)
+    skipped = {**found.skipped, **checked.skipped}
     progress("gather facts")
-    histories = dedupe_histories(raw).cache()
-    facts = gather_facts(histories).cache()
+    # Facts straight from the parsed lines: the histories are never cached or shuffled,
+    # only the facts (a small row per gather) are, and deduplicated only when needed.
+    histories = read_histories(spark, checked.good)
+    # As many partitions as a shuffle makes: the many small queries that follow each pay
+    # per partition, and the input's split is for parsing, not for the facts.
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    facts = gather_facts(histories, dedupe=checked.repeated_runs).coalesce(parts).cache()
     facts_dir = out / "facts"
     facts.write.mode("overwrite").parquet(str(facts_dir))
     progress("batch facts")
-    batches = batch_facts(histories).cache()
+    # Only the files that hold more than gathers can hold a collector's history.
+    batches = batch_facts(read_histories(spark, checked.not_only_gathers)).cache()
     batches_dir = out / "batch_facts"
     batches.write.mode("overwrite").parquet(str(batches_dir))
     batch_totals = batch_summary(
@@ -141,7 +179,6 @@ def analyze(
         },
     ).first()
     assert batch_totals is not None
-    histories.unpersist()
     facts_done = time.perf_counter()
     progress("trends")
     totals = summarise(

@@ -134,27 +134,25 @@ def _first_start(events: Column) -> Column:
     return F.try_element_at(F.filter(events, lambda e: e["eventType"] == kind), F.lit(1))
 
 
-def dedupe_histories(raw: DataFrame) -> DataFrame:
-    """Each workflow run once (Cloud exports are delivered at least once)."""
-    return raw.filter(F.col("runId").isNotNull()).dropDuplicates(["workflowId", "runId"])
-
-
 def _ts(text: Column) -> Column:
-    # Proto JSON may carry nanoseconds; Spark keeps microseconds.
-    return F.to_timestamp(F.regexp_replace(text, r"(\.\d{6})\d+", "$1"))
+    # Proto JSON may carry nanoseconds: the cast keeps microseconds (no pattern to match).
+    return text.cast("timestamp")
 
 
 def _decode(payloads: Column) -> Column:
     return F.unbase64(payloads.getItem(0).getField("data")).cast("string")
 
 
-def gather_facts(histories: DataFrame) -> DataFrame:
+def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
     """One row per closed gather: aggregate, CorrelId, start, end, outcome, legs expected /
     received / missing, completion and per-leg arrival latency (ms from the gather's start),
     duplicates, redeliveries, late and unknown replies, its number of history events, and
     the size of each received leg, their total and how many were held.
 
-    Works per history row with array functions: no joins, no shuffle.
+    Works per history row with array functions, no joins. Each run counts once (Cloud
+    exports are delivered at least once, and an export may be read twice): with
+    ``dedupe`` the rows are deduplicated, small as they are, not the histories; a caller
+    that knows no run is there twice passes False and saves the shuffle.
     """
     events = F.col("history.events")
     close_types = [f"EVENT_TYPE_{t}" for t in CLOSE_TYPES]
@@ -185,6 +183,7 @@ def gather_facts(histories: DataFrame) -> DataFrame:
                 == GATHER_WORKFLOW
             )
             & F.col("c").isNotNull()
+            & F.col("run_id").isNotNull()
         )
         .select(
             "gather_id",
@@ -304,6 +303,8 @@ def gather_facts(histories: DataFrame) -> DataFrame:
             ),
         )
     )
+    if dedupe:
+        facts = facts.dropDuplicates(["gather_id", "run_id"])
     return facts.select(
         "gather_id",
         "run_id",

@@ -11,6 +11,8 @@ from temporalio.common import SearchAttributeKey
 # ------------------------------------------------------------------ Temporal
 TASK_QUEUE = "mqgather"
 GATHER_WORKFLOW = "Gather"
+#: Every gather's workflow id starts with this: ``gather:<aggregate>:<CorrelId hex>``.
+GATHER_ID_PREFIX = "gather:"
 
 SIGNAL_EXPECT = "expect"
 SIGNAL_REPLIES = "replies"

@@ -11,7 +11,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from bridge.mq.models import MQMessage, id_text
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.names import AGGREGATE_NAME, CORREL_ID, CORREL_ID_TEXT
+from mqgather.names import AGGREGATE_NAME, CORREL_ID, CORREL_ID_TEXT, GATHER_ID_PREFIX
 from mqgather.routing import Destination
 
 GatherStateName = Literal[
@@ -343,7 +343,7 @@ class GatherResult(BaseModel):
 
 def gather_id(aggregate: str, correl_id: bytes) -> str:
     """The workflow id of a gather: ``gather:<aggregate>:<CorrelId as 48 hex chars>``."""
-    return f"gather:{aggregate}:{correl_id.hex()}"
+    return f"{GATHER_ID_PREFIX}{aggregate}:{correl_id.hex()}"
 
 
 def start_options(spec: AggregateSpec, correl_id: bytes) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from mqgather.config import load_config
 from mqgather.errors import MQGatherError
 from mqgather.names import (
     CORREL_ID,
+    GATHER_ID_PREFIX,
     GATHER_STATE,
     LEGS_PENDING,
     LEGS_RECEIVED,
@@ -93,8 +94,8 @@ def operator_id(text: str) -> tuple[bytes, str | None]:
         ConfigError: the id does not fit in 24 bytes or its hex is invalid.
     """
     stripped = text.strip()
-    if stripped.startswith("gather:") and stripped.count(":") >= 2:
-        aggregate, _, digits = stripped[len("gather:") :].rpartition(":")
+    if stripped.startswith(GATHER_ID_PREFIX) and stripped.count(":") >= 2:
+        aggregate, _, digits = stripped[len(GATHER_ID_PREFIX) :].rpartition(":")
         return parse_id("hex:" + digits), aggregate
     if stripped[:2] in ("X'", "x'") and stripped.endswith("'"):
         return parse_id("hex:" + stripped[2:-1]), None

@@ -6,7 +6,7 @@ import statistics
 from datetime import UTC, datetime
 
 from analytics.synth import synthesize
-from analytics.transforms import RAW_SCHEMA, dedupe_histories, gather_facts, trends
+from analytics.transforms import RAW_SCHEMA, gather_facts, trends
 
 
 def _raw(spark, tmp_path, n=60, duplicate_first=False):
@@ -21,7 +21,7 @@ def _raw(spark, tmp_path, n=60, duplicate_first=False):
 
 def test_facts_match_the_synthetic_truth(spark, tmp_path):
     raw, truth = _raw(spark, tmp_path, duplicate_first=True)
-    facts = {r["gather_id"]: r for r in gather_facts(dedupe_histories(raw)).collect()}
+    facts = {r["gather_id"]: r for r in gather_facts(raw).collect()}
     assert len(facts) == len(truth)
     for t in truth:
         row = facts[t.gather_id]
