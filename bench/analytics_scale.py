@@ -1,20 +1,42 @@
-"""Analytics at scale: synthetic histories with the gather's real event shapes for 10k and
-100k gathers; prints, per size, seconds for facts + trends in local mode (reading,
-facts to Parquet, trends to CSV) and history events per second, plus the whole job's
-time with charts and the report.
+"""Analytics at scale, against its floors: synthetic histories with the gather's real
+event shapes for 10k and 100k gathers, and per size, in the same run and Spark session:
 
-    python -m bench.analytics_scale [--sizes 10000 100000]
+- the job: facts + trends (reading, facts to Parquet, trends to CSV), and the whole job
+  with charts and the report;
+- the floor: Spark reading the same files with the job's schema and counting the events;
+- the single-node reference: the gather facts computed by DuckDB from the same files.
+
+Then job / floor and job / single-node, and the time's growth for 10x the gathers. With
+``--plan`` the physical plan of the job's heaviest stage (the gather facts) is printed;
+with ``--against REV`` that revision's own benchmark runs right after, on this machine,
+and the two are set side by side.
+
+    python -m bench.analytics_scale [--sizes 10000 100000] [--plan] [--against REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from analytics.job import analyze, spark_session
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from analytics.job import analyze, read_histories, spark_session
 from analytics.synth import synthesize
+from analytics.transforms import RAW_SCHEMA, gather_facts
+from bench.analytics_duckdb import gather_facts as duckdb_facts
+from bench.figures import Figure, exclusive, record
+
+#: The issue's targets: facts + trends within 2x the read-and-count floor at 100,000
+#: gathers, and time growing at most 3x for 10x the gathers.
+TARGET_VS_FLOOR = 2.0
+TARGET_GROWTH = 3.0
 
 
 def write(directory: Path, n: int, per_file: int = 5000) -> None:
@@ -32,33 +54,115 @@ def write(directory: Path, n: int, per_file: int = 5000) -> None:
         out.close()
 
 
+def read_and_count(spark: SparkSession, files: list[str]) -> tuple[float, int]:
+    """The floor: seconds to read ``files`` with the job's schema and count the events."""
+    start = time.perf_counter()
+    row = (
+        spark.read.schema(RAW_SCHEMA)
+        .json(files)
+        .select(F.size("history.events").alias("n"))
+        .agg(F.sum("n"))
+        .first()
+    )
+    assert row is not None
+    return time.perf_counter() - start, int(row[0] or 0)
+
+
+def single_node(files: list[str], out: Path) -> tuple[float, dict[str, int]]:
+    """Seconds for DuckDB to compute the gather facts of ``files``, and its outcomes."""
+    start = time.perf_counter()
+    outcomes = duckdb_facts(files, str(out))
+    return time.perf_counter() - start, outcomes
+
+
+def heaviest_plan(spark: SparkSession, files: list[str]) -> str:
+    """The physical plan of the gather facts, the job's heaviest stage."""
+    plan = gather_facts(read_histories(spark, files), dedupe=False)
+    return str(plan._jdf.queryExecution().executedPlan().toString())
+
+
+def against(revision: str, sizes: list[int]) -> dict[int, float]:
+    """Facts + trends seconds per size, by ``revision``'s own benchmark (a worktree)."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(tree),
+                        revision], check=True)  # fmt: skip
+        try:
+            run = subprocess.run(
+                [sys.executable, "-m", "bench.analytics_scale", "--sizes", *map(str, sizes)],
+                cwd=tree,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+        finally:
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
+                           check=False)  # fmt: skip
+    found = re.findall(r"^\s*(\d+) gathers .*facts\+trends\s+([\d.]+) s", run.stdout, re.M)
+    return {int(n): float(s) for n, s in found}
+
+
 def main() -> None:
     """Run each size and print a table."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    sizes = parser.parse_args().sizes
+    parser.add_argument("--plan", action="store_true", help="print the gather facts' plan")
+    parser.add_argument("--against", metavar="REV",
+                        help="also run this git revision's own benchmark and compare")  # fmt: skip
+    ns = parser.parse_args()
     spark = spark_session("local[*]", "mqgather-bench")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         write(Path(tmp) / "warm", 2000)
         analyze(spark, [Path(tmp) / "warm"], Path(tmp) / "warm-out")  # JVM warm-up
-        for n in sizes:
+        print(f"{'gathers':>8} {'events':>10} {'facts+trends':>13} {'events/s':>9} "
+              f"{'floor':>7} {'x floor':>7} {'DuckDB':>7} {'x DuckDB':>8} {'whole job':>9}")  # fmt: skip
+        for n in ns.sizes:
             data = Path(tmp) / f"in-{n}"
             write(data, n)
+            files = sorted(str(p) for p in data.iterdir())
+            floor, counted = read_and_count(spark, files)
             start = time.perf_counter()
             result = analyze(spark, [data], Path(tmp) / f"out-{n}")
             total = time.perf_counter() - start
             seconds = result.timings["facts"] + result.timings["trends"]
             events = result.summary["events"]
-            rows.append((n, events, seconds, events / seconds))
-            print(f"{n:>8} gathers  {events:>10,} events  facts+trends {seconds:6.1f} s  "
-                  f"{events / seconds:>9,.0f} events/s  (whole job with charts and report "
-                  f"{total:.1f} s)", flush=True)  # fmt: skip
+            reference, outcomes = single_node(files, Path(tmp) / f"duckdb-{n}.parquet")
+            assert counted == events, f"the floor counted {counted} events, the job {events}"
+            assert outcomes == result.summary["outcomes"], (outcomes, result.summary["outcomes"])
+            rows.append((n, seconds))
+            print(f"{n:>8} gathers {events:>10,} events  facts+trends {seconds:6.1f} s "
+                  f"{events / seconds:>9,.0f} events/s  floor {floor:5.1f} s "
+                  f"{seconds / floor:5.1f} x  DuckDB {reference:5.1f} s {seconds / reference:5.1f} x"
+                  f"  (whole job with charts and report {total:.1f} s)", flush=True)  # fmt: skip
+            name = f"facts + trends, {n:,} gathers"
+            record(Figure("analytics", name, seconds, "s", floor, "Spark read and count",
+                          target=TARGET_VS_FLOOR if n >= 100_000 else None))  # fmt: skip
+            record(Figure("analytics", name, seconds, "s", reference, "DuckDB gather facts"))
+        if ns.plan:
+            print("\nthe gather facts' physical plan (the heaviest stage):")
+            print(heaviest_plan(spark, files))
     spark.stop()
     if len(rows) > 1:
-        (n0, _, s0, _), (n1, _, s1, _) = rows[0], rows[-1]
-        print(f"time grew {s1 / s0:.1f}x for {n1 / n0:.0f}x the gathers")
+        (n0, s0), (n1, s1) = rows[0], rows[-1]
+        print(f"time grew {s1 / s0:.1f}x for {n1 / n0:.0f}x the gathers "
+              f"(target: at most {TARGET_GROWTH:g}x)")  # fmt: skip
+        record(Figure("analytics", f"time growth for {n1 // n0}x the gathers", s1 / s0, "x",
+                      target=TARGET_GROWTH))  # fmt: skip
+    if ns.against:
+        print(f"\n{ns.against}'s own benchmark on this machine, right after:")
+        theirs = against(ns.against, [n for n, _ in rows])
+        for n, seconds in rows:
+            if n in theirs:
+                print(f"{n:>8} gathers  {ns.against}: {theirs[n]:6.1f} s   now: {seconds:6.1f} s"
+                      f"   now / then {seconds / theirs[n]:.2f}")  # fmt: skip
+                record(Figure("analytics", f"facts + trends, {n:,} gathers", seconds, "s",
+                              theirs[n], f"release {ns.against}"))  # fmt: skip
 
 
 if __name__ == "__main__":
-    main()
+    with exclusive():
+        main()

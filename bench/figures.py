@@ -1,0 +1,89 @@
+"""What every benchmark shares: one benchmark at a time on the machine, and its headline
+figures, each beside the floor measured in the same run, recorded for `make bench`'s
+table (``bench/results/<date>.md``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+#: The lock every benchmark holds while it runs (two at once would measure each other).
+LOCK = Path(os.environ.get("MQGATHER_BENCH_LOCK", "/tmp/mqgather-bench.lock"))
+#: Set by the runner of `make bench` for the benchmarks it starts: they run under its lock.
+ENV_HELD = "MQGATHER_BENCH_LOCK_HELD"
+#: Where a benchmark appends its figures (JSON lines), when the runner asks for them.
+ENV_RECORD = "MQGATHER_BENCH_RECORD"
+
+
+class BenchmarkBusy(RuntimeError):
+    """Another benchmark holds the lock; the message names its process."""
+
+
+@contextmanager
+def exclusive() -> Iterator[None]:
+    """Hold the benchmark lock for the block, or refuse at once naming the holder."""
+    if os.environ.get(ENV_HELD):
+        yield
+        return
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise BenchmarkBusy(
+                f"another benchmark is running ({holder}; lock {LOCK}): figures taken "
+                "side by side would measure each other. Wait for it, then run again."
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}: {' '.join(sys.argv)}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+
+
+@dataclass
+class Figure:
+    """One headline figure of a run and, where it has one, its floor (or ceiling)."""
+
+    bench: str
+    name: str
+    value: float
+    unit: str
+    floor: float | None = None
+    floor_name: str = ""
+    #: "lower" when less is better (CPU, latency, seconds), "higher" for throughput.
+    better: str = "lower"
+    target: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """value / floor."""
+        return self.value / self.floor if self.floor else None
+
+
+def record(figure: Figure) -> None:
+    """Print nothing; append ``figure`` for the runner's table when it asked for them."""
+    path = os.environ.get(ENV_RECORD)
+    if path:
+        with open(path, "a") as out:
+            out.write(json.dumps(asdict(figure)) + "\n")
+
+
+def read(path: Path) -> list[Figure]:
+    """The figures a run recorded."""
+    if not path.exists():
+        return []
+    return [Figure(**json.loads(line)) for line in path.read_text().splitlines() if line]
