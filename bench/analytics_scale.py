@@ -118,8 +118,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         write(Path(tmp) / "warm", 2000)
         analyze(spark, [Path(tmp) / "warm"], Path(tmp) / "warm-out")  # JVM warm-up
-        print(f"{'gathers':>8} {'events':>10} {'facts+trends':>13} {'events/s':>9} "
-              f"{'floor':>7} {'x floor':>7} {'DuckDB':>7} {'x DuckDB':>8} {'whole job':>9}")  # fmt: skip
         for n in ns.sizes:
             data = Path(tmp) / f"in-{n}"
             write(data, n)
@@ -136,7 +134,8 @@ def main() -> None:
             rows.append((n, seconds))
             print(f"{n:>8} gathers {events:>10,} events  facts+trends {seconds:6.1f} s "
                   f"{events / seconds:>9,.0f} events/s  floor {floor:5.1f} s "
-                  f"{seconds / floor:5.1f} x  DuckDB {reference:5.1f} s {seconds / reference:5.1f} x"
+                  f"{seconds / floor:5.1f} x  DuckDB {reference:5.1f} s "
+                  f"{seconds / reference:5.1f} x"
                   f"  (whole job with charts and report {total:.1f} s)", flush=True)  # fmt: skip
             name = f"facts + trends, {n:,} gathers"
             record(Figure("analytics", name, seconds, "s", floor, "Spark read and count",
