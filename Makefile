@@ -68,13 +68,10 @@ postgres:
 		echo "could not install postgresql: the PostgreSQL tests will skip"; \
 	else echo "no PostgreSQL and no root to install it: the PostgreSQL tests will skip"; fi
 
+# Every benchmark, quietly, one at a time (refused while another runs): one table of
+# ratios to floors in bench/results/<date>.md, the full output beside it.
 bench: bytecode
-	$(BIN)/python -m bench.mq_throughput
-	$(BIN)/python -m bench.gather_throughput
-	$(BIN)/python -m bench.collector_throughput
-	$(BIN)/python -m bench.analytics_scale
-	$(BIN)/python -m bench.chaos
-	$(BIN)/python -m bench.large_replies --gathers 10
+	$(BIN)/python -m bench.suite
 
 # The gather pipeline with up to 50,000 gathers open in the background: about 40 minutes
 # here, most of it opening them.

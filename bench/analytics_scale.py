@@ -11,13 +11,15 @@ Then job / floor and job / single-node, and the time's growth for 10x the gather
 with ``--against REV`` that revision's own benchmark runs right after, on this machine,
 and the two are set side by side.
 
-    python -m bench.analytics_scale [--sizes 10000 100000] [--plan] [--against REV]
+    python -m bench.analytics_scale [--sizes 10000 100000] [--repeat N] [--plan]
+        [--against REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -103,6 +105,29 @@ def against(revision: str, sizes: list[int]) -> dict[int, float]:
     return {int(n): float(s) for n, s in found}
 
 
+def measure(spark: SparkSession, data: Path, files: list[str], out: Path, n: int) -> float:
+    """One run at one size: the job, its floor and DuckDB; facts + trends seconds."""
+    floor, counted = read_and_count(spark, files)
+    start = time.perf_counter()
+    result = analyze(spark, [data], out)
+    total = time.perf_counter() - start
+    seconds = result.timings["facts"] + result.timings["trends"]
+    events = result.summary["events"]
+    reference, outcomes = single_node(files, out.with_suffix(".duckdb.parquet"))
+    assert counted == events, f"the floor counted {counted} events, the job {events}"
+    assert outcomes == result.summary["outcomes"], (outcomes, result.summary["outcomes"])
+    print(f"{n:>8} gathers {events:>10,} events  facts+trends {seconds:6.1f} s "
+          f"{events / seconds:>9,.0f} events/s  floor {floor:5.1f} s "
+          f"{seconds / floor:5.1f} x  DuckDB {reference:5.1f} s "
+          f"{seconds / reference:5.1f} x"
+          f"  (whole job with charts and report {total:.1f} s)", flush=True)  # fmt: skip
+    name = f"facts + trends, {n:,} gathers"
+    record(Figure("analytics", name, seconds, "s", floor, "Spark read and count",
+                  target=TARGET_VS_FLOOR if n >= 100_000 else None))  # fmt: skip
+    record(Figure("analytics", name, seconds, "s", reference, "DuckDB gather facts"))
+    return seconds
+
+
 def main() -> None:
     """Run each size and print a table."""
     parser = argparse.ArgumentParser(
@@ -112,6 +137,7 @@ def main() -> None:
     parser.add_argument("--plan", action="store_true", help="print the gather facts' plan")
     parser.add_argument("--against", metavar="REV",
                         help="also run this git revision's own benchmark and compare")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, metavar="N", help="run each size N times")
     ns = parser.parse_args()
     spark = spark_session("local[*]", "mqgather-bench")
     rows = []
@@ -122,25 +148,9 @@ def main() -> None:
             data = Path(tmp) / f"in-{n}"
             write(data, n)
             files = sorted(str(p) for p in data.iterdir())
-            floor, counted = read_and_count(spark, files)
-            start = time.perf_counter()
-            result = analyze(spark, [data], Path(tmp) / f"out-{n}")
-            total = time.perf_counter() - start
-            seconds = result.timings["facts"] + result.timings["trends"]
-            events = result.summary["events"]
-            reference, outcomes = single_node(files, Path(tmp) / f"duckdb-{n}.parquet")
-            assert counted == events, f"the floor counted {counted} events, the job {events}"
-            assert outcomes == result.summary["outcomes"], (outcomes, result.summary["outcomes"])
-            rows.append((n, seconds))
-            print(f"{n:>8} gathers {events:>10,} events  facts+trends {seconds:6.1f} s "
-                  f"{events / seconds:>9,.0f} events/s  floor {floor:5.1f} s "
-                  f"{seconds / floor:5.1f} x  DuckDB {reference:5.1f} s "
-                  f"{seconds / reference:5.1f} x"
-                  f"  (whole job with charts and report {total:.1f} s)", flush=True)  # fmt: skip
-            name = f"facts + trends, {n:,} gathers"
-            record(Figure("analytics", name, seconds, "s", floor, "Spark read and count",
-                          target=TARGET_VS_FLOOR if n >= 100_000 else None))  # fmt: skip
-            record(Figure("analytics", name, seconds, "s", reference, "DuckDB gather facts"))
+            runs = [measure(spark, data, files, Path(tmp) / f"out-{n}-{run}", n)
+                    for run in range(ns.repeat)]  # fmt: skip
+            rows.append((n, statistics.median(runs)))
         if ns.plan:
             print("\nthe gather facts' physical plan (the heaviest stage):")
             print(heaviest_plan(spark, files))

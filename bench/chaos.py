@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.figures import exclusive
 from bridge.mq.local_qm import LocalQueueManager
 from tests.chaos import LEGS, SPEC, Requester, Stack, connect, put_replies, scatter_retrying
 from tests.harness import prepare_queues
@@ -108,4 +109,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exclusive():
+        main()

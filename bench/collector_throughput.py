@@ -34,6 +34,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from bench.figures import exclusive
 from bench.gather_throughput import Bench, _cpu_seconds
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
@@ -232,4 +233,5 @@ if __name__ == "__main__":
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--destinations", type=int, default=20)
     ns = parser.parse_args()
-    asyncio.run(main(ns.messages, ns.destinations))
+    with exclusive():
+        asyncio.run(main(ns.messages, ns.destinations))

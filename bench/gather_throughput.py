@@ -48,6 +48,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from bench.figures import Figure, exclusive, record
 from bench.profile import Sampler, table
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
@@ -401,6 +402,7 @@ async def main(
     server_args: list[str] | None = None,
     ring: KeyRing | None = None,
     profile: Path | None = None,
+    repeat: int = 1,
 ) -> list[Level]:
     results: list[Level] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -434,48 +436,52 @@ async def main(
                     await open_to(client, qm, opened, level)
                     await settle(roles["server"][0])
                     opened = level
-                print(f"[{level:,} open] (b) ceiling: {n} trivial workflows …", flush=True)
-                bare = await ceiling(bench, client, n)
-                print(f"[{level:,} open] (a) pipeline: {n} gathers …", flush=True)
-                pids = [pid for group in roles.values() for pid in group]
-                samplers = {
-                    (role, pid): Sampler(pid, profile / f"{role}-{pid}-{level}.txt")
-                    for role in ("workers", "bridges")
-                    for pid in roles[role]
-                    if profile
-                }
-                before = {pid: _cpu_seconds(pid) for pid in pids}
-                e2e = await pipeline(bench, qm, f"E2E-{level}-", n)
-                cpu = {
-                    role: sum(_cpu_seconds(pid) - before[pid] for pid in group)
-                    for role, group in roles.items()
-                }
-                for (role, pid), sampler in samplers.items():
-                    per_gather = 1000 * cpu[role] / n / len(roles[role])
-                    print(f"[{level:,} open] where {role[:-1]} {pid}'s CPU went "
-                          f"({per_gather:.2f} ms per gather):\n"
-                          + table(sampler.stop(), per_gather, 1000 / sampler.rate / n),
-                          flush=True)  # fmt: skip
-                shape = await shapes(client, f"E2E-{level}-", n)
-                print(f"[{level:,} open] per gather (mean of {SHAPE_SAMPLE}): " + ", ".join(
-                    f"{v:g} {k}" for k, v in shape.items()), flush=True)  # fmt: skip
-                print(f"[{level:,} open] (c) latency at {bare / 2:.0f} gathers/s …", flush=True)
-                last_put = await latency(qm, f"LAT-{level}-", min(n, 300), bare / 2)
-                totals, stages = await breakdown(client, qm, last_put, PayloadCipher(ring))
-                print(f"[{level:,} open] (d) floor at {bare / 2:.0f} workflows/s …", flush=True)
-                sampler = Sampler(trivial, profile / f"floor-{level}.txt") if profile else None
-                floor_n = min(n, 300)
-                floor_cpu, floor_ms = await floor(client, trivial, floor_n, bare / 2)
-                if sampler:
-                    print(f"[{level:,} open] where the floor's worker CPU went "
-                          f"({floor_cpu:.2f} ms per workflow):\n"
-                          + table(sampler.stop(), floor_cpu, 1000 / sampler.rate / floor_n),
-                          flush=True)  # fmt: skip
-                rss = [_rss_mb(pid) for pid in roles["workers"]]
-                results.append(
-                    Level(level, e2e, bare, cpu, rss, totals, stages, floor_cpu, floor_ms)
-                )
-                print(f"[{level:,} open] " + row(results[-1], results[0].e2e, n), flush=True)
+                for run in range(repeat):
+                    print(f"[{level:,} open] (b) ceiling: {n} trivial workflows …", flush=True)
+                    bare = await ceiling(bench, client, n)
+                    print(f"[{level:,} open] (a) pipeline: {n} gathers …", flush=True)
+                    pids = [pid for group in roles.values() for pid in group]
+                    samplers = {
+                        (role, pid): Sampler(pid, profile / f"{role}-{pid}-{level}-{run}.txt")
+                        for role in ("workers", "bridges")
+                        for pid in roles[role]
+                        if profile
+                    }
+                    before = {pid: _cpu_seconds(pid) for pid in pids}
+                    e2e = await pipeline(bench, qm, f"E2E-{level}-{run}-", n)
+                    cpu = {
+                        role: sum(_cpu_seconds(pid) - before[pid] for pid in group)
+                        for role, group in roles.items()
+                    }
+                    for (role, pid), sampler in samplers.items():
+                        per_gather = 1000 * cpu[role] / n / len(roles[role])
+                        print(f"[{level:,} open] where {role[:-1]} {pid}'s CPU went "
+                              f"({per_gather:.2f} ms per gather):\n"
+                              + table(sampler.stop(), per_gather, 1000 / sampler.rate / n),
+                              flush=True)  # fmt: skip
+                    shape = await shapes(client, f"E2E-{level}-{run}-", n)
+                    print(f"[{level:,} open] per gather (mean of {SHAPE_SAMPLE}): " + ", ".join(
+                        f"{v:g} {k}" for k, v in shape.items()), flush=True)  # fmt: skip
+                    print(f"[{level:,} open] (c) latency at {bare / 2:.0f} gathers/s …", flush=True)
+                    last_put = await latency(qm, f"LAT-{level}-{run}-", min(n, 300), bare / 2)
+                    totals, stages = await breakdown(client, qm, last_put, PayloadCipher(ring))
+                    print(f"[{level:,} open] (d) floor at {bare / 2:.0f} workflows/s …", flush=True)
+                    sampler = (
+                        Sampler(trivial, profile / f"floor-{level}-{run}.txt") if profile else None
+                    )
+                    floor_n = min(n, 300)
+                    floor_cpu, floor_ms = await floor(client, trivial, floor_n, bare / 2)
+                    if sampler:
+                        print(f"[{level:,} open] where the floor's worker CPU went "
+                              f"({floor_cpu:.2f} ms per workflow):\n"
+                              + table(sampler.stop(), floor_cpu, 1000 / sampler.rate / floor_n),
+                              flush=True)  # fmt: skip
+                    rss = [_rss_mb(pid) for pid in roles["workers"]]
+                    results.append(
+                        Level(level, e2e, bare, cpu, rss, totals, stages, floor_cpu, floor_ms)
+                    )
+                    print(f"[{level:,} open] " + row(results[-1], results[0].e2e, n), flush=True)
+                    record_level(results[-1], n)
             qm.close()
         finally:
             bench.close()
@@ -483,6 +489,27 @@ async def main(
            f"{cache}, sandbox {'on' if sandbox else 'off'}, payloads "
            f"{'sealed' if ring else 'plain'}, {n} gathers per measure")  # fmt: skip
     return results
+
+
+#: The issue's targets, each a ratio to what the platform alone does in the same run.
+TARGET_CPU = 1.2
+TARGET_P99 = 1.1
+TARGET_E2E = 0.9
+#: The bridge has no floor of its own: ms of CPU per gather.
+TARGET_BRIDGE_MS = 1.5
+
+
+def record_level(r: Level, n: int) -> None:
+    """One measure's headline figures, each beside its floor, for `make bench`'s table."""
+    at = f"{r.open:,} open"
+    record(Figure("gather", f"worker CPU ms per gather, {at}", 1000 * r.cpu["workers"] / n,
+                  "ms", r.floor_cpu, "floor's worker", target=TARGET_CPU))  # fmt: skip
+    record(Figure("gather", f"signal -> done p99 ms, {at}", _q(r.in_temporal(), 99), "ms",
+                  _q(r.floor_ms, 99), "floor", target=TARGET_P99))  # fmt: skip
+    record(Figure("gather", f"end to end gathers/s, {at}", r.e2e, "/s", r.bare, "ceiling",
+                  better="higher", target=TARGET_E2E))  # fmt: skip
+    record(Figure("gather", f"bridge CPU ms per gather, {at}", 1000 * r.cpu["bridges"] / n,
+                  "ms", target=TARGET_BRIDGE_MS))  # fmt: skip
 
 
 def compare(plain: list[Level], sealed: list[Level], n: int) -> None:
@@ -566,13 +593,18 @@ if __name__ == "__main__":
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample the workers and bridges with py-spy during (a) and print "
                              "where their CPU went; the raw samples go to DIR")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="measure each level N times (the table gives each; make bench "
+                             "their median and range)")  # fmt: skip
     ns = parser.parse_args()
     if ns.profile:
         ns.profile.mkdir(parents=True, exist_ok=True)
     levels = [int(x) for x in ns.open.split(",") if x.strip()]
     options = (ns.gathers, levels, ns.workers, ns.bridges, ns.max_cached_gathers, ns.sandbox,
                ns.server_arg)  # fmt: skip
-    plain = asyncio.run(main(*options, profile=ns.profile))
-    if ns.encrypt:
-        sealed = asyncio.run(main(*options, ring=KeyRing("bench", {"bench": new_key()})))
-        compare(plain, sealed, ns.gathers)
+    with exclusive():
+        plain = asyncio.run(main(*options, profile=ns.profile, repeat=ns.repeat))
+        if ns.encrypt:
+            ring = KeyRing("bench", {"bench": new_key()})
+            sealed = asyncio.run(main(*options, ring=ring, repeat=ns.repeat))
+            compare(plain, sealed, ns.gathers)

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.figures import exclusive
 from bench.gather_throughput import Bench, _rss_mb, wait_depth
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
@@ -182,4 +183,5 @@ if __name__ == "__main__":
     parser.add_argument("--held-mb", type=int, default=DEFAULT_HELD_MB, help="the worker's")
     args = parser.parse_args()
     sizes = [int(s) * MB for s in args.sizes.split(",")]
-    asyncio.run(main(sizes, args.gathers, args.held_mb))
+    with exclusive():
+        asyncio.run(main(sizes, args.gathers, args.held_mb))

@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.figures import exclusive
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, QueueAttributes
 
@@ -82,4 +83,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exclusive():
+        main()

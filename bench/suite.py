@@ -1,0 +1,144 @@
+"""Every benchmark, one after another, quietly: each one's output goes to a log, a line
+per benchmark shows progress, and one table is written to ``bench/results/<date>.md``
+with every headline figure beside its floor, the ratio (median and range over the runs)
+and the target, and the machine's core count. Refuses to start while another benchmark
+runs (they would measure each other).
+
+    python -m bench.suite [--only NAME ...] [--out DIR]      # make bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.figures import ENV_HELD, ENV_RECORD, BenchmarkBusy, Figure, exclusive, read
+
+#: The release the analytics job is compared with (its figures were the README's).
+ANALYTICS_RELEASE = "246f2c6"
+
+#: (name, module arguments): the order they run in.
+BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
+    ("mq_throughput", ["bench.mq_throughput"]),
+    ("gather_throughput",
+     ["bench.gather_throughput", "--gathers", "600", "--open", "0,10000", "--repeat", "3"]),
+    ("collector_throughput", ["bench.collector_throughput"]),
+    ("analytics_scale",
+     ["bench.analytics_scale", "--repeat", "3", "--plan", "--against", ANALYTICS_RELEASE]),
+    ("chaos", ["bench.chaos"]),
+    ("large_replies", ["bench.large_replies", "--gathers", "10"]),
+)  # fmt: skip
+
+
+def _commit() -> str:
+    run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         check=False)  # fmt: skip
+    return run.stdout.strip() or "unknown"
+
+
+def _spread(values: list[float], digits: int) -> str:
+    """``median (min to max)``, or the one value."""
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:.{digits}f}"
+    return f"{med:.{digits}f} ({min(values):.{digits}f} to {max(values):.{digits}f})"
+
+
+def table(figures: list[Figure]) -> list[str]:
+    """The Markdown table: one row per figure and floor, over all its runs."""
+    groups: dict[tuple[str, str, str], list[Figure]] = defaultdict(list)
+    for figure in figures:
+        groups[(figure.bench, figure.name, figure.floor_name)].append(figure)
+    lines = [
+        "| benchmark | figure | runs | value | against | floor | ratio | target | met |",
+        "|---|---|---:|---:|---|---:|---:|---:|:-:|",
+    ]
+    for (bench, name, floor_name), runs in groups.items():
+        first = runs[0]
+        digits = 2 if first.unit in ("ms", "x") else 1
+        value = f"{_spread([r.value for r in runs], digits)} {first.unit}"
+        ratios = [r.ratio for r in runs if r.ratio is not None]
+        floor = (f"{_spread([r.floor for r in runs if r.floor is not None], digits)} {first.unit}"
+                 if ratios else "")  # fmt: skip
+        ratio = _spread(ratios, 2) if ratios else ""
+        met = ""
+        if first.target is not None:
+            judged = statistics.median(ratios) if ratios else statistics.median(
+                [r.value for r in runs])  # fmt: skip
+            ok = judged >= first.target if first.better == "higher" else judged <= first.target
+            met = "yes" if ok else "no"
+        sign = "≥" if first.better == "higher" else "≤"
+        target = f"{sign} {first.target:g}" if first.target is not None else ""
+        lines.append(f"| {bench} | {name} | {len(runs)} | {value} | {floor_name} | {floor} | "
+                     f"{ratio} | {target} | {met} |")  # fmt: skip
+    return lines
+
+
+def main() -> int:
+    """Run the benchmarks; 0 when every one ran (met or not), 1 when one failed."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    names = [name for name, _ in BENCHMARKS]
+    parser.add_argument("--only", nargs="+", choices=names, help="run only these")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"),
+                        help="where the table and the log go (default bench/results)")  # fmt: skip
+    ns = parser.parse_args()
+    chosen = [(n, args) for n, args in BENCHMARKS if not ns.only or n in ns.only]
+    ns.out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC)
+    day = stamp.strftime("%Y-%m-%d")
+    log_path = ns.out / f"{day}.log"
+    failed: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        recorded = Path(tmp) / "figures.jsonl"
+        env = dict(os.environ, **{ENV_HELD: "1", ENV_RECORD: str(recorded)})
+        with log_path.open("w") as log:
+            for i, (name, args) in enumerate(chosen, 1):
+                print(f"[{i}/{len(chosen)}] {name} …", end=" ", flush=True)
+                log.write(f"\n===== {name}: python -m {' '.join(args)}\n")
+                log.flush()
+                began = time.monotonic()
+                run = subprocess.run([sys.executable, "-m", *args], stdout=log,
+                                     stderr=subprocess.STDOUT, env=env, check=False)  # fmt: skip
+                took = time.monotonic() - began
+                if run.returncode:
+                    failed.append(name)
+                print(f"{'FAILED (exit ' + str(run.returncode) + ')' if run.returncode else 'done'}"
+                      f" in {took / 60:.1f} min", flush=True)  # fmt: skip
+        figures = read(recorded)
+    lines = [
+        f"# Benchmarks, {day}",
+        "",
+        f"Commit {_commit()}, {stamp:%H:%M} UTC; {os.cpu_count()} cores, "
+        f"{platform.machine()}, Python {platform.python_version()}. Every ratio is to a floor "
+        "measured in the same run; a value is the median over the runs, the range in "
+        "brackets. The full output is in the log beside this file.",
+        "",
+        *table(figures),
+    ]
+    if failed:
+        lines += ["", f"Failed (see the log): {', '.join(failed)}"]
+    results = ns.out / f"{day}.md"
+    results.write_text("\n".join(lines) + "\n")
+    print(f"\n{len(figures)} figures from {len(chosen) - len(failed)} of {len(chosen)} "
+          f"benchmarks -> {results} (log {log_path})")  # fmt: skip
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        with exclusive():
+            sys.exit(main())
+    except BenchmarkBusy as exc:
+        print(f"make bench: {exc}", file=sys.stderr)
+        sys.exit(2)
