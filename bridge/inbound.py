@@ -303,7 +303,9 @@ class QueueBridge:
         except (ValueError, TypeError) as exc:  # pydantic's errors are ValueErrors
             return f"the {noun} cannot be carried to {home} ({type(exc).__name__}: {exc})", 0
         size = payload[0].ByteSize()
-        if _fingerprint(back) != _fingerprint(item):
+        # Equal models came back unchanged; only when == says no (a NaN is never equal to
+        # itself) are the exact values compared, at the price of dumping both.
+        if back != item and _fingerprint(back) != _fingerprint(item):
             return (
                 f"the {noun} cannot be carried to {home} unchanged (a property name or "
                 "value is not valid text)",
