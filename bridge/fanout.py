@@ -167,7 +167,9 @@ async def scatter(
     try:
         await client.start_workflow(
             GatherWorkflow.run,
-            GatherInput(aggregate=spec, correl_id=correl, settle=True),
+            GatherInput(
+                aggregate=spec, correl_id=correl, settle=True, changed_attributes_only=True
+            ),
             id=gid,
             task_queue=task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

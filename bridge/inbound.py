@@ -546,7 +546,9 @@ class InboundBridge(QueueBridge):
             try:
                 await self.client.start_workflow(
                     GatherWorkflow.run,
-                    GatherInput(aggregate=spec, correl_id=correl, settle=True),
+                    GatherInput(
+                        aggregate=spec, correl_id=correl, settle=True, changed_attributes_only=True
+                    ),
                     id=gather_id(spec.name, correl),
                     task_queue=self.task_queue,
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

@@ -69,6 +69,7 @@ class GatherWorkflow:
         self.id = gather_id(inp.aggregate.name, inp.correl_id)
         self.s: GatherState = inp.carried or GatherState()
         self.settle = inp.settle
+        self.changed_only = inp.changed_attributes_only
         self._wake = False
         # History length when the latest MQ work started (see ``_settled``).
         self._work_started = -1
@@ -197,6 +198,7 @@ class GatherWorkflow:
                         correl_id=self.correl_id,
                         carried=self.s,
                         settle=self.settle,
+                        changed_attributes_only=self.changed_only,
                     )
                 )
             self._wake = False
@@ -307,26 +309,11 @@ class GatherWorkflow:
 
     def _publish(self) -> None:
         """Search attributes and current details, so the UI shows the gather at a glance."""
-        received = len(logic.received_names(self.s))
-        due = None if logic.is_closed(self.s) else self.s.deadline
-        workflow.upsert_search_attributes(
-            [
-                names.AGGREGATE_NAME.value_set(self.spec.name),
-                names.CORREL_ID.value_set(self.correl_id.hex()),
-                names.GATHER_STATE.value_set(self.s.state),
-                names.LEGS_PENDING.value_set(len(self.s.expected) - received),
-                names.LEGS_RECEIVED.value_set(received),
-                names.LEGS_MISSING.value_set(logic.missing(self.s)),
-                names.GATHER_DEADLINE.value_set(due)
-                if due is not None
-                else names.GATHER_DEADLINE.value_unset(),
-                # Only once a leg was asked again: gathers without re-requests upsert
-                # what they always did.
-                *(
-                    [names.LEGS_REREQUESTED.value_set(sorted(self.s.rerequested))]
-                    if self.s.rerequested
-                    else []
-                ),
-            ]
+        updates = logic.search_updates(
+            workflow.info().typed_search_attributes,
+            logic.search_values(self.spec, self.s, self.correl_id),
+            changed_only=self.changed_only,
         )
+        if updates:
+            workflow.upsert_search_attributes(updates)
         workflow.set_current_details(logic.details(self.s, workflow.now()))

@@ -4,10 +4,14 @@ it is compiled once per worker rather than once per gather."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
+
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate, TypedSearchAttributes
 
 from bridge.mq.models import NONE_ID
+from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.routing import Destination
 from workflows import legs
@@ -47,6 +51,45 @@ def missing(state: GatherState) -> list[str]:
     misses its last-in-group message)."""
     gaps = [leg.name for leg in state.expected if leg.name not in state.received]
     return [*gaps, GROUP_END] if state.group_size == 0 else gaps
+
+
+def search_values(
+    spec: AggregateSpec, state: GatherState, correl_id: bytes
+) -> list[tuple[SearchAttributeKey[Any], Any]]:
+    """What the gather's search attributes should hold now (None: not set)."""
+    received = len(received_names(state))
+    values: list[tuple[SearchAttributeKey[Any], Any]] = [
+        (names.AGGREGATE_NAME, spec.name),
+        (names.CORREL_ID, correl_id.hex()),
+        (names.GATHER_STATE, state.state),
+        (names.LEGS_PENDING, len(state.expected) - received),
+        (names.LEGS_RECEIVED, received),
+        (names.LEGS_MISSING, missing(state)),
+        (names.GATHER_DEADLINE, None if is_closed(state) else state.deadline),
+    ]
+    # Only once a leg was asked again: gathers without re-requests never carry it.
+    if state.rerequested:
+        values.append((names.LEGS_REREQUESTED, sorted(state.rerequested)))
+    return values
+
+
+def search_updates(
+    shown: TypedSearchAttributes,
+    values: Sequence[tuple[SearchAttributeKey[Any], Any]],
+    *,
+    changed_only: bool = True,
+) -> list[SearchAttributeUpdate[Any]]:
+    """The updates that make ``shown`` hold ``values``: with ``changed_only``, none for a
+    value it holds already (an empty list counts as not set, as the server has it);
+    without, one for every value, as gathers started before this rule still do."""
+    updates: list[SearchAttributeUpdate[Any]] = []
+    for key, value in values:
+        if changed_only:
+            held = shown.get(key)
+            if held == value or (held is None and value == []):
+                continue
+        updates.append(key.value_unset() if value is None else key.value_set(value))
+    return updates
 
 
 def refresh(state: GatherState) -> None:
@@ -428,6 +471,7 @@ def leg_status(state: GatherState, now: datetime | None = None) -> list[LegStatu
                 replies=len(replies),
                 bytes=sum(reply_bytes(r) for r in replies),
                 held=any(r.held is not None for r in replies),
+                received_at=min(r.received_at for r in replies) if replies else None,
                 attempts=legs.attempts(state, leg),
                 deadline=legs.deadline(state, leg),
                 lost=now is not None and legs.is_lost(state, leg, now),

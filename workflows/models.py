@@ -209,6 +209,11 @@ class GatherInput(BaseModel):
         description="wait for one server event before closing, so a reply racing the close "
         "is taken (set by every starter; gathers started before it replay without)",
     )
+    changed_attributes_only: bool = Field(
+        default=False,
+        description="upsert only the search attributes whose value changed (set by every "
+        "starter; gathers started before it replay upserting all of them)",
+    )
 
 
 class LegStatus(BaseModel):
@@ -220,6 +225,9 @@ class LegStatus(BaseModel):
     replies: int = 0
     bytes: int = Field(default=0, description="the bodies of its replies, held or not")
     held: bool = Field(default=False, description="a reply of it is on the hold queue")
+    received_at: datetime | None = Field(
+        default=None, description="when the bridge got its first reply off the queue"
+    )
     attempts: int = Field(default=1, ge=0, description="requests sent, the first included")
     deadline: datetime | None = Field(default=None, description="the leg's own deadline")
     lost: bool = Field(default=False, description="past its deadline or its last retry")

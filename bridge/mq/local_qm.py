@@ -289,6 +289,9 @@ class LocalQueueManager(Transport):
     def __init__(self, path: str | os.PathLike[str], *, qmgr_name: str = DEFAULT_QMGR_NAME):
         self.path = Path(path)
         self.conn_id = uuid.uuid4().hex
+        # The default context of this connection's puts: MQ fixes both at MQCONN.
+        self._appl_name = _default_appl_name()
+        self._user = _login_name()
         self._lock = threading.RLock()
         self._got_pending = False
         self._puts: list[tuple[str, tuple[Any, ...]]] = []
@@ -497,8 +500,8 @@ class LocalQueueManager(Transport):
         if not opts.set_all_context:
             # Default context, as MQ gives a put without MQPMO_SET_ALL_CONTEXT.
             updates.update(
-                put_appl_name=_default_appl_name(),
-                user_identifier=_login_name(),
+                put_appl_name=self._appl_name,
+                user_identifier=self._user,
                 accounting_token=MQACT_NONE,
                 appl_identity_data="",
                 put_appl_type=MQAT_UNIX,

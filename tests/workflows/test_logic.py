@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from bridge.mq.models import MQMessage
+from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.routing import Destination
 from workflows import logic
@@ -454,3 +456,68 @@ def test_correl_id_text_can_be_kept_out_of_the_search_attributes():
     assert hidden["search_attributes"].get(CORREL_ID_TEXT) is None
     assert hidden["search_attributes"].get(CORREL_ID) == correl.hex()
     assert "ORDER-123" not in hidden["static_summary"]
+
+
+def _updates(updates) -> dict[str, object]:
+    """name -> value set (None: unset)."""
+    return {u.key.name: u.value for u in updates}
+
+
+def test_search_updates_name_only_what_changed():
+    shown = TypedSearchAttributes(
+        [
+            SearchAttributePair(names.AGGREGATE_NAME, "t"),
+            SearchAttributePair(names.LEGS_RECEIVED, 1),
+            SearchAttributePair(names.LEGS_MISSING, ["TAX"]),
+            SearchAttributePair(names.GATHER_DEADLINE, T0),
+        ]
+    )
+    values = [
+        (names.AGGREGATE_NAME, "t"),  # as shown: left alone
+        (names.LEGS_RECEIVED, 3),  # changed
+        (names.GATHER_STATE, "COMPLETE"),  # not shown yet
+        (names.LEGS_MISSING, []),  # emptied: set empty, so a search no longer finds it
+        (names.LEGS_REREQUESTED, []),  # empty and not shown: nothing to say
+        (names.GATHER_DEADLINE, None),  # closed: the deadline goes
+        (names.CORREL_ID_TEXT, None),  # not set and not shown
+    ]
+    changed = _updates(logic.search_updates(shown, values))
+    assert changed == {
+        "LegsReceived": 3,
+        "GatherState": "COMPLETE",
+        "LegsMissing": [],
+        "GatherDeadline": None,
+    }
+    assert logic.search_updates(shown, values[:1]) == []
+
+
+def test_search_updates_of_older_gathers_name_every_value():
+    shown = TypedSearchAttributes([SearchAttributePair(names.AGGREGATE_NAME, "t")])
+    values = [(names.AGGREGATE_NAME, "t"), (names.GATHER_DEADLINE, None)]
+    every = _updates(logic.search_updates(shown, values, changed_only=False))
+    assert every == {"AggregateName": "t", "GatherDeadline": None}
+
+
+def test_search_values_follow_the_state():
+    state = registered()
+    state.rerequested = ["TAX"]
+    values = dict((k.name, v) for k, v in logic.search_values(spec(), state, b"\x01"))
+    assert values["AggregateName"] == "t" and values["CorrelId"] == "01"
+    assert values["LegsPending"] == 3 and values["LegsReceived"] == 0
+    assert values["LegsMissing"] == ["CREDIT", "STOCK", "TAX"]
+    assert values["GatherDeadline"] == state.deadline
+    assert values["LegsRerequested"] == ["TAX"]
+    state.state = "TIMEOUT"
+    closed = dict((k.name, v) for k, v in logic.search_values(spec(), state, b"\x01"))
+    assert closed["GatherDeadline"] is None
+
+
+def test_a_leg_arrives_when_its_first_reply_was_got():
+    state = registered()
+    later = reply(2, "CREDIT").model_copy(update={"received_at": T0 + timedelta(seconds=5)})
+    first = reply(1, "CREDIT").model_copy(update={"received_at": T0 + timedelta(seconds=2)})
+    logic.take_replies(spec(duplicates="all"), state, [later, first], T0, GATHER)
+    shown = {leg.name: leg for leg in logic.leg_status(state)}
+    assert shown["CREDIT"].replies == 2
+    assert shown["CREDIT"].received_at == T0 + timedelta(seconds=2)
+    assert shown["STOCK"].received_at is None
