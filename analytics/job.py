@@ -11,9 +11,10 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
@@ -42,6 +43,9 @@ from analytics.transforms import (
 from mqgather.names import GATHER_ID_PREFIX
 from mqgather.runtime.codec import PayloadCipher, load_key_ring
 
+#: Trend queries run side by side (each is small; see :func:`analyze`).
+QUERY_THREADS = 4
+
 
 @dataclass
 class Analysis:
@@ -52,6 +56,10 @@ class Analysis:
     skipped: dict[str, str] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+
+
+def _to_pandas(frame: DataFrame) -> pd.DataFrame:
+    return cast(pd.DataFrame, frame.toPandas())
 
 
 def spark_session(master: str | None = "local[*]", app: str = "mqgather-analytics") -> SparkSession:
@@ -83,31 +91,26 @@ class Checked:
     skipped: dict[str, str]
     #: The good files that hold a history other than a gather's (a collector's, say).
     not_only_gathers: list[str]
-    #: Whether some workflow run appears more than once (then facts are deduplicated).
-    repeated_runs: bool
 
 
 def check_files(spark: SparkSession, files: list[str]) -> Checked:
     """One pruned pass over export NDJSON files (Spark tokenizes each line but builds no
     history): a file with a corrupt or truncated line is reported by name and left out
-    entirely; which files hold more than gathers, and whether any run is there twice."""
-    check = (
+    entirely; and which files hold more than gathers."""
+    per_file = (
         spark.read.schema(RAW_SCHEMA)
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
         .json(files)
-        .select(F.input_file_name().alias("_file"), CORRUPT, "workflowId", "runId")
-        .cache()
-    )
-    per_file = check.groupBy("_file").agg(
-        F.max(F.col(CORRUPT).isNotNull() | F.col("workflowId").isNull()).alias("bad"),
-        F.max(~F.coalesce(F.col("workflowId").startswith(GATHER_ID_PREFIX), F.lit(False))).alias(
-            "others"
-        ),
+        .groupBy(F.input_file_name().alias("_file"))
+        .agg(
+            F.max(F.col(CORRUPT).isNotNull() | F.col("workflowId").isNull()).alias("bad"),
+            F.max(
+                ~F.coalesce(F.col("workflowId").startswith(GATHER_ID_PREFIX), F.lit(False))
+            ).alias("others"),
+        )
     )
     found = {row["_file"]: (row["bad"], row["others"]) for row in per_file.collect()}
-    repeated = check.groupBy("workflowId", "runId").count().filter("count > 1").limit(1).count()
-    check.unpersist()
     good = [f for f in files if not found.get(_uri(f), (False, False))[0]]
     return Checked(
         good=good,
@@ -117,8 +120,14 @@ def check_files(spark: SparkSession, files: list[str]) -> Checked:
             if bad
         },
         not_only_gathers=[f for f in good if found.get(_uri(f), (False, True))[1]],
-        repeated_runs=repeated > 0,
     )
+
+
+def repeated_runs(facts: DataFrame) -> bool:
+    """Whether some run has more than one fact row (Cloud exports are delivered at least
+    once, and an export may be read twice): asked of the small fact rows, not the
+    histories."""
+    return facts.groupBy("gather_id", "run_id").count().filter("count > 1").limit(1).count() > 0
 
 
 def _uri(path: str) -> str:
@@ -161,9 +170,13 @@ def analyze(
     # As many partitions as a shuffle makes: the many small queries that follow each pay
     # per partition, and the input's split is for parsing, not for the facts.
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    facts = gather_facts(histories, dedupe=checked.repeated_runs).coalesce(parts).cache()
+    parsed = facts = gather_facts(histories, dedupe=False).coalesce(parts).cache()
+    if repeated_runs(parsed):
+        facts = parsed.dropDuplicates(["gather_id", "run_id"]).coalesce(parts).cache()
     facts_dir = out / "facts"
     facts.write.mode("overwrite").parquet(str(facts_dir))
+    if facts is not parsed:
+        parsed.unpersist()  # the deduplicated rows are cached now
     progress("batch facts")
     # Only the files that hold more than gathers can hold a collector's history.
     batches = batch_facts(read_histories(spark, checked.not_only_gathers)).cache()
@@ -202,20 +215,34 @@ def analyze(
         else:
             span = 0
         window = pick_window(span)
-    trend_df: pd.DataFrame = trends(facts, window).toPandas()
-    leg_df: pd.DataFrame = leg_trends(facts, window).toPandas()
-    advice_df: pd.DataFrame = timeout_advice(facts).toPandas()
-    per_aggregate: pd.DataFrame = aggregate_summary(facts).toPandas()
-    outcome_df: pd.DataFrame = outcome_counts(facts).toPandas()
-    destination_df: pd.DataFrame = destination_summary(batches).toPandas()
-    batch_trend_df: pd.DataFrame = batch_trends(batches, window).toPandas()
+    # Small queries over the cached facts, each mostly the driver's planning and a
+    # couple of short stages: run side by side, one's planning overlaps another's tasks.
+    queries: dict[str, DataFrame] = {
+        "trends": trends(facts, window),
+        "legs": leg_trends(facts, window),
+        "advice": timeout_advice(facts),
+        "per_aggregate": aggregate_summary(facts),
+        "outcomes": outcome_counts(facts),
+        "destinations": destination_summary(batches),
+        "batch_trends": batch_trends(batches, window),
+        "missed": most_missed(facts, []),
+    }
+    with ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="analytics-query") as pool:
+        done = dict(zip(queries, pool.map(_to_pandas, queries.values()), strict=True))
+    trend_df: pd.DataFrame = done["trends"]
+    leg_df: pd.DataFrame = done["legs"]
+    advice_df: pd.DataFrame = done["advice"]
+    per_aggregate: pd.DataFrame = done["per_aggregate"]
+    outcome_df: pd.DataFrame = done["outcomes"]
+    destination_df: pd.DataFrame = done["destinations"]
+    batch_trend_df: pd.DataFrame = done["batch_trends"]
     destination_df.to_csv(out / "destinations.csv", index=False)
     batch_trend_df.to_csv(out / "batch_trends.csv", index=False)
     trend_df.to_csv(out / "trends.csv", index=False)
     leg_df.to_csv(out / "leg_trends.csv", index=False)
     advice_df.to_csv(out / "advice.csv", index=False)
     outcomes = {str(k): int(v) for k, v in outcome_df.groupby("outcome")["count"].sum().items()}
-    missed = most_missed(facts, []).first()
+    missed = done["missed"].to_dict("records")[0] if len(done["missed"]) else None
     trends_done = time.perf_counter()
     gathers = int(totals["gathers"] or 0)
     timed_out = outcomes.get("TIMEOUT", 0)

@@ -81,16 +81,24 @@ class _History:
 
 
 def synthesize(
-    n: int, *, start: datetime | None = None, seed: int = 1, aggregate: str = "orders"
+    n: int,
+    *,
+    start: datetime | None = None,
+    seed: int = 1,
+    aggregate: str = "orders",
+    arrivals_in_result: bool = True,
 ) -> Iterator[tuple[str, Truth]]:
     """``n`` gathers, one export NDJSON line each, with their truth.
 
     About 8 % time out missing one leg and 3 % have a duplicate leg; gathers start 0.1 s
-    apart from ``start``.
+    apart from ``start``. Without ``arrivals_in_result`` the results are those of older
+    gathers, which do not record when each leg arrived.
     """
     rng = random.Random(seed)
     # Sizes from a generator of their own, so the other draws stay what they were.
     sizes = random.Random(seed + 1)
+    # The bridge's hop to the server: a reply's signal lands a little after its get.
+    hops = random.Random(seed + 2)
     base = start or datetime(2026, 1, 1, tzinfo=UTC)
     spec = AggregateSpec(
         name=aggregate, legs=tuple(LegSpec(name=leg) for leg in LEGS), timeout_seconds=3.0
@@ -130,8 +138,10 @@ def synthesize(
             for leg in arrivals
         }  # fmt: skip
         when = sorted(arrivals.items(), key=lambda kv: kv[1])
+        signalled: dict[str, float] = {}
         for leg, ms in when:
             t = t0 + timedelta(milliseconds=ms)
+            signalled[leg] = round(ms + hops.uniform(0.2, 1.5), 3)
             copies = 2 if leg == duplicate else 1
             replies = [
                 Reply(message=MQMessage(msg_id=rng.randbytes(24), correl_id=correl), leg=leg,
@@ -139,10 +149,10 @@ def synthesize(
                 for _ in range(copies)
             ]  # fmt: skip
             batch = ReplyBatch(replies=replies)
-            h.add(t, "WORKFLOW_EXECUTION_SIGNALED", {
+            h.add(t0 + timedelta(milliseconds=signalled[leg]), "WORKFLOW_EXECUTION_SIGNALED", {
                 "signalName": SIGNAL_REPLIES, "input": {"payloads": [_payload(batch)]},
             })  # fmt: skip
-            h.task(t)
+            h.task(t0 + timedelta(milliseconds=signalled[leg]))
         done_ms = 3000.0 if missing else max(arrivals.values()) + round(rng.uniform(2, 20), 3)
         t_end = t0 + timedelta(milliseconds=done_ms)
         # About one leg in seven was asked again (its own draw: the rest stays as it was).
@@ -158,7 +168,9 @@ def synthesize(
             started_at=t0, ended_at=t_end,
             legs=[LegStatus(name=leg, received=leg in leg_bytes, replies=int(leg in leg_bytes),
                             bytes=leg_bytes.get(leg, 0),
-                            held=leg_bytes.get(leg, 0) > _HELD_ABOVE, attempts=attempts[leg])
+                            held=leg_bytes.get(leg, 0) > _HELD_ABOVE, attempts=attempts[leg],
+                            received_at=t0 + timedelta(milliseconds=arrivals[leg])
+                            if arrivals_in_result and leg in arrivals else None)
                   for leg in LEGS],
             closed_by="deadline" if missing else "rule",
         )  # fmt: skip
@@ -175,7 +187,9 @@ def synthesize(
                 outcome,
                 missing,
                 done_ms,
-                arrivals,
+                # Results that record arrivals give the bridge's get; older ones, the
+                # signal's time at the server.
+                arrivals if arrivals_in_result else signalled,
                 1 if duplicate else 0,
                 leg_bytes,
                 held,

@@ -88,7 +88,7 @@ _RESULT = struct_of(
             ("gather_id", "aggregate", "correl_id", "state", "legs_expected", "legs_received",
              "legs_missing", "duplicates", "redeliveries", "late", "unknown", "closed_by")
         ),
-        "legs": dict.fromkeys(("name", "received", "bytes", "held", "attempts")),
+        "legs": dict.fromkeys(("name", "received", "bytes", "held", "attempts", "received_at")),
     },
 )  # fmt: skip
 # What the job reads of a collector: its start input and each batch PUT's result.
@@ -141,6 +141,74 @@ def _ts(text: Column) -> Column:
 
 def _decode(payloads: Column) -> Column:
     return F.unbase64(payloads.getItem(0).getField("data")).cast("string")
+
+
+def _since_start_ms(at: Column) -> Column:
+    return (F.unix_micros(at) - F.unix_micros("start_time")) / F.lit(1000.0)
+
+
+def _recorded_latency() -> Column:
+    """Leg -> ms from the gather's start to its first reply, as the result records it (a
+    reply the bridge got before the server started the gather counts as 0)."""
+    return F.map_from_entries(
+        F.transform(
+            F.filter("r.legs", lambda leg: leg["received"]),
+            lambda leg: F.struct(
+                leg["name"].alias("leg"),
+                F.greatest(_since_start_ms(_ts(leg["received_at"])), F.lit(0.0)).alias("ms"),
+            ),
+        )
+    )
+
+
+def _signalled_latency() -> Column:
+    """Leg -> ms from the gather's start to the first signal that brought a reply of it
+    (for results that do not record arrivals)."""
+    # Every reply in arrival order, with the time of the signal that brought it.
+    arrivals = F.flatten(
+        F.transform(
+            "signals",
+            lambda e: F.transform(
+                F.from_json(
+                    _decode(e["workflowExecutionSignaledEventAttributes"]["input"]["payloads"]),
+                    _BATCH,
+                )["replies"],
+                lambda r: F.struct(
+                    r["leg"].alias("leg"),
+                    r["leg_index"].alias("leg_index"),
+                    _ts(e["eventTime"]).alias("at"),
+                ),
+            ),
+        )
+    )
+    named = F.filter(
+        F.transform(
+            arrivals,
+            lambda a, i: F.struct(
+                F.coalesce(
+                    a["leg"],
+                    F.try_element_at("legs_expected", (a["leg_index"] + 1).cast("int")),
+                    # Count-only aggregates fill legs in arrival order.
+                    F.try_element_at("legs_expected", i + 1),
+                ).alias("leg"),
+                a["at"].alias("at"),
+            ),
+        ),
+        lambda a: F.array_contains("legs_received", a["leg"]),
+    )
+    return F.map_from_entries(
+        F.transform(
+            F.array_distinct(F.transform(named, lambda a: a["leg"])),
+            lambda leg: F.struct(
+                leg.alias("leg"),
+                _since_start_ms(
+                    F.array_min(
+                        F.transform(F.filter(named, lambda a: a["leg"] == leg), lambda a: a["at"])
+                    )
+                ).alias("ms"),
+            ),
+        )
+    )
 
 
 def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
@@ -248,61 +316,19 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
         ).alias("leg_attempts"),
         F.coalesce("input.aggregate.complete_when", F.lit("all")).alias("complete_when"),
         F.coalesce("r.closed_by", F.lit("")).alias("closed_by"),
-        # Every reply in arrival order, with the time of the signal that brought it.
-        F.flatten(
-            F.transform(
-                "signals",
-                lambda e: F.transform(
-                    F.from_json(
-                        _decode(e["workflowExecutionSignaledEventAttributes"]["input"]["payloads"]),
-                        _BATCH,
-                    )["replies"],
-                    lambda r: F.struct(
-                        r["leg"].alias("leg"),
-                        r["leg_index"].alias("leg_index"),
-                        _ts(e["eventTime"]).alias("at"),
-                    ),
-                ),
-            )
-        ).alias("arrivals"),
+        "signals",
+        "r",
     )
-    named = F.filter(
-        F.transform(
-            "arrivals",
-            lambda a, i: F.struct(
-                F.coalesce(
-                    a["leg"],
-                    F.try_element_at("legs_expected", (a["leg_index"] + 1).cast("int")),
-                    # Count-only aggregates fill legs in arrival order.
-                    F.try_element_at("legs_expected", i + 1),
-                ).alias("leg"),
-                a["at"].alias("at"),
-            ),
-        ),
-        lambda a: F.array_contains("legs_received", a["leg"]),
+    # Each leg's arrival: recorded in the result (when the bridge got its first reply);
+    # results of older gathers lack it, and only theirs are read from the replies'
+    # signals, which means decoding every reply's payload, bodies included.
+    recorded = F.col("r.legs").isNotNull() & F.forall(
+        "r.legs", lambda leg: ~leg["received"] | leg["received_at"].isNotNull()
     )
-    start_us = F.unix_micros("start_time")
-    latency = F.map_from_entries(
-        F.transform(
-            F.array_distinct(F.transform(named, lambda a: a["leg"])),
-            lambda leg: F.struct(
-                leg.alias("leg"),
-                (
-                    (
-                        F.unix_micros(
-                            F.array_min(
-                                F.transform(
-                                    F.filter(named, lambda a: a["leg"] == leg), lambda a: a["at"]
-                                )
-                            )
-                        )
-                        - start_us
-                    )
-                    / F.lit(1000.0)
-                ).alias("latency_ms"),
-            ),
-        )
-    )
+    latency = F.when(recorded, _recorded_latency()).otherwise(_signalled_latency())
+    facts = facts.withColumn(
+        "leg_latency_ms", F.coalesce(latency, F.create_map().cast("map<string,double>"))
+    ).drop("signals", "r")
     if dedupe:
         facts = facts.dropDuplicates(["gather_id", "run_id"])
     return facts.select(
@@ -320,7 +346,7 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
         F.size("legs_received").alias("n_received"),
         F.size("legs_missing").alias("n_missing"),
         "completion_ms",
-        F.coalesce(latency, F.create_map().cast("map<string,double>")).alias("leg_latency_ms"),
+        "leg_latency_ms",
         "duplicates",
         "redeliveries",
         "late",

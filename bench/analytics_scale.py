@@ -8,7 +8,7 @@ event shapes for 10k and 100k gathers, and per size, in the same run and Spark s
 
 Then job / floor and job / single-node, and the time's growth for 10x the gathers. With
 ``--plan`` the physical plan of the job's heaviest stage (the gather facts) is printed;
-with ``--against REV`` that revision's own benchmark runs right after, on this machine,
+with ``--against REV`` (repeatable) that revision's own benchmark runs right after, on this machine,
 and the two are set side by side.
 
     python -m bench.analytics_scale [--sizes 10000 100000] [--repeat N] [--plan]
@@ -135,8 +135,9 @@ def main() -> None:
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--plan", action="store_true", help="print the gather facts' plan")
-    parser.add_argument("--against", metavar="REV",
-                        help="also run this git revision's own benchmark and compare")  # fmt: skip
+    parser.add_argument("--against", metavar="REV", action="append", default=[],
+                        help="also run this git revision's own benchmark and compare "
+                             "(repeat it for more)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="run each size N times")
     ns = parser.parse_args()
     spark = spark_session("local[*]", "mqgather-bench")
@@ -161,15 +162,15 @@ def main() -> None:
               f"(target: at most {TARGET_GROWTH:g}x)")  # fmt: skip
         record(Figure("analytics", f"time growth for {n1 // n0}x the gathers", s1 / s0, "x",
                       target=TARGET_GROWTH))  # fmt: skip
-    if ns.against:
-        print(f"\n{ns.against}'s own benchmark on this machine, right after:")
-        theirs = against(ns.against, [n for n, _ in rows])
+    for revision in ns.against:
+        print(f"\n{revision}'s own benchmark on this machine, right after:")
+        theirs = against(revision, [n for n, _ in rows])
         for n, seconds in rows:
             if n in theirs:
-                print(f"{n:>8} gathers  {ns.against}: {theirs[n]:6.1f} s   now: {seconds:6.1f} s"
+                print(f"{n:>8} gathers  {revision}: {theirs[n]:6.1f} s   now: {seconds:6.1f} s"
                       f"   now / then {seconds / theirs[n]:.2f}")  # fmt: skip
                 record(Figure("analytics", f"facts + trends, {n:,} gathers", seconds, "s",
-                              theirs[n], f"release {ns.against}"))  # fmt: skip
+                              theirs[n], f"release {revision}"))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -45,9 +45,10 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from bench import worker_parts
 from bench.figures import Figure, exclusive, record
 from bench.profile import Sampler, table
 from bridge.mq.local_qm import LocalQueueManager
@@ -194,9 +195,12 @@ async def _signal_to_marker_ms(handle: WorkflowHandle) -> float:
     return (stamps[EventType.EVENT_TYPE_MARKER_RECORDED] - signalled) * 1000
 
 
-async def floor(client: Client, pid: int, n: int, rate: float) -> tuple[float, list[float]]:
-    """Start ``n`` TrivialLocal workflows at ``rate``/s: their worker's CPU ms per workflow
-    and, per workflow, ms from the signal at the server to the task's completion."""
+async def floor(
+    client: Client, pid: int, n: int, rate: float
+) -> tuple[float, list[float], list[WorkflowHistory]]:
+    """Start ``n`` TrivialLocal workflows at ``rate``/s: their worker's CPU ms per workflow,
+    per workflow the ms from the signal at the server to the task's completion, and a
+    sample of their histories."""
     run = f"{time.time_ns()}"
 
     async def one(i: int) -> WorkflowHandle:
@@ -209,7 +213,8 @@ async def floor(client: Client, pid: int, n: int, rate: float) -> tuple[float, l
     handles = await asyncio.gather(*runs)
     cpu_ms = 1000 * (_cpu_seconds(pid) - before) / n
     # Read once every run is done, as the gathers' are: reading would slow the server.
-    return cpu_ms, [await _signal_to_marker_ms(handle) for handle in handles]
+    spans = [await _signal_to_marker_ms(handle) for handle in handles]
+    return cpu_ms, spans, [await h.fetch_history() for h in handles[:SHAPE_SAMPLE]]
 
 
 def put_gathers(qm: LocalQueueManager, prefix: str, n: int, legs: tuple[str, ...]) -> None:
@@ -260,19 +265,24 @@ async def latency(qm: LocalQueueManager, prefix: str, n: int, rate: float) -> di
 SHAPE_SAMPLE = 50
 
 
-async def shapes(client: Client, prefix: str, n: int) -> dict[str, float]:
+async def shapes(
+    client: Client, prefix: str, n: int
+) -> tuple[dict[str, float], list[WorkflowHistory]]:
     """Per gather of a measure (a sample), the mean count of its signals, workflow
-    tasks and history events: more tasks than the floor's one means more work."""
+    tasks and history events (more tasks than the floor's one means more work), and the
+    sample's histories."""
     counts: dict[str, list[int]] = {"signals": [], "workflow tasks": [], "events": []}
+    histories: list[WorkflowHistory] = []
     for i in range(0, n, max(1, n // SHAPE_SAMPLE)):
         correl = f"{prefix}{i}".encode().ljust(24, b"\0")  # as MQ pads a CorrelId
         handle = client.get_workflow_handle(gather_id("bench", correl))
-        events = (await handle.fetch_history()).events
+        histories.append(await handle.fetch_history())
+        events = histories[-1].events
         kinds = [e.event_type for e in events]
         counts["signals"].append(kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED))
         counts["workflow tasks"].append(kinds.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED))
         counts["events"].append(len(events))
-    return {k: round(statistics.fmean(v), 2) for k, v in counts.items()}
+    return {k: round(statistics.fmean(v), 2) for k, v in counts.items()}, histories
 
 
 #: The stages of last reply -> response, in order, as the breakdown names them.
@@ -464,7 +474,7 @@ async def main(
                               f"({per_gather:.2f} ms per gather):\n"
                               + table(sampler.stop(), per_gather, 1000 / sampler.rate / n),
                               flush=True)  # fmt: skip
-                    shape = await shapes(client, f"E2E-{level}-{run}-", n)
+                    shape, sample = await shapes(client, f"E2E-{level}-{run}-", n)
                     print(f"[{level:,} open] per gather (mean of {SHAPE_SAMPLE}): " + ", ".join(
                         f"{v:g} {k}" for k, v in shape.items()), flush=True)  # fmt: skip
                     print(f"[{level:,} open] (c) latency at {bare / 2:.0f} gathers/s …", flush=True)
@@ -482,12 +492,21 @@ async def main(
                         Sampler(trivial, profile / f"floor-{level}-{run}.txt") if profile else None
                     )
                     floor_n = min(n, 300)
-                    floor_cpu, floor_ms = await floor(client, trivial, floor_n, bare / 2)
+                    floor_cpu, floor_ms, floor_sample = await floor(
+                        client, trivial, floor_n, bare / 2
+                    )
                     if sampler:
                         print(f"[{level:,} open] where the floor's worker CPU went "
                               f"({floor_cpu:.2f} ms per workflow):\n"
                               + table(sampler.stop(), floor_cpu, 1000 / sampler.rate / floor_n),
                               flush=True)  # fmt: skip
+                    if run == 0 and not ring:
+                        # In this process while the others idle: the worker's two parts,
+                        # each against the floor's, free of the pipeline's contention.
+                        parts = await worker_parts.measure(sample, floor_sample, CONFIG)
+                        for line in parts.lines():
+                            print(f"[{level:,} open] {line}", flush=True)
+                        record_parts(parts, level)
                     rss = [_rss_mb(pid) for pid in roles["workers"]]
                     results.append(
                         Level(
@@ -535,6 +554,15 @@ def record_level(r: Level, n: int) -> None:
                   better="higher", target=TARGET_E2E))  # fmt: skip
     record(Figure("gather", f"bridge CPU ms per gather, {at}", 1000 * r.cpu["bridges"] / n,
                   "ms", target=TARGET_BRIDGE_MS))  # fmt: skip
+
+
+def record_parts(parts: worker_parts.Parts, level: int) -> None:
+    """The worker's two parts, measured in one process, each beside the floor's."""
+    at = f"{level:,} open"
+    record(Figure("gather", f"worker's workflow side ms per gather (replayed), {at}",
+                  parts.workflow, "ms", parts.workflow_floor, "floor's, replayed"))  # fmt: skip
+    record(Figure("gather", f"worker's merge and PUT ms per gather (in-process), {at}",
+                  parts.activity, "ms", parts.activity_floor, "floor's activity"))  # fmt: skip
 
 
 def compare(plain: list[Level], sealed: list[Level], n: int) -> None:

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from bench.figures import ENV_HELD, ENV_RECORD, BenchmarkBusy, Figure, exclusive, read
 
-#: The release the analytics job is compared with (its figures were the README's).
-ANALYTICS_RELEASE = "246f2c6"
+#: The releases the analytics job is compared with: the one whose figures the README once
+#: gave, and the one before the arrivals came with each gather's result.
+ANALYTICS_RELEASES = ("246f2c6", "a7d0c82")
 
 #: (name, module arguments): the order they run in.
 BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
@@ -33,7 +34,8 @@ BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
      ["bench.gather_throughput", "--gathers", "600", "--open", "0,10000", "--repeat", "3"]),
     ("collector_throughput", ["bench.collector_throughput"]),
     ("analytics_scale",
-     ["bench.analytics_scale", "--repeat", "3", "--plan", "--against", ANALYTICS_RELEASE]),
+     ["bench.analytics_scale", "--repeat", "3", "--plan",
+      *(arg for rev in ANALYTICS_RELEASES for arg in ("--against", rev))]),
     ("chaos", ["bench.chaos"]),
     ("large_replies", ["bench.large_replies", "--gathers", "10"]),
 )  # fmt: skip

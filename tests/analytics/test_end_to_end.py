@@ -136,6 +136,8 @@ def _plain_python(export_dir: Path) -> tuple[list[float], dict[str, dict[str, fl
             result = json.loads(base64.b64decode(completed["result"]["payloads"][0]["data"]))
             if result["state"] == "COMPLETE":
                 done.append((_trunc(last["eventTime"]) - start).total_seconds() * 1000)
+            # A leg arrives when the bridge got its first reply off the queue (each reply
+            # carries that time); one got before the server started the gather counts 0.
             first: dict[str, float] = {}
             for e in events:
                 attrs = e.get("workflowExecutionSignaledEventAttributes")
@@ -143,10 +145,11 @@ def _plain_python(export_dir: Path) -> tuple[list[float], dict[str, dict[str, fl
                     continue
                 batch = json.loads(base64.b64decode(attrs["input"]["payloads"][0]["data"]))
                 for reply in batch["replies"]:
-                    if reply["leg"] in result["legs_received"] and reply["leg"] not in first:
-                        first[reply["leg"]] = (
-                            _trunc(e["eventTime"]) - start
-                        ).total_seconds() * 1000
+                    if reply["leg"] not in result["legs_received"]:
+                        continue
+                    got = datetime.fromisoformat(reply["received_at"].replace("Z", "+00:00"))
+                    ms = max((got - start).total_seconds() * 1000, 0.0)
+                    first[reply["leg"]] = min(ms, first.get(reply["leg"], ms))
             legs[record["workflowId"]] = first
     return done, legs
 

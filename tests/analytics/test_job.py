@@ -4,7 +4,7 @@ passes after it (which files can hold collectors, whether a run is there twice).
 from __future__ import annotations
 
 from analytics.histories import collect
-from analytics.job import analyze, check_files
+from analytics.job import analyze, check_files, read_histories, repeated_runs
 from analytics.synth import synthesize
 from tests.workflows.record import HISTORIES
 from tests.workflows.test_replay import LATEST
@@ -28,8 +28,16 @@ def test_the_pruned_pass_sorts_the_files(spark, tmp_path):
     assert checked.good == [gathers, *mixed]
     assert list(checked.skipped) == [str(broken)]
     assert checked.not_only_gathers == mixed
-    assert not checked.repeated_runs
-    assert check_files(spark, [gathers, gathers]).repeated_runs  # an export read twice
+
+
+def test_a_run_read_twice_is_found_on_the_fact_rows(spark, tmp_path):
+    from analytics.transforms import gather_facts
+
+    gathers = _gathers(tmp_path / "gathers.ndjson", 12)
+    once = gather_facts(read_histories(spark, [gathers]), dedupe=False)
+    twice = gather_facts(read_histories(spark, [gathers, gathers]), dedupe=False)
+    assert not repeated_runs(once)
+    assert repeated_runs(twice)  # an export read twice
 
 
 def test_a_run_in_two_files_counts_once_and_gathers_alone_make_no_batches(spark, tmp_path):
