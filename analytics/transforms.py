@@ -143,6 +143,11 @@ def _decode(payloads: Column) -> Column:
     return F.unbase64(payloads.getItem(0).getField("data")).cast("string")
 
 
+def _result_text(closed: Column) -> Column:
+    """The JSON of a close event's result (null for a run that ended without one)."""
+    return _decode(closed["workflowExecutionCompletedEventAttributes"]["result"]["payloads"])
+
+
 def _since_start_ms(at: Column) -> Column:
     return (F.unix_micros(at) - F.unix_micros("start_time")) / F.lit(1000.0)
 
@@ -161,13 +166,12 @@ def _recorded_latency() -> Column:
     )
 
 
-def _signalled_latency() -> Column:
-    """Leg -> ms from the gather's start to the first signal that brought a reply of it
-    (for results that do not record arrivals)."""
-    # Every reply in arrival order, with the time of the signal that brought it.
-    arrivals = F.flatten(
+def _arrivals(signals: Column) -> Column:
+    """Every reply of the replies' signals in arrival order, with the signal's time (null
+    without signals)."""
+    return F.flatten(
         F.transform(
-            "signals",
+            signals,
             lambda e: F.transform(
                 F.from_json(
                     _decode(e["workflowExecutionSignaledEventAttributes"]["input"]["payloads"]),
@@ -181,6 +185,12 @@ def _signalled_latency() -> Column:
             ),
         )
     )
+
+
+def _signalled_latency() -> Column:
+    """Leg -> ms from the gather's start to the first signal that brought a reply of it
+    (for results that do not record arrivals), from the ``arrivals`` column."""
+    arrivals = F.col("arrivals")
     named = F.filter(
         F.transform(
             arrivals,
@@ -243,7 +253,12 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
             F.size(events).alias("events"),
             started.alias("s"),
             closed.alias("c"),
-            reply_signals.alias("signals"),
+            # Only results of older gathers lack each leg's arrival (a "received_at"
+            # time), and only theirs need the replies' signals: the others do not copy them along (a
+            # signal's payload holds the replies' bodies).
+            F.when(F.instr(_result_text(closed), '"received_at":"') == 0, reply_signals).alias(
+                "signals"
+            ),
         )
         .filter(
             (
@@ -257,17 +272,16 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
             "gather_id",
             "run_id",
             "events",
-            "signals",
+            # Decoded here, beside the input and the result: in the projection after it,
+            # the decoding would take that projection out of whole-stage code generation.
+            _arrivals(F.col("signals")).alias("arrivals"),
             _ts(F.col("s.eventTime")).alias("start_time"),
             _ts(F.col("c.eventTime")).alias("end_time"),
             F.regexp_replace("c.eventType", "^EVENT_TYPE_WORKFLOW_EXECUTION_", "").alias("closed"),
             F.from_json(
                 _decode(F.col("s.workflowExecutionStartedEventAttributes.input.payloads")), _INPUT
             ).alias("input"),
-            F.from_json(
-                _decode(F.col("c.workflowExecutionCompletedEventAttributes.result.payloads")),
-                _RESULT,
-            ).alias("r"),
+            F.from_json(_result_text(F.col("c")), _RESULT).alias("r"),
         )
     )
     empty = F.array().cast("array<string>")
@@ -316,19 +330,20 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
         ).alias("leg_attempts"),
         F.coalesce("input.aggregate.complete_when", F.lit("all")).alias("complete_when"),
         F.coalesce("r.closed_by", F.lit("")).alias("closed_by"),
-        "signals",
+        "arrivals",
         "r",
     )
     # Each leg's arrival: recorded in the result (when the bridge got its first reply);
     # results of older gathers lack it, and only theirs are read from the replies'
     # signals, which means decoding every reply's payload, bodies included.
-    recorded = F.col("r.legs").isNotNull() & F.forall(
-        "r.legs", lambda leg: ~leg["received"] | leg["received_at"].isNotNull()
-    )
+    # (size of a filter rather than forall: forall would take the projection out of
+    # whole-stage code generation)
+    unrecorded = F.filter("r.legs", lambda leg: leg["received"] & leg["received_at"].isNull())
+    recorded = F.col("r.legs").isNotNull() & (F.size(unrecorded) == 0)
     latency = F.when(recorded, _recorded_latency()).otherwise(_signalled_latency())
     facts = facts.withColumn(
         "leg_latency_ms", F.coalesce(latency, F.create_map().cast("map<string,double>"))
-    ).drop("signals", "r")
+    ).drop("arrivals", "r")
     if dedupe:
         facts = facts.dropDuplicates(["gather_id", "run_id"])
     return facts.select(
