@@ -87,7 +87,7 @@ def patches(name: str, files: str = "collect_*.json") -> set[str]:
 RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
 #: The newest set: every path the recorder knows, gathers over a logical group, the
 #: collector's, completion rules, optional legs, leg deadlines and a re-request among them.
-LATEST = "0.1.0-02a6e95db380"
+LATEST = "0.1.0-53424fd356a0"
 #: The last set before completion rules and the wait before closing.
 BEFORE_RULES = "0.1.0-df265dd3ea98"
 #: The first set with collectors, before their delay counted from the bridge's receipt.
