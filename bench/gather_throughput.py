@@ -503,7 +503,7 @@ async def main(
                     if run == 0 and not ring:
                         # In this process while the others idle: the worker's two parts,
                         # each against the floor's, free of the pipeline's contention.
-                        parts = await worker_parts.measure(sample, floor_sample, CONFIG)
+                        parts = await worker_parts.measure(sample, floor_sample)
                         for line in parts.lines():
                             print(f"[{level:,} open] {line}", flush=True)
                         record_parts(parts, level)

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import tempfile
 import time
-import tomllib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,17 +127,18 @@ def _copies(histories: Sequence[WorkflowHistory], n: int) -> list[WorkflowHistor
     return [WorkflowHistory(f"replay-{i}", histories[i % len(histories)].events) for i in range(n)]
 
 
-def activity_cpu(config_toml: str, inputs: Sequence[PutResponseInput], n: int) -> float:
-    """ms of CPU per call of the merge and PUT on a fresh embedded queue manager, its input
-    decoded from a payload and its result encoded (each call a gather of its own, so the
-    ledger lets every PUT through)."""
+def activity_cpu(inputs: Sequence[PutResponseInput], n: int) -> float:
+    """ms of CPU per call of the merge and PUT on a fresh embedded queue manager (with the
+    queues of the inputs' aggregates), its input decoded from a payload and its result
+    encoded (each call a gather of its own, so the ledger lets every PUT through)."""
     converter = pydantic_data_converter.payload_converter
     payloads = [converter.to_payloads([inp])[0] for inp in inputs]
     env = ActivityEnvironment()
     with tempfile.TemporaryDirectory() as tmp:
         url = f"local:{tmp}/qm.db"
         qm = open_transport(url)
-        setup_queues(qm, parse_config(tomllib.loads(config_toml), "bench"))
+        aggregates = {i.aggregate.name: i.aggregate.model_dump() for i in inputs}
+        setup_queues(qm, parse_config({"aggregates": aggregates}, "the gathers' inputs"))
         qm.close()
         acts = CollectorActivities(lambda: open_transport(url))
 
@@ -170,7 +170,6 @@ def floor_activity_cpu(n: int) -> float:
 async def measure(
     gathers: Sequence[WorkflowHistory],
     floors: Sequence[WorkflowHistory],
-    config_toml: str,
     replays: int = REPLAYS,
 ) -> Parts:
     """Both parts for these recorded gathers and floor workflows."""
@@ -186,7 +185,7 @@ async def measure(
         workflow_floor=await replay_cpu(
             TrivialLocalWorkflow, pydantic_data_converter, _copies(floors, replays)
         ),
-        activity=activity_cpu(config_toml, inputs, replays),
+        activity=activity_cpu(inputs, replays),
         activity_floor=floor_activity_cpu(replays),
     )
 
@@ -200,8 +199,6 @@ def _load(directory: Path) -> list[WorkflowHistory]:
 
 def main() -> None:
     """Measure both parts for histories saved as JSON files."""
-    from bench.gather_throughput import CONFIG
-
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -209,7 +206,7 @@ def main() -> None:
     parser.add_argument("floors", type=Path, help="a folder of TrivialLocal histories (JSON)")
     parser.add_argument("--replays", type=int, default=REPLAYS)
     ns = parser.parse_args()
-    parts = asyncio.run(measure(_load(ns.gathers), _load(ns.floors), CONFIG, ns.replays))
+    parts = asyncio.run(measure(_load(ns.gathers), _load(ns.floors), ns.replays))
     print("\n".join(parts.lines()))
 
 
