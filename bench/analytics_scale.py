@@ -18,6 +18,7 @@ and the two are set side by side.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -33,7 +34,7 @@ from analytics.job import analyze, read_histories, spark_session
 from analytics.synth import synthesize
 from analytics.transforms import RAW_SCHEMA, gather_facts
 from bench.analytics_duckdb import gather_facts as duckdb_facts
-from bench.figures import Figure, exclusive, record
+from bench.figures import ENV_RECORD, Figure, exclusive, record
 
 #: The issue's targets: facts + trends within 2x the read-and-count floor at 100,000
 #: gathers, and time growing at most 3x for 10x the gathers.
@@ -91,9 +92,12 @@ def against(revision: str, sizes: list[int]) -> dict[int, float]:
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(tree),
                         revision], check=True)  # fmt: skip
         try:
+            # Its figures are read off its output, not recorded as this run's own.
+            env = {k: v for k, v in os.environ.items() if k != ENV_RECORD}
             run = subprocess.run(
                 [sys.executable, "-m", "bench.analytics_scale", "--sizes", *map(str, sizes)],
                 cwd=tree,
+                env=env,
                 capture_output=True,
                 text=True,
                 check=True,
