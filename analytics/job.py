@@ -35,6 +35,7 @@ from analytics.transforms import (
     gather_facts,
     leg_trends,
     most_missed,
+    one_row_per_run,
     outcome_counts,
     pick_window,
     summarise,
@@ -172,7 +173,7 @@ def analyze(
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     parsed = facts = gather_facts(histories, dedupe=False).coalesce(parts).cache()
     if repeated_runs(parsed):
-        facts = parsed.dropDuplicates(["gather_id", "run_id"]).coalesce(parts).cache()
+        facts = one_row_per_run(parsed).coalesce(parts).cache()
     facts_dir = out / "facts"
     facts.write.mode("overwrite").parquet(str(facts_dir))
     if facts is not parsed:

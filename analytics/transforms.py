@@ -221,6 +221,11 @@ def _signalled_latency() -> Column:
     )
 
 
+def one_row_per_run(facts: DataFrame) -> DataFrame:
+    """Gather facts with each workflow run once (a run read twice gives the same row)."""
+    return facts.dropDuplicates(["gather_id", "run_id"])
+
+
 def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
     """One row per closed gather: aggregate, CorrelId, start, end, outcome, legs expected /
     received / missing, completion and per-leg arrival latency (ms from the gather's start),
@@ -254,8 +259,9 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
             started.alias("s"),
             closed.alias("c"),
             # Only results of older gathers lack each leg's arrival (a "received_at"
-            # time), and only theirs need the replies' signals: the others do not copy them along (a
-            # signal's payload holds the replies' bodies).
+            # time), and only theirs need the replies' signals: the others do not copy
+            # them along (a signal's payload holds the replies' bodies). The text test
+            # reads the result's JSON as the data converter writes it (no spaces).
             F.when(F.instr(_result_text(closed), '"received_at":"') == 0, reply_signals).alias(
                 "signals"
             ),
@@ -345,7 +351,7 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
         "leg_latency_ms", F.coalesce(latency, F.create_map().cast("map<string,double>"))
     ).drop("arrivals", "r")
     if dedupe:
-        facts = facts.dropDuplicates(["gather_id", "run_id"])
+        facts = one_row_per_run(facts)
     return facts.select(
         "gather_id",
         "run_id",

@@ -196,11 +196,11 @@ async def _signal_to_marker_ms(handle: WorkflowHandle) -> float:
 
 
 async def floor(
-    client: Client, pid: int, n: int, rate: float
+    client: Client, pid: int, n: int, rate: float, keep: int = 0
 ) -> tuple[float, list[float], list[WorkflowHistory]]:
     """Start ``n`` TrivialLocal workflows at ``rate``/s: their worker's CPU ms per workflow,
-    per workflow the ms from the signal at the server to the task's completion, and a
-    sample of their histories."""
+    per workflow the ms from the signal at the server to the task's completion, and the
+    histories of the first ``keep``."""
     run = f"{time.time_ns()}"
 
     async def one(i: int) -> WorkflowHandle:
@@ -214,7 +214,7 @@ async def floor(
     cpu_ms = 1000 * (_cpu_seconds(pid) - before) / n
     # Read once every run is done, as the gathers' are: reading would slow the server.
     spans = [await _signal_to_marker_ms(handle) for handle in handles]
-    return cpu_ms, spans, [await h.fetch_history() for h in handles[:SHAPE_SAMPLE]]
+    return cpu_ms, spans, [await h.fetch_history() for h in handles[:keep]]
 
 
 def put_gathers(qm: LocalQueueManager, prefix: str, n: int, legs: tuple[str, ...]) -> None:
@@ -492,15 +492,17 @@ async def main(
                         Sampler(trivial, profile / f"floor-{level}-{run}.txt") if profile else None
                     )
                     floor_n = min(n, 300)
+                    # The worker's parts are measured once per level, with plain payloads.
+                    parts_due = run == 0 and not ring
                     floor_cpu, floor_ms, floor_sample = await floor(
-                        client, trivial, floor_n, bare / 2
+                        client, trivial, floor_n, bare / 2, SHAPE_SAMPLE if parts_due else 0
                     )
                     if sampler:
                         print(f"[{level:,} open] where the floor's worker CPU went "
                               f"({floor_cpu:.2f} ms per workflow):\n"
                               + table(sampler.stop(), floor_cpu, 1000 / sampler.rate / floor_n),
                               flush=True)  # fmt: skip
-                    if run == 0 and not ring:
+                    if parts_due:
                         # In this process while the others idle: the worker's two parts,
                         # each against the floor's, free of the pipeline's contention.
                         parts = await worker_parts.measure(sample, floor_sample)

@@ -19,7 +19,7 @@ from mqgather.constants import MAX_KEPT_REQUEST_BYTES
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_AGGREGATE, SIGNAL_EXPECT, TASK_QUEUE
 from workflows.gather import GatherWorkflow
-from workflows.models import GatherInput, LegRequest, Registration, gather_id, start_options
+from workflows.models import LegRequest, Registration, gather_id, start_input, start_options
 
 
 class ScatterError(MQGatherError):
@@ -167,9 +167,7 @@ async def scatter(
     try:
         await client.start_workflow(
             GatherWorkflow.run,
-            GatherInput(
-                aggregate=spec, correl_id=correl, settle=True, changed_attributes_only=True
-            ),
+            start_input(spec, correl),
             id=gid,
             task_queue=task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

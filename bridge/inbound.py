@@ -40,12 +40,12 @@ from mqgather.runtime import telemetry
 from mqgather.runtime.temporal import healthy
 from workflows.gather import GatherWorkflow
 from workflows.models import (
-    GatherInput,
     GatherResult,
     HeldBody,
     Reply,
     ReplyBatch,
     gather_id,
+    start_input,
     start_options,
 )
 
@@ -546,9 +546,7 @@ class InboundBridge(QueueBridge):
             try:
                 await self.client.start_workflow(
                     GatherWorkflow.run,
-                    GatherInput(
-                        aggregate=spec, correl_id=correl, settle=True, changed_attributes_only=True
-                    ),
+                    start_input(spec, correl),
                     id=gather_id(spec.name, correl),
                     task_queue=self.task_queue,
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

@@ -64,6 +64,7 @@ class GatherWorkflow:
 
     @workflow.init
     def __init__(self, inp: GatherInput) -> None:
+        self._input = inp
         self.spec = inp.aggregate
         self.correl_id = inp.correl_id
         self.id = gather_id(inp.aggregate.name, inp.correl_id)
@@ -192,15 +193,8 @@ class GatherWorkflow:
                 # Whatever came with the settling event is in the state the next run
                 # carries (its outbox and re-requests too), so a flood cannot hold it off.
                 await self._settled()
-                workflow.continue_as_new(
-                    GatherInput(
-                        aggregate=self.spec,
-                        correl_id=self.correl_id,
-                        carried=self.s,
-                        settle=self.settle,
-                        changed_attributes_only=self.changed_only,
-                    )
-                )
+                # The next run starts as this one did (every flag kept), with the state.
+                workflow.continue_as_new(self._input.model_copy(update={"carried": self.s}))
             self._wake = False
             # Published only while waiting (and at the end): a gather completed by one
             # batch costs one visibility update, not two.

@@ -354,6 +354,14 @@ def gather_id(aggregate: str, correl_id: bytes) -> str:
     return f"{GATHER_ID_PREFIX}{aggregate}:{correl_id.hex()}"
 
 
+def start_input(spec: AggregateSpec, correl_id: bytes) -> GatherInput:
+    """A new gather's input, with every behaviour that gathers started before it lack (so
+    those replay as they ran) switched on."""
+    return GatherInput(
+        aggregate=spec, correl_id=correl_id, settle=True, changed_attributes_only=True
+    )
+
+
 def start_options(spec: AggregateSpec, correl_id: bytes) -> dict[str, Any]:
     """Start arguments of a gather: the summary and details the Temporal UI shows, and the
     search attributes that find it from its first moment (by text or hex CorrelId)."""

@@ -140,3 +140,27 @@ def test_a_sealed_set_is_among_those_replayed():
         events = WorkflowHistory.from_json(path.stem, path.read_text()).events
         keys = key_ids_in(History(events=events))
         assert set(keys) - {""}, f"{path.name} holds no sealed payload"
+
+
+def _upserted(set_name: str) -> list[set[str]]:
+    """The attribute names of every search-attribute upsert of the set's gathers."""
+    found = []
+    for path in sorted((HISTORIES / set_name).glob("*.json")):
+        if path.name.startswith(("_", "collect")):
+            continue
+        for event in json.loads(path.read_text())["events"]:
+            attrs = event.get("upsertWorkflowSearchAttributesEventAttributes")
+            # A patch's own upsert (its version marker) is the SDK's, not the gather's.
+            shown = set(attrs["searchAttributes"]["indexedFields"]) if attrs else set()
+            if shown - {"TemporalChangeVersion"}:
+                found.append(shown)
+    return found
+
+
+def test_gathers_upsert_only_what_changed():
+    # The bridge or scatter sets the aggregate and the CorrelId at start: gathers of the
+    # latest set never upsert them again; those recorded before did every time.
+    latest = _upserted(LATEST)
+    assert latest and all(not {"AggregateName", "CorrelId"} & names for names in latest)
+    before = _upserted("0.1.0-02a6e95db380")
+    assert before and all({"AggregateName", "CorrelId"} <= names for names in before)
