@@ -197,11 +197,13 @@ def collect(paths: list[Path], staging: Path, cipher: PayloadCipher | None = Non
 
 
 def _holds(file: Path, text: str) -> bool:
-    """Whether ``file`` contains ``text`` (read in blocks, never whole)."""
-    tail = ""
-    with file.open() as data:
-        while block := data.read(1 << 20):
-            if text in tail + block:
+    """Whether ``file`` contains ``text`` (read in blocks, never whole; as bytes, since
+    decoding the whole file only to search it costs more than the search)."""
+    wanted = text.encode()
+    tail = b""
+    with file.open("rb") as data:
+        while block := data.read(1 << 22):
+            if wanted in tail + block[: len(wanted)] or wanted in block:
                 return True
-            tail = block[-len(text) :]
+            tail = block[-len(wanted) :]
     return False

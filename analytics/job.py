@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,22 +25,26 @@ from analytics.advisor import leg_deadlines, timeout_advice
 from analytics.histories import collect
 from analytics.report import ReportData, batch_charts, charts, html_report, millis, percent, when
 from analytics.transforms import (
+    AGGREGATE_COLUMNS,
+    BY_AGGREGATE,
+    BY_OUTCOME,
+    BY_WINDOW,
     CLOSE_REASONS,
     CORRUPT,
+    FACT,
+    LEVEL_KEYS,
+    OVERALL,
     RAW_SCHEMA,
-    aggregate_summary,
+    TREND_COLUMNS,
     batch_facts,
     batch_summary,
     batch_trends,
     destination_summary,
     gather_facts,
     leg_trends,
-    most_missed,
     one_row_per_run,
-    outcome_counts,
     pick_window,
-    summarise,
-    trends,
+    summaries,
 )
 from mqgather.names import GATHER_ID_PREFIX
 from mqgather.runtime.codec import PayloadCipher, load_key_ring
@@ -86,34 +91,74 @@ def spark_session(master: str | None = "local[*]", app: str = "mqgather-analytic
 
 @dataclass
 class Checked:
-    """What the pruned pass over the export files found."""
+    """What the pass over the export files found of the files."""
 
     good: list[str]
     skipped: dict[str, str]
     #: The good files that hold a history other than a gather's (a collector's, say).
     not_only_gathers: list[str]
+    #: The skipped files as Spark names them.
+    bad_uris: list[str] = field(default_factory=list)
+    #: When the good files' first and last gathers ended (None: no gathers).
+    first_end: datetime | None = None
+    last_end: datetime | None = None
 
 
-def check_files(spark: SparkSession, files: list[str]) -> Checked:
-    """One pruned pass over export NDJSON files (Spark tokenizes each line but builds no
-    history): a file with a corrupt or truncated line is reported by name and left out
-    entirely; and which files hold more than gathers."""
-    per_file = (
+# Columns of the job's pass over the lines: where each line came from, and what it is.
+_FILE, _BAD, _OTHER = "_file", "_bad_line", "_not_a_gather"
+
+
+def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
+    """Every line of export NDJSON ``files`` as a history record, a corrupt or truncated
+    one included (its fields null), with its file's URI and two flags: ``_bad_line``
+    (not a history record) and ``_not_a_gather`` (a history other than a gather's)."""
+    if not files:
+        return spark.createDataFrame([], RAW_SCHEMA).select(
+            "*", F.lit("").alias(_FILE), F.lit(False).alias(_BAD), F.lit(False).alias(_OTHER)
+        )
+    return (
         spark.read.schema(RAW_SCHEMA)
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
         .json(files)
-        .groupBy(F.input_file_name().alias("_file"))
-        .agg(
-            F.max(F.col(CORRUPT).isNotNull() | F.col("workflowId").isNull()).alias("bad"),
-            F.max(
-                ~F.coalesce(F.col("workflowId").startswith(GATHER_ID_PREFIX), F.lit(False))
-            ).alias("others"),
+        .select(
+            "*",
+            F.input_file_name().alias(_FILE),
+            (F.col(CORRUPT).isNotNull() | F.col("workflowId").isNull()).alias(_BAD),
+            (~F.coalesce(F.col("workflowId").startswith(GATHER_ID_PREFIX), F.lit(False))).alias(
+                _OTHER
+            ),
         )
     )
-    found = {row["_file"]: (row["bad"], row["others"]) for row in per_file.collect()}
+
+
+def line_facts(spark: SparkSession, files: list[str]) -> DataFrame:
+    """The job's one pass over export NDJSON files: a row per line, with the line's
+    file and flags (see :func:`read_lines`) and, for a closed gather, its facts (the
+    column ``FACT`` tells which)."""
+    return gather_facts(
+        read_lines(spark, files), dedupe=False, carry=(_FILE, _BAD, _OTHER), every_row=True
+    )
+
+
+def check_files(lines: DataFrame, files: list[str]) -> Checked:
+    """From :func:`line_facts` rows: a file with a corrupt or truncated line is reported by
+    name and left out entirely; and which files hold more than gathers."""
+    ended = F.when(F.col(FACT), F.col("end_time"))
+    per_file = lines.groupBy(_FILE).agg(
+        F.max(_BAD).alias("bad"),
+        F.max(_OTHER).alias("others"),
+        F.min(ended).alias("first_end"),
+        F.max(ended).alias("last_end"),
+    )
+    rows = per_file.collect()
+    found = {row[_FILE]: (row["bad"], row["others"]) for row in rows}
     good = [f for f in files if not found.get(_uri(f), (False, False))[0]]
+    firsts = [r["first_end"] for r in rows if not r["bad"] and r["first_end"] is not None]
+    lasts = [r["last_end"] for r in rows if not r["bad"] and r["last_end"] is not None]
     return Checked(
+        first_end=min(firsts, default=None),
+        last_end=max(lasts, default=None),
         good=good,
         skipped={
             name.removeprefix("file://"): "corrupt or truncated line (not a history record)"
@@ -121,7 +166,39 @@ def check_files(spark: SparkSession, files: list[str]) -> Checked:
             if bad
         },
         not_only_gathers=[f for f in good if found.get(_uri(f), (False, True))[1]],
+        bad_uris=sorted(name for name, (bad, _) in found.items() if bad),
     )
+
+
+def good_facts(lines: DataFrame, checked: Checked) -> DataFrame:
+    """The gather facts of :func:`line_facts` rows, from the good files only."""
+    facts = lines.filter(F.col(FACT))
+    if checked.bad_uris:
+        facts = facts.filter(~F.col(_FILE).isin(checked.bad_uris))
+    return facts.drop(_FILE, _BAD, _OTHER, FACT)
+
+
+def _level(frame: pd.DataFrame, name: str, columns: list[str]) -> pd.DataFrame:
+    """One level of :func:`~analytics.transforms.summaries`' rows (as pandas), ordered by
+    its keys, as the level's own query would give it."""
+    keys = list(LEVEL_KEYS[name])
+    rows = frame[frame["level"] == name]
+    if keys:
+        rows = rows.sort_values(keys, kind="stable")
+    return rows[keys + columns].reset_index(drop=True)
+
+
+def _totals(frame: pd.DataFrame) -> dict[str, Any]:
+    """The overall row of :func:`~analytics.transforms.summaries`' rows, as Python values
+    (None where null); with no gathers, counts of 0 and nothing else."""
+    rows = frame[frame["level"] == OVERALL]
+    if not len(rows):
+        return {c: 0 if c == "gathers" else None for c in frame.columns}
+    row = rows.iloc[0].to_dict()
+    return {
+        k: None if pd.isna(v) else v.to_pydatetime() if isinstance(v, pd.Timestamp) else v
+        for k, v in row.items()
+    }
 
 
 def repeated_runs(facts: DataFrame) -> bool:
@@ -162,28 +239,32 @@ def analyze(
     found = collect(inputs, staging, PayloadCipher(load_key_ring()))
     if not found.ndjson:
         raise FileNotFoundError(f"no readable history files under {', '.join(map(str, inputs))}")
-    checked = check_files(spark, found.ndjson)
-    skipped = {**found.skipped, **checked.skipped}
     progress("gather facts")
-    # Facts straight from the parsed lines: the histories are never cached or shuffled,
-    # only the facts (a small row per gather) are, and deduplicated only when needed.
-    histories = read_histories(spark, checked.good)
+    # One pass over the lines: every line gives a small row (a closed gather's facts, or
+    # nothing but its file and flags); the histories are never cached or shuffled, only
+    # these rows are, and the file check, the facts and their deduplication (only when
+    # needed) are asked of them.
     # As many partitions as a shuffle makes: the many small queries that follow each pay
     # per partition, and the input's split is for parsing, not for the facts.
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    parsed = facts = gather_facts(histories, dedupe=False).coalesce(parts).cache()
-    if repeated_runs(parsed):
-        facts = one_row_per_run(parsed).coalesce(parts).cache()
+    lines = line_facts(spark, found.ndjson).coalesce(parts).cache()
+    checked = check_files(lines, found.ndjson)
+    skipped = {**found.skipped, **checked.skipped}
+    facts = good_facts(lines, checked)
+    deduplicated = repeated_runs(facts)
+    if deduplicated:
+        facts = one_row_per_run(facts).coalesce(parts).cache()
     facts_dir = out / "facts"
-    facts.write.mode("overwrite").parquet(str(facts_dir))
-    if facts is not parsed:
-        parsed.unpersist()  # the deduplicated rows are cached now
     progress("batch facts")
     # Only the files that hold more than gathers can hold a collector's history.
-    batches = batch_facts(read_histories(spark, checked.not_only_gathers)).cache()
+    # Without such files the batch queries' answers are known (empty) and not asked.
+    with_batches = bool(checked.not_only_gathers)
+    batches = batch_facts(read_histories(spark, checked.not_only_gathers))
+    if with_batches:
+        batches = batches.cache()
     batches_dir = out / "batch_facts"
     batches.write.mode("overwrite").parquet(str(batches_dir))
-    batch_totals = batch_summary(
+    batch_overall = batch_summary(
         batches,
         [],
         {
@@ -191,50 +272,52 @@ def analyze(
             "first_put": F.min("put_at"),
             "last_put": F.max("put_at"),
         },
-    ).first()
-    assert batch_totals is not None
+    )
+    first = batch_overall.first() if with_batches else None
+    batch_totals: dict[str, Any] = (
+        first.asDict() if first else {c: None for c in batch_overall.columns}
+    )
     facts_done = time.perf_counter()
     progress("trends")
-    totals = summarise(
-        facts,
-        [],
-        {
-            "first_start": F.min("start_time"),
-            "first_end": F.min("end_time"),
-            "last_end": F.max("end_time"),
-            "events": F.sum("events"),
-            "rerequests": F.sum("rerequests"),
-        },
-    ).first()
-    assert totals is not None
     picked = window is None
     if window is None:
-        if totals["last_end"]:
-            span = (totals["last_end"] - totals["first_end"]).total_seconds()
+        if checked.first_end and checked.last_end:
+            span = (checked.last_end - checked.first_end).total_seconds()
         elif batch_totals["last_put"]:
             span = (batch_totals["last_put"] - batch_totals["first_put"]).total_seconds()
         else:
             span = 0
         window = pick_window(span)
-    # Small queries over the cached facts, each mostly the driver's planning and a
-    # couple of short stages: run side by side, one's planning overlaps another's tasks.
+    # Writing the facts and a few queries over them (cached), each mostly the driver's
+    # planning and a couple of short stages: run side by side, one's planning overlaps
+    # another's tasks.
     queries: dict[str, DataFrame] = {
-        "trends": trends(facts, window),
+        "summaries": summaries(facts, window),
         "legs": leg_trends(facts, window),
         "advice": timeout_advice(facts),
-        "per_aggregate": aggregate_summary(facts),
-        "outcomes": outcome_counts(facts),
         "destinations": destination_summary(batches),
         "batch_trends": batch_trends(batches, window),
-        "missed": most_missed(facts, []),
+    }
+    asked = {
+        name: query
+        for name, query in queries.items()
+        if with_batches or name not in ("destinations", "batch_trends")
     }
     with ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="analytics-query") as pool:
-        done = dict(zip(queries, pool.map(_to_pandas, queries.values()), strict=True))
-    trend_df: pd.DataFrame = done["trends"]
+        written = pool.submit(facts.write.mode("overwrite").parquet, str(facts_dir))
+        done = dict(zip(asked, pool.map(_to_pandas, asked.values()), strict=True))
+        written.result()
+    if deduplicated:
+        lines.unpersist()  # the deduplicated rows are cached apart
+    for name, query in queries.items():
+        done.setdefault(name, pd.DataFrame(columns=query.columns))
+    levels: pd.DataFrame = done["summaries"]
+    trend_df = _level(levels, BY_WINDOW, TREND_COLUMNS)
+    per_aggregate = _level(levels, BY_AGGREGATE, AGGREGATE_COLUMNS).fillna({"most_missed_leg": ""})
+    outcome_df = _level(levels, BY_OUTCOME, ["gathers"]).rename(columns={"gathers": "count"})
+    totals = _totals(levels)
     leg_df: pd.DataFrame = done["legs"]
     advice_df: pd.DataFrame = done["advice"]
-    per_aggregate: pd.DataFrame = done["per_aggregate"]
-    outcome_df: pd.DataFrame = done["outcomes"]
     destination_df: pd.DataFrame = done["destinations"]
     batch_trend_df: pd.DataFrame = done["batch_trends"]
     destination_df.to_csv(out / "destinations.csv", index=False)
@@ -243,7 +326,6 @@ def analyze(
     leg_df.to_csv(out / "leg_trends.csv", index=False)
     advice_df.to_csv(out / "advice.csv", index=False)
     outcomes = {str(k): int(v) for k, v in outcome_df.groupby("outcome")["count"].sum().items()}
-    missed = done["missed"].to_dict("records")[0] if len(done["missed"]) else None
     trends_done = time.perf_counter()
     gathers = int(totals["gathers"] or 0)
     timed_out = outcomes.get("TIMEOUT", 0)
@@ -263,7 +345,7 @@ def analyze(
         "late": int(totals["late"] or 0),
         "duplicates": int(totals["duplicates"] or 0),
         "unknown": int(totals["unknown"] or 0),
-        "most_missed_leg": missed["most_missed_leg"] if missed else "",
+        "most_missed_leg": totals["most_missed_leg"] or "",
         "leg_deadlines": [found.text() for found in leg_deadlines(advice_df)],
         "rerequests": int(totals["rerequests"] or 0),
         "most_missed_by_aggregate": {
@@ -289,6 +371,7 @@ def analyze(
     report = html_report(data, images, out / "report.html")
     shutil.rmtree(staging, ignore_errors=True)
     facts.unpersist()
+    lines.unpersist()
     batches.unpersist()
     pictures = [p for paths in images.values() for p in paths]
     tables = ("trends.csv", "leg_trends.csv", "advice.csv", "destinations.csv",

@@ -7,7 +7,9 @@ Temporal's proto-JSON form) read with :data:`RAW_SCHEMA`.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+import base64
+
+from pyspark.sql import Column, DataFrame, GroupedData
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
@@ -17,6 +19,8 @@ from workflows.collect_models import CollectorInput, PutBatchResult
 from workflows.models import GatherInput, GatherResult, ReplyBatch
 
 CORRUPT = "_corrupt_record"
+#: In ``gather_facts(..., every_row=True)``: whether the row is a closed gather's facts.
+FACT = "_fact"
 
 _PAYLOADS = StructType(
     [StructField("payloads", ArrayType(StructType([StructField("data", StringType())])))]
@@ -131,7 +135,8 @@ def _millis_between(start: str, end: str) -> Column:
 def _first_start(events: Column) -> Column:
     """The run's start event (null for a history that lacks one)."""
     kind = "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED"
-    return F.try_element_at(F.filter(events, lambda e: e["eventType"] == kind), F.lit(1))
+    first = F.try_element_at(events, F.lit(1))
+    return F.when(first["eventType"] == kind, first)
 
 
 def _ts(text: Column) -> Column:
@@ -143,9 +148,45 @@ def _decode(payloads: Column) -> Column:
     return F.unbase64(payloads.getItem(0).getField("data")).cast("string")
 
 
+def _result_data(closed: Column) -> Column:
+    """The base64 text of a close event's result (null for a run that ended without one)."""
+    payloads = closed["workflowExecutionCompletedEventAttributes"]["result"]["payloads"]
+    return payloads.getItem(0).getField("data")
+
+
 def _result_text(closed: Column) -> Column:
     """The JSON of a close event's result (null for a run that ended without one)."""
-    return _decode(closed["workflowExecutionCompletedEventAttributes"]["result"]["payloads"])
+    return F.unbase64(_result_data(closed)).cast("string")
+
+
+#: How a result's JSON shows that a leg's arrival was recorded, as the data converter
+#: writes it (no spaces): a ``received_at`` with a time, not null.
+RECORDED_ARRIVAL = '"received_at":"'
+
+
+def base64_cores(text: str) -> tuple[str, ...]:
+    """What the base64 of any bytes holding ``text`` (UTF-8) holds of it: one string per
+    offset of ``text`` modulo 3, each made only of characters that ``text``'s bytes alone
+    decide (the partial ones at either end are left out)."""
+    data = text.encode()
+    cores = []
+    for k in range(3):
+        encoded = base64.b64encode(b"\0" * k + data).decode()
+        # Character i stands for bits 6i..6i+6; text's bits are 8k..8(k + len).
+        cores.append(encoded[(4 * k + 2) // 3 : 4 * (k + len(data)) // 3])
+    return tuple(cores)
+
+
+def base64_holds(data: Column, text: str) -> Column:
+    """Whether the base64 text ``data`` decodes to bytes holding ``text``, without decoding
+    it (null data: False).
+
+    A core pins down only some bits of ``text``'s first and last byte. For
+    :data:`RECORDED_ARRIVAL` that is harmless: its inner ``":`` must match in full, which
+    only JSON's own key can do (a string value escapes its quotes), and a ``null`` value's
+    ``n`` differs from ``"`` in the bits a core keeps."""
+    found = [data.contains(core) for core in base64_cores(text)]
+    return F.coalesce(found[0] | found[1] | found[2], F.lit(False))
 
 
 def _since_start_ms(at: Column) -> Column:
@@ -226,7 +267,13 @@ def one_row_per_run(facts: DataFrame) -> DataFrame:
     return facts.dropDuplicates(["gather_id", "run_id"])
 
 
-def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
+def gather_facts(
+    histories: DataFrame,
+    *,
+    dedupe: bool = True,
+    carry: tuple[str, ...] = (),
+    every_row: bool = False,
+) -> DataFrame:
     """One row per closed gather: aggregate, CorrelId, start, end, outcome, legs expected /
     received / missing, completion and per-leg arrival latency (ms from the gather's start),
     duplicates, redeliveries, late and unknown replies, its number of history events, and
@@ -236,14 +283,20 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
     exports are delivered at least once, and an export may be read twice): with
     ``dedupe`` the rows are deduplicated, small as they are, not the histories; a caller
     that knows no run is there twice passes False and saves the shuffle.
+
+    Args:
+        carry: columns of ``histories`` passed on to each row as they are.
+        every_row: a row for every history row, not only for closed gathers; the
+            column :data:`FACT` tells which rows are facts (the others' facts are
+            null or meaningless). Lets a caller learn about every input row in the
+            same pass (the job's file check).
     """
     events = F.col("history.events")
     close_types = [f"EVENT_TYPE_{t}" for t in CLOSE_TYPES]
     started = _first_start(events)
     # A run that continued as new has no close event: it is the next run's to report.
-    closed = F.try_element_at(
-        F.filter(events, lambda e: e["eventType"].isin(*close_types)), F.lit(-1)
-    )
+    last = F.try_element_at(events, F.lit(-1))
+    closed = F.when(last["eventType"].isin(*close_types), last)
     reply_signals = F.filter(
         events,
         lambda e: (
@@ -253,6 +306,7 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
     )
     base = (
         histories.select(
+            *carry,
             F.col("workflowId").alias("gather_id"),
             F.col("runId").alias("run_id"),
             F.size(events).alias("events"),
@@ -260,21 +314,25 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
             closed.alias("c"),
             # Only results of older gathers lack each leg's arrival (a "received_at"
             # time), and only theirs need the replies' signals: the others do not copy
-            # them along (a signal's payload holds the replies' bodies). The text test
-            # reads the result's JSON as the data converter writes it (no spaces).
-            F.when(F.instr(_result_text(closed), '"received_at":"') == 0, reply_signals).alias(
+            # them along (a signal's payload holds the replies' bodies). The test reads
+            # the result's base64 text, so the result is decoded once, further on.
+            F.when(~base64_holds(_result_data(closed), RECORDED_ARRIVAL), reply_signals).alias(
                 "signals"
             ),
         )
-        .filter(
+        .withColumn(
+            FACT,
             (
                 F.col("s.workflowExecutionStartedEventAttributes.workflowType.name")
                 == GATHER_WORKFLOW
             )
             & F.col("c").isNotNull()
-            & F.col("run_id").isNotNull()
+            & F.col("run_id").isNotNull(),
         )
+        .filter(F.lit(True) if every_row else F.col(FACT))
         .select(
+            *carry,
+            FACT,
             "gather_id",
             "run_id",
             "events",
@@ -292,6 +350,8 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
     )
     empty = F.array().cast("array<string>")
     facts = base.select(
+        *carry,
+        FACT,
         "gather_id",
         "run_id",
         F.coalesce("r.aggregate", "input.aggregate.name").alias("aggregate"),
@@ -353,6 +413,8 @@ def gather_facts(histories: DataFrame, *, dedupe: bool = True) -> DataFrame:
     if dedupe:
         facts = one_row_per_run(facts)
     return facts.select(
+        *carry,
+        *([FACT] if every_row else []),
         "gather_id",
         "run_id",
         "aggregate",
@@ -396,14 +458,86 @@ _P50_95 = (0.5, 0.95)
 _P50_95_99 = (0.5, 0.95, 0.99)
 
 
-def _percentiles(column: str, qs: tuple[float, ...]) -> Column:
-    values = ", ".join(str(q) for q in qs)
-    return F.expr(f"percentile({column}, array({values}))")
+def _percentiles(column: Column | str) -> Column:
+    """The aggregation that :func:`_percentile_columns` reads percentiles off (as
+    ``"p"``): the group's values sorted, nulls left out. One sort per group costs less
+    than Spark's exact ``percentile``, which counts each distinct value in a map."""
+    return F.array_sort(F.collect_list(column))
 
 
 def _percentile_columns(qs: tuple[float, ...], prefix: str = "") -> list[Column]:
-    """The array ``_percentiles(..., qs).alias("p")`` as columns ``<prefix>p50_ms``..."""
-    return [F.col("p")[i].alias(f"{prefix}p{round(q * 100)}_ms") for i, q in enumerate(qs)]
+    """Exact percentiles ``<prefix>p50_ms``... off the sorted values ``"p"``, interpolated
+    between the two nearest ranks as Spark's ``percentile`` does (null for no values)."""
+    values = F.col("p")
+    last = F.size(values) - 1
+    columns = []
+    for q in qs:
+        position = last * F.lit(q)
+        lower, upper = F.floor(position), F.ceil(position)
+        below, above = F.get(values, lower.cast("int")), F.get(values, upper.cast("int"))
+        value = (upper - position) * below + (position - lower) * above
+        columns.append(
+            F.when(last < 0, F.lit(None))
+            .when(lower == upper, below)
+            .otherwise(value)
+            .alias(f"{prefix}p{round(q * 100)}_ms")
+        )
+    return columns
+
+
+def _most_missed(missing: Column) -> list[Column]:
+    """From every missing leg of a group's gathers (one array): the leg missing from the
+    most gathers (ties: the first name; null for none) and in how many."""
+    counted = F.transform(
+        F.array_distinct(missing),
+        lambda leg: F.struct(
+            (-F.size(F.filter(missing, lambda x: x == leg))).alias("n"), leg.alias("leg")
+        ),
+    )
+    # Structs order by their fields: the most gathers first, then the first name.
+    top = F.array_min(counted)
+    return [
+        top["leg"].alias("most_missed_leg"),
+        F.coalesce(-top["n"], F.lit(0)).alias("most_missed_count"),
+    ]
+
+
+_OUTCOME_COLUMNS = {
+    "completed": "COMPLETE", "timed_out": "TIMEOUT", "released": "RELEASED",
+    "cancelled": "CANCELLED", "failed": "FAILED",
+}  # fmt: skip
+
+
+def _summary(grouped: GroupedData, extra: dict[str, Column]) -> DataFrame:
+    """What :func:`summarise` gives, per group of ``grouped`` (its keys come first)."""
+    completed_ms = F.when(F.col("outcome") == "COMPLETE", F.col("completion_ms"))
+    return grouped.agg(
+        F.count("*").alias("gathers"),
+        *(column.alias(name) for name, column in extra.items()),
+        *(
+            F.sum((F.col("outcome") == o).cast("long")).alias(c)
+            for c, o in _OUTCOME_COLUMNS.items()
+        ),
+        _percentiles(completed_ms).alias("p"),
+        F.sum("late").alias("late"),
+        F.sum("duplicates").alias("duplicates"),
+        F.sum("unknown").alias("unknown"),
+        F.flatten(F.collect_list("legs_missing")).alias("missing"),
+    )
+
+
+def _summary_columns(extra: dict[str, Column]) -> list[Column | str]:
+    return [
+        *extra,
+        "gathers",
+        *_OUTCOME_COLUMNS,
+        (F.col("timed_out") / F.col("gathers")).alias("timeout_rate"),
+        *_percentile_columns(_P50_95_99),
+        "late",
+        "duplicates",
+        "unknown",
+        *_most_missed(F.col("missing")),
+    ]
 
 
 def summarise(
@@ -411,72 +545,78 @@ def summarise(
 ) -> DataFrame:
     """Per group of ``keys`` (one row for none): gathers, each outcome's count, the
     timeout rate, exact p50/p95/p99 completion latency of completed gathers, late,
-    duplicate and unknown replies (and the ``extra`` aggregations, after the keys)."""
-    completed_ms = F.when(F.col("outcome") == "COMPLETE", F.col("completion_ms"))
-    outcome_columns = {
-        "completed": "COMPLETE", "timed_out": "TIMEOUT", "released": "RELEASED",
-        "cancelled": "CANCELLED", "failed": "FAILED",
-    }  # fmt: skip
+    duplicate and unknown replies, and the most-missed leg with how many gathers missed
+    it (and the ``extra`` aggregations, after the keys)."""
     extra = extra or {}
+    return _summary(frame.groupBy(*keys), extra).select(*keys, *_summary_columns(extra))
+
+
+#: The levels of :func:`summaries`: per trend window and aggregate, per aggregate,
+#: over all the data, and per aggregate and outcome.
+BY_WINDOW, BY_AGGREGATE, OVERALL, BY_OUTCOME = "window", "aggregate", "all", "outcome"
+#: Each level's keys.
+LEVEL_KEYS = {
+    BY_WINDOW: ("window_start", "aggregate"),
+    BY_AGGREGATE: ("aggregate",),
+    OVERALL: (),
+    BY_OUTCOME: ("aggregate", "outcome"),
+}
+
+
+def span_aggregations() -> dict[str, Column]:
+    """What every level of :func:`summaries` adds to :func:`summarise`'s columns."""
+    return {
+        "first_start": F.min("start_time"),
+        "first_end": F.min("end_time"),
+        "last_end": F.max("end_time"),
+        "events": F.sum("events"),
+        "rerequests": F.sum("rerequests"),
+    }
+
+
+def summaries(facts: DataFrame, window: str = "1 hour") -> DataFrame:
+    """:func:`summarise` at every level of :data:`LEVEL_KEYS` in one aggregation (grouping
+    sets: the facts are read once), with the data's span, events and re-requests; the
+    column ``level`` names each row's level, and the keys a level does not group by are
+    null."""
+    keys = ["window_start", "aggregate", "outcome"]
+    grouped = facts.withColumn("window_start", _window_start(window)).groupingSets(
+        [list(k) for k in LEVEL_KEYS.values()], *keys
+    )
+    # grouping_id(): a bit per key, set where the row is not grouped by it.
+    gid = F.col("grouping")
+    level = F.lit(None).cast("string")
+    for name, grouped_by in LEVEL_KEYS.items():
+        bits = sum(1 << (len(keys) - 1 - i) for i, k in enumerate(keys) if k not in grouped_by)
+        level = F.when(gid == bits, F.lit(name)).otherwise(level)
+    span = {**span_aggregations(), "grouping": F.grouping_id(*keys)}
     return (
-        frame.withColumn("completed_ms", completed_ms)
-        .groupBy(*keys)
-        .agg(
-            F.count("*").alias("gathers"),
-            *(column.alias(name) for name, column in extra.items()),
-            *(
-                F.sum((F.col("outcome") == o).cast("long")).alias(c)
-                for c, o in outcome_columns.items()
-            ),
-            _percentiles("completed_ms", _P50_95_99).alias("p"),
-            F.sum("late").alias("late"),
-            F.sum("duplicates").alias("duplicates"),
-            F.sum("unknown").alias("unknown"),
-        )
-        .select(
-            *keys,
-            *extra,
-            "gathers",
-            *outcome_columns,
-            (F.col("timed_out") / F.col("gathers")).alias("timeout_rate"),
-            *_percentile_columns(_P50_95_99),
-            "late",
-            "duplicates",
-            "unknown",
-        )
+        _summary(grouped, span)
+        .select(level.alias("level"), *keys, *_summary_columns(span))
+        .drop("grouping")
     )
 
 
-def most_missed(frame: DataFrame, keys: list[str]) -> DataFrame:
-    """Per group of ``keys`` (one row for none): the leg missing from the most gathers
-    (ties: the first name) and in how many."""
-    order = Window.partitionBy(*keys).orderBy(F.desc("count"), "leg")
-    return (
-        frame.select(*keys, F.explode("legs_missing").alias("leg"))
-        .groupBy(*keys, "leg")
-        .count()
-        .withColumn("rank", F.row_number().over(order))
-        .filter(F.col("rank") == 1)
-        .select(
-            *keys,
-            F.col("leg").alias("most_missed_leg"),
-            F.col("count").alias("most_missed_count"),
-        )
-    )
+def _at_level(frame: DataFrame, name: str, columns: list[str]) -> DataFrame:
+    keys = list(LEVEL_KEYS[name])
+    rows = frame.filter(F.col("level") == name).select(*keys, *columns)
+    return rows.orderBy(*keys) if keys else rows
+
+
+#: The columns of :func:`trends`, after its keys.
+TREND_COLUMNS = [
+    "gathers", *_OUTCOME_COLUMNS, "timeout_rate", "p50_ms", "p95_ms", "p99_ms", "late",
+    "duplicates", "unknown", "most_missed_leg", "most_missed_count",
+]  # fmt: skip
+#: The columns of :func:`aggregate_summary`, after the aggregate.
+AGGREGATE_COLUMNS = ["first_start", "last_end", *TREND_COLUMNS]
 
 
 def trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
     """Per time window (of gather end) and aggregate: gathers, completed, timed out,
     released, cancelled, failed, timeout rate, exact p50/p95/p99 completion latency of
     completed gathers, late, duplicate and unknown replies, and the most-missed leg."""
-    keys = ["window_start", "aggregate"]
-    windowed = facts.withColumn("window_start", _window_start(window))
-    return (
-        summarise(windowed, keys)
-        .join(most_missed(windowed, keys), keys, "left")
-        .fillna({"most_missed_count": 0})
-        .orderBy(*keys)
-    )
+    return _at_level(summaries(facts, window), BY_WINDOW, TREND_COLUMNS)
 
 
 def leg_trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
@@ -490,7 +630,7 @@ def leg_trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
         .groupBy("window_start", "aggregate", "leg")
         .agg(
             F.count("*").alias("arrivals"),
-            _percentiles("latency_ms", _P50_95).alias("p"),
+            _percentiles("latency_ms").alias("p"),
         )
         .select(
             "window_start",
@@ -530,19 +670,17 @@ def pick_window(span_seconds: float) -> str:
 
 def outcome_counts(facts: DataFrame) -> DataFrame:
     """Gathers per aggregate and outcome."""
-    return facts.groupBy("aggregate", "outcome").count().orderBy("aggregate", "outcome")
+    return _at_level(summaries(facts), BY_OUTCOME, ["gathers"]).withColumnRenamed(
+        "gathers", "count"
+    )
 
 
 def aggregate_summary(facts: DataFrame) -> DataFrame:
     """Per aggregate: the data's time range, then what :func:`trends` gives per window,
     over all of it: gathers, outcomes, latency, late, duplicate and unknown replies, and
     the most-missed leg with how often it was missing."""
-    span = {"first_start": F.min("start_time"), "last_end": F.max("end_time")}
-    return (
-        summarise(facts, ["aggregate"], span)
-        .join(most_missed(facts, ["aggregate"]), ["aggregate"], "left")
-        .fillna({"most_missed_count": 0, "most_missed_leg": ""})
-        .orderBy("aggregate")
+    return _at_level(summaries(facts), BY_AGGREGATE, AGGREGATE_COLUMNS).fillna(
+        {"most_missed_leg": ""}
     )
 
 
@@ -640,7 +778,7 @@ def batch_summary(
             F.avg("messages").alias("messages_per_batch"),
             F.sum("size_bytes").alias("bytes"),
             *(F.sum((F.col("reason") == r).cast("long")).alias(f"by_{r}") for r in CLOSE_REASONS),
-            _percentiles("wait_ms", _P50_95_99).alias("p"),
+            _percentiles("wait_ms").alias("p"),
             F.max("wait_ms").alias("max_wait_ms"),
         )
         .select(

@@ -1,11 +1,19 @@
-"""The job's pruned pass over export files: what it lets through, and what it tells the
-passes after it (which files can hold collectors, whether a run is there twice)."""
+"""The job's one pass over export files: what it lets through, and what it tells the
+steps after it (which files can hold collectors, whether a run is there twice)."""
 
 from __future__ import annotations
 
 from analytics.histories import collect
-from analytics.job import analyze, check_files, read_histories, repeated_runs
+from analytics.job import (
+    analyze,
+    check_files,
+    good_facts,
+    line_facts,
+    read_histories,
+    repeated_runs,
+)
 from analytics.synth import synthesize
+from analytics.transforms import gather_facts
 from tests.workflows.record import HISTORIES
 from tests.workflows.test_replay import LATEST
 
@@ -18,21 +26,29 @@ def _gathers(path, n, repeat_first=False):
     return str(path)
 
 
-def test_the_pruned_pass_sorts_the_files(spark, tmp_path):
+def test_the_one_pass_sorts_the_files_and_keeps_the_good_ones_facts(spark, tmp_path):
     gathers = _gathers(tmp_path / "gathers.ndjson", 12)
+    # A good line before the cut one: the file is skipped whole, its good line too.
     broken = tmp_path / "broken.ndjson"
-    broken.write_text('{"workflowId": "cut sho\n')
+    good_line = next(iter(synthesize(1)))[0].replace("gather:", "gather:other-", 1)
+    broken.write_text(good_line + '\n{"workflowId": "cut sho\n')
     # The recorded histories mix gathers and collectors, staged as one NDJSON file.
     mixed = collect([HISTORIES / LATEST], tmp_path / "staging").ndjson
-    checked = check_files(spark, [gathers, str(broken), *mixed])
+    files = [gathers, str(broken), *mixed]
+    lines = line_facts(spark, files)
+    checked = check_files(lines, files)
     assert checked.good == [gathers, *mixed]
     assert list(checked.skipped) == [str(broken)]
     assert checked.not_only_gathers == mixed
+    facts = good_facts(lines, checked).collect()
+    recorded = gather_facts(read_histories(spark, mixed)).count()
+    assert len(facts) == 12 + recorded  # the good files' closed gathers, nothing else
+    assert not any(r["gather_id"].startswith("gather:other-") for r in facts)
+    ends = [r["end_time"] for r in facts]
+    assert (checked.first_end, checked.last_end) == (min(ends), max(ends))
 
 
 def test_a_run_read_twice_is_found_on_the_fact_rows(spark, tmp_path):
-    from analytics.transforms import gather_facts
-
     gathers = _gathers(tmp_path / "gathers.ndjson", 12)
     once = gather_facts(read_histories(spark, [gathers]), dedupe=False)
     twice = gather_facts(read_histories(spark, [gathers, gathers]), dedupe=False)

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import base64
 import statistics
 from datetime import UTC, datetime
 
 import pytest
+from pyspark.sql import functions as F
 
 from analytics.synth import synthesize
-from analytics.transforms import RAW_SCHEMA, gather_facts, trends
+from analytics.transforms import (
+    LEVEL_KEYS,
+    RAW_SCHEMA,
+    RECORDED_ARRIVAL,
+    base64_holds,
+    gather_facts,
+    span_aggregations,
+    summaries,
+    summarise,
+    trends,
+)
 
 
 def _raw(spark, tmp_path, n=60, duplicate_first=False, arrivals_in_result=True):
@@ -71,3 +83,49 @@ def test_trends_percentiles_are_exact(spark, tmp_path):
         missed = [leg for t in truth for leg in t.legs_missing]
         top = max(sorted(set(missed)), key=missed.count)
         assert row["most_missed_leg"] == top
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3, 4, 5])
+def test_a_recorded_arrival_is_seen_in_the_base64_at_any_offset(spark, offset):
+    # The job tells results that record each leg's arrival from older ones without
+    # decoding them: by what the base64 of RECORDED_ARRIVAL looks like at each offset.
+    pad = "x" * offset
+    texts = {
+        "recorded": f'{pad}{{"legs":[{{"received_at":"2026-03-01T10:00:00Z"}}]}}',
+        "not received": f'{pad}{{"legs":[{{"received_at":null}}]}}',
+        "older": f'{pad}{{"legs":[{{"name":"received_at","bytes":1}}]}}',
+        "in a value": f'{pad}{{"legs":[{{"name":"\\"received_at\\":\\""}}]}}',
+    }
+    rows = [(name, base64.b64encode(text.encode()).decode()) for name, text in texts.items()]
+    rows.append(("no result", None))
+    frame = spark.createDataFrame(rows, "name string, data string")
+    found = {
+        r["name"]: r["held"]
+        for r in frame.select(
+            "name", base64_holds(F.col("data"), RECORDED_ARRIVAL).alias("held")
+        ).collect()
+    }
+    assert found == {
+        "recorded": True,
+        "not received": False,
+        "older": False,
+        "in a value": False,
+        "no result": False,
+    }
+
+
+def test_summaries_give_each_level_as_its_own_grouping_would(spark, tmp_path):
+    raw, _ = _raw(spark, tmp_path, n=120)
+    facts = gather_facts(raw).cache()
+    window = "15 minutes"
+    levels = summaries(facts, window).cache()
+    windowed = facts.withColumn("window_start", F.window("end_time", window)["start"])
+    for level, keys in LEVEL_KEYS.items():
+        got = levels.filter(F.col("level") == level).drop("level")
+        want = summarise(windowed, list(keys), span_aggregations())
+        columns = want.columns
+        assert sorted(map(tuple, got.select(columns).collect()), key=repr) == sorted(
+            map(tuple, want.collect()), key=repr
+        ), level
+        assert got.count() > 0
+    assert {r["level"] for r in levels.select("level").distinct().collect()} == set(LEVEL_KEYS)
