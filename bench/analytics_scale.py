@@ -30,9 +30,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from analytics.job import analyze, read_histories, spark_session
+from analytics.job import analyze, line_facts, spark_session
 from analytics.synth import synthesize
-from analytics.transforms import RAW_SCHEMA, gather_facts
+from analytics.transforms import RAW_SCHEMA
 from bench.analytics_duckdb import gather_facts as duckdb_facts
 from bench.figures import ENV_RECORD, Figure, exclusive, record
 
@@ -79,8 +79,9 @@ def single_node(files: list[str], out: Path) -> tuple[float, dict[str, int]]:
 
 
 def heaviest_plan(spark: SparkSession, files: list[str]) -> str:
-    """The physical plan of the gather facts, the job's heaviest stage."""
-    plan = gather_facts(read_histories(spark, files), dedupe=False)
+    """The physical plan of the job's one pass over the lines (the gather facts), its
+    heaviest stage."""
+    plan = line_facts(spark, files)
     return str(plan._jdf.queryExecution().executedPlan().toString())
 
 
