@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import unquote, urlsplit
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
@@ -152,21 +153,27 @@ def check_files(lines: DataFrame, files: list[str]) -> Checked:
         F.max(ended).alias("last_end"),
     )
     rows = per_file.collect()
-    found = {row[_FILE]: (row["bad"], row["others"]) for row in rows}
-    good = [f for f in files if not found.get(_uri(f), (False, False))[0]]
-    firsts = [r["first_end"] for r in rows if not r["bad"] and r["first_end"] is not None]
-    lasts = [r["last_end"] for r in rows if not r["bad"] and r["last_end"] is not None]
+    # Spark names a file by a URI that escapes some characters and not others (a space,
+    # not an accented letter): matched to the inputs by the path it stands for.
+    by_path = {_local_path(row[_FILE]): row for row in rows}
+    found = {f: by_path.get(str(Path(f).absolute())) for f in files}
+    good = [f for f, row in found.items() if not (row and row["bad"])]
+    kept = [row for row in rows if not row["bad"]]
+    firsts = [r["first_end"] for r in kept if r["first_end"] is not None]
+    lasts = [r["last_end"] for r in kept if r["last_end"] is not None]
     return Checked(
         first_end=min(firsts, default=None),
         last_end=max(lasts, default=None),
         good=good,
         skipped={
-            name.removeprefix("file://"): "corrupt or truncated line (not a history record)"
-            for name, (bad, _) in sorted(found.items())
-            if bad
+            f: "corrupt or truncated line (not a history record)"
+            for f, row in found.items()
+            if row and row["bad"]
         },
-        not_only_gathers=[f for f in good if found.get(_uri(f), (False, True))[1]],
-        bad_uris=sorted(name for name, (bad, _) in found.items() if bad),
+        # A file Spark gave no row for (an empty one) can hold nothing; one whose name
+        # did not match is read again, to be safe.
+        not_only_gathers=[f for f in good if (row := found[f]) is None or row["others"]],
+        bad_uris=sorted(row[_FILE] for row in rows if row["bad"]),
     )
 
 
@@ -208,8 +215,9 @@ def repeated_runs(facts: DataFrame) -> bool:
     return facts.groupBy("gather_id", "run_id").count().filter("count > 1").limit(1).count() > 0
 
 
-def _uri(path: str) -> str:
-    return path if "://" in path else Path(path).absolute().as_uri()
+def _local_path(uri: str) -> str:
+    """The local path a file URI of Spark's stands for."""
+    return unquote(urlsplit(uri).path) if "://" in uri else str(Path(uri).absolute())
 
 
 def read_histories(spark: SparkSession, files: list[str]) -> DataFrame:

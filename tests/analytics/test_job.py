@@ -63,3 +63,21 @@ def test_a_run_in_two_files_counts_once_and_gathers_alone_make_no_batches(spark,
     result = analyze(spark, [data], tmp_path / "out")
     assert result.summary["gathers"] == 30
     assert result.summary["batches"] == 0
+
+
+def test_files_named_with_spaces_and_accents_are_told_apart(spark, tmp_path):
+    # Spark's file URIs escape a space but not an accented letter: the check must still
+    # name the broken file as given, and keep the good one's gathers.
+    data = tmp_path / "ex ports" / "é"
+    data.mkdir(parents=True)
+    good = _gathers(data / "good één.ndjson", 7)
+    broken = data / "bro ken%20é.ndjson"
+    broken.write_text('{"workflowId": "cut sho\n')
+    files = [good, str(broken)]
+    checked = check_files(line_facts(spark, files), files)
+    assert checked.good == [good]
+    assert checked.skipped == {str(broken): "corrupt or truncated line (not a history record)"}
+    assert checked.not_only_gathers == []
+    result = analyze(spark, [data], tmp_path / "out")
+    assert result.summary["gathers"] == 7
+    assert set(result.skipped) == {str(broken)}
