@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= dev
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-PACKAGES := mqgather bridge workflows activities workers analytics
+PACKAGES := mqgather bridge workflows activities workers analytics bench
 
 .PHONY: demo test docs lint typecheck unit bench bench-scale bytecode install clean histories browser postgres stack-secrets
 

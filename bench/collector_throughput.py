@@ -144,7 +144,7 @@ def take_batches(qm: LocalQueueManager, n: int, limit: float = 900) -> list[MQMe
             raise TimeoutError(f"only {held} of {n} messages batched")
         for batch in qm.get_batch(OUT, 50, wait_ms=500):
             got.append(batch)
-            held += int(batch.properties[PROP_BATCH_SIZE])
+            held += int(str(batch.properties[PROP_BATCH_SIZE]))
         qm.commit()
     return got
 

@@ -488,7 +488,7 @@ async def main(
                         / paced_n
                     )
                     print(f"[{level:,} open] (d) floor at {bare / 2:.0f} workflows/s …", flush=True)
-                    sampler = (
+                    floor_sampler = (
                         Sampler(trivial, profile / f"floor-{level}-{run}.txt") if profile else None
                     )
                     floor_n = min(n, 300)
@@ -497,10 +497,11 @@ async def main(
                     floor_cpu, floor_ms, floor_sample = await floor(
                         client, trivial, floor_n, bare / 2, SHAPE_SAMPLE if parts_due else 0
                     )
-                    if sampler:
+                    if floor_sampler:
                         print(f"[{level:,} open] where the floor's worker CPU went "
                               f"({floor_cpu:.2f} ms per workflow):\n"
-                              + table(sampler.stop(), floor_cpu, 1000 / sampler.rate / floor_n),
+                              + table(floor_sampler.stop(), floor_cpu,
+                                      1000 / floor_sampler.rate / floor_n),
                               flush=True)  # fmt: skip
                     if parts_due:
                         # In this process while the others idle: the worker's two parts,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Literal
+from typing import Literal, Self
 
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
@@ -150,7 +150,7 @@ class Transport(abc.ABC):
         self.commit()
         return count
 
-    def __enter__(self) -> Transport:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
