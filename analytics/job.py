@@ -271,7 +271,6 @@ def analyze(
     if with_batches:
         batches = batches.cache()
     batches_dir = out / "batch_facts"
-    batches.write.mode("overwrite").parquet(str(batches_dir))
     batch_overall = batch_summary(
         batches,
         [],
@@ -296,9 +295,9 @@ def analyze(
         else:
             span = 0
         window = pick_window(span)
-    # Writing the facts and a few queries over them (cached), each mostly the driver's
-    # planning and a couple of short stages: run side by side, one's planning overlaps
-    # another's tasks.
+    # Writing the facts and the batches, and a few queries over them (cached), each mostly
+    # the driver's planning and a couple of short stages: run side by side, one's planning
+    # overlaps another's tasks.
     queries: dict[str, DataFrame] = {
         "summaries": summaries(facts, window),
         "legs": leg_trends(facts, window),
@@ -312,9 +311,13 @@ def analyze(
         if with_batches or name not in ("destinations", "batch_trends")
     }
     with ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="analytics-query") as pool:
-        written = pool.submit(facts.write.mode("overwrite").parquet, str(facts_dir))
+        written = [
+            pool.submit(frame.write.mode("overwrite").parquet, str(where))
+            for frame, where in ((facts, facts_dir), (batches, batches_dir))
+        ]
         done = dict(zip(asked, pool.map(_to_pandas, asked.values()), strict=True))
-        written.result()
+        for write in written:
+            write.result()
     if deduplicated:
         lines.unpersist()  # the deduplicated rows are cached apart
     for name, query in queries.items():
