@@ -26,17 +26,16 @@ from analytics.advisor import leg_deadlines, timeout_advice
 from analytics.histories import collect
 from analytics.report import ReportData, batch_charts, charts, html_report, millis, percent, when
 from analytics.transforms import (
-    AGGREGATE_COLUMNS,
     BY_AGGREGATE,
     BY_OUTCOME,
     BY_WINDOW,
     CLOSE_REASONS,
     CORRUPT,
     FACT,
+    LEVEL_COLUMNS,
     LEVEL_KEYS,
     OVERALL,
     RAW_SCHEMA,
-    TREND_COLUMNS,
     batch_facts,
     batch_summary,
     batch_trends,
@@ -112,11 +111,8 @@ _FILE, _BAD, _OTHER = "_file", "_bad_line", "_not_a_gather"
 def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
     """Every line of export NDJSON ``files`` as a history record, a corrupt or truncated
     one included (its fields null), with its file's URI and two flags: ``_bad_line``
-    (not a history record) and ``_not_a_gather`` (a history other than a gather's)."""
-    if not files:
-        return spark.createDataFrame([], RAW_SCHEMA).select(
-            "*", F.lit("").alias(_FILE), F.lit(False).alias(_BAD), F.lit(False).alias(_OTHER)
-        )
+    (not a history record) and ``_not_a_gather`` (a history other than a gather's).
+    ``files`` holds one file at least."""
     return (
         spark.read.schema(RAW_SCHEMA)
         .option("mode", "PERMISSIVE")
@@ -185,14 +181,12 @@ def good_facts(lines: DataFrame, checked: Checked) -> DataFrame:
     return facts.drop(_FILE, _BAD, _OTHER, FACT)
 
 
-def _level(frame: pd.DataFrame, name: str, columns: list[str]) -> pd.DataFrame:
-    """One level of :func:`~analytics.transforms.summaries`' rows (as pandas), ordered by
-    its keys, as the level's own query would give it."""
+def level_rows(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    """One level of :func:`~analytics.transforms.summaries`' rows (as pandas): its keys
+    and :data:`~analytics.transforms.LEVEL_COLUMNS`, ordered by its keys."""
     keys = list(LEVEL_KEYS[name])
-    rows = frame[frame["level"] == name]
-    if keys:
-        rows = rows.sort_values(keys, kind="stable")
-    return rows[keys + columns].reset_index(drop=True)
+    rows = frame[frame["level"] == name].sort_values(keys, kind="stable")
+    return rows[keys + LEVEL_COLUMNS[name]].reset_index(drop=True)
 
 
 def _totals(frame: pd.DataFrame) -> dict[str, Any]:
@@ -323,9 +317,9 @@ def analyze(
     for name, query in queries.items():
         done.setdefault(name, pd.DataFrame(columns=query.columns))
     levels: pd.DataFrame = done["summaries"]
-    trend_df = _level(levels, BY_WINDOW, TREND_COLUMNS)
-    per_aggregate = _level(levels, BY_AGGREGATE, AGGREGATE_COLUMNS).fillna({"most_missed_leg": ""})
-    outcome_df = _level(levels, BY_OUTCOME, ["gathers"]).rename(columns={"gathers": "count"})
+    trend_df = level_rows(levels, BY_WINDOW)
+    per_aggregate = level_rows(levels, BY_AGGREGATE).fillna({"most_missed_leg": ""})
+    outcome_df = level_rows(levels, BY_OUTCOME).rename(columns={"gathers": "count"})
     totals = _totals(levels)
     leg_df: pd.DataFrame = done["legs"]
     advice_df: pd.DataFrame = done["advice"]

@@ -133,7 +133,7 @@ def _millis_between(start: str, end: str) -> Column:
 
 
 def _first_start(events: Column) -> Column:
-    """The run's start event (null for a history that lacks one)."""
+    """The run's start event: its first (null where the first is not one)."""
     kind = "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED"
     first = F.try_element_at(events, F.lit(1))
     return F.when(first["eventType"] == kind, first)
@@ -294,7 +294,8 @@ def gather_facts(
     events = F.col("history.events")
     close_types = [f"EVENT_TYPE_{t}" for t in CLOSE_TYPES]
     started = _first_start(events)
-    # A run that continued as new has no close event: it is the next run's to report.
+    # A close event is a run's last. A run that continued as new has none: it is the
+    # next run's to report.
     last = F.try_element_at(events, F.lit(-1))
     closed = F.when(last["eventType"].isin(*close_types), last)
     reply_signals = F.filter(
@@ -304,49 +305,44 @@ def gather_facts(
             & (e["workflowExecutionSignaledEventAttributes"]["signalName"] == SIGNAL_REPLIES)
         ),
     )
-    base = (
-        histories.select(
-            *carry,
-            F.col("workflowId").alias("gather_id"),
-            F.col("runId").alias("run_id"),
-            F.size(events).alias("events"),
-            started.alias("s"),
-            closed.alias("c"),
-            # Only results of older gathers lack each leg's arrival (a "received_at"
-            # time), and only theirs need the replies' signals: the others do not copy
-            # them along (a signal's payload holds the replies' bodies). The test reads
-            # the result's base64 text, so the result is decoded once, further on.
-            F.when(~base64_holds(_result_data(closed), RECORDED_ARRIVAL), reply_signals).alias(
-                "signals"
-            ),
-        )
-        .withColumn(
-            FACT,
-            (
-                F.col("s.workflowExecutionStartedEventAttributes.workflowType.name")
-                == GATHER_WORKFLOW
-            )
-            & F.col("c").isNotNull()
-            & F.col("run_id").isNotNull(),
-        )
-        .filter(F.lit(True) if every_row else F.col(FACT))
-        .select(
-            *carry,
-            FACT,
-            "gather_id",
-            "run_id",
-            "events",
-            # Decoded here, beside the input and the result: in the projection after it,
-            # the decoding would take that projection out of whole-stage code generation.
-            _arrivals(F.col("signals")).alias("arrivals"),
-            _ts(F.col("s.eventTime")).alias("start_time"),
-            _ts(F.col("c.eventTime")).alias("end_time"),
-            F.regexp_replace("c.eventType", "^EVENT_TYPE_WORKFLOW_EXECUTION_", "").alias("closed"),
-            F.from_json(
-                _decode(F.col("s.workflowExecutionStartedEventAttributes.input.payloads")), _INPUT
-            ).alias("input"),
-            F.from_json(_result_text(F.col("c")), _RESULT).alias("r"),
-        )
+    base = histories.select(
+        *carry,
+        F.col("workflowId").alias("gather_id"),
+        F.col("runId").alias("run_id"),
+        F.size(events).alias("events"),
+        started.alias("s"),
+        closed.alias("c"),
+        # Only results of older gathers lack each leg's arrival (a "received_at"
+        # time), and only theirs need the replies' signals: the others do not copy
+        # them along (a signal's payload holds the replies' bodies). The test reads
+        # the result's base64 text, so the result is decoded once, further on.
+        F.when(~base64_holds(_result_data(closed), RECORDED_ARRIVAL), reply_signals).alias(
+            "signals"
+        ),
+    ).withColumn(
+        FACT,
+        (F.col("s.workflowExecutionStartedEventAttributes.workflowType.name") == GATHER_WORKFLOW)
+        & F.col("c").isNotNull()
+        & F.col("run_id").isNotNull(),
+    )
+    if not every_row:
+        base = base.filter(F.col(FACT))
+    base = base.select(
+        *carry,
+        FACT,
+        "gather_id",
+        "run_id",
+        "events",
+        # Decoded here, beside the input and the result: in the projection after it,
+        # the decoding would take that projection out of whole-stage code generation.
+        _arrivals(F.col("signals")).alias("arrivals"),
+        _ts(F.col("s.eventTime")).alias("start_time"),
+        _ts(F.col("c.eventTime")).alias("end_time"),
+        F.regexp_replace("c.eventType", "^EVENT_TYPE_WORKFLOW_EXECUTION_", "").alias("closed"),
+        F.from_json(
+            _decode(F.col("s.workflowExecutionStartedEventAttributes.input.payloads")), _INPUT
+        ).alias("input"),
+        F.from_json(_result_text(F.col("c")), _RESULT).alias("r"),
     )
     empty = F.array().cast("array<string>")
     facts = base.select(
@@ -597,26 +593,19 @@ def summaries(facts: DataFrame, window: str = "1 hour") -> DataFrame:
     )
 
 
-def _at_level(frame: DataFrame, name: str, columns: list[str]) -> DataFrame:
-    keys = list(LEVEL_KEYS[name])
-    rows = frame.filter(F.col("level") == name).select(*keys, *columns)
-    return rows.orderBy(*keys) if keys else rows
-
-
-#: The columns of :func:`trends`, after its keys.
+#: The columns of the trends per window, after their keys.
 TREND_COLUMNS = [
     "gathers", *_OUTCOME_COLUMNS, "timeout_rate", "p50_ms", "p95_ms", "p99_ms", "late",
     "duplicates", "unknown", "most_missed_leg", "most_missed_count",
 ]  # fmt: skip
-#: The columns of :func:`aggregate_summary`, after the aggregate.
-AGGREGATE_COLUMNS = ["first_start", "last_end", *TREND_COLUMNS]
-
-
-def trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
-    """Per time window (of gather end) and aggregate: gathers, completed, timed out,
-    released, cancelled, failed, timeout rate, exact p50/p95/p99 completion latency of
-    completed gathers, late, duplicate and unknown replies, and the most-missed leg."""
-    return _at_level(summaries(facts, window), BY_WINDOW, TREND_COLUMNS)
+#: The columns the job reports of a level of :func:`summaries`, after its keys: per
+#: window and aggregate the trends; per aggregate, the data's time range too; per
+#: aggregate and outcome, the count (the overall row is read whole).
+LEVEL_COLUMNS = {
+    BY_WINDOW: TREND_COLUMNS,
+    BY_AGGREGATE: ["first_start", "last_end", *TREND_COLUMNS],
+    BY_OUTCOME: ["gathers"],
+}
 
 
 def leg_trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
@@ -666,22 +655,6 @@ def pick_window(span_seconds: float) -> str:
         if span_seconds / seconds <= MAX_WINDOWS:
             return name
     return WINDOWS[-1][0]
-
-
-def outcome_counts(facts: DataFrame) -> DataFrame:
-    """Gathers per aggregate and outcome."""
-    return _at_level(summaries(facts), BY_OUTCOME, ["gathers"]).withColumnRenamed(
-        "gathers", "count"
-    )
-
-
-def aggregate_summary(facts: DataFrame) -> DataFrame:
-    """Per aggregate: the data's time range, then what :func:`trends` gives per window,
-    over all of it: gathers, outcomes, latency, late, duplicate and unknown replies, and
-    the most-missed leg with how often it was missing."""
-    return _at_level(summaries(facts), BY_AGGREGATE, AGGREGATE_COLUMNS).fillna(
-        {"most_missed_leg": ""}
-    )
 
 
 def batch_facts(histories: DataFrame) -> DataFrame:

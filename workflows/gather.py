@@ -70,7 +70,6 @@ class GatherWorkflow:
         self.id = gather_id(inp.aggregate.name, inp.correl_id)
         self.s: GatherState = inp.carried or GatherState()
         self.settle = inp.settle
-        self.changed_only = inp.changed_attributes_only
         self._wake = False
         # History length when the latest MQ work started (see ``_settled``).
         self._work_started = -1
@@ -306,7 +305,7 @@ class GatherWorkflow:
         updates = logic.search_updates(
             workflow.info().typed_search_attributes,
             logic.search_values(self.spec, self.s, self.correl_id),
-            changed_only=self.changed_only,
+            changed_only=self._input.changed_attributes_only,
         )
         if updates:
             workflow.upsert_search_attributes(updates)

@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.sql import functions as F
 
+from analytics.job import level_rows
 from analytics.synth import synthesize
 from analytics.transforms import (
+    BY_WINDOW,
     LEVEL_KEYS,
     RAW_SCHEMA,
     RECORDED_ARRIVAL,
@@ -19,7 +21,6 @@ from analytics.transforms import (
     span_aggregations,
     summaries,
     summarise,
-    trends,
 )
 
 
@@ -69,7 +70,7 @@ def test_facts_match_the_synthetic_truth(spark, tmp_path, arrivals_in_result):
 def test_trends_percentiles_are_exact(spark, tmp_path):
     raw, truth = _raw(spark, tmp_path, n=80)
     facts = gather_facts(raw)
-    rows = trends(facts, "1 day").collect()
+    rows = level_rows(summaries(facts, "1 day").toPandas(), BY_WINDOW).to_dict("records")
     assert len(rows) == 1
     row = rows[0]
     done = [t.completion_ms for t in truth if t.outcome == "COMPLETE"]
