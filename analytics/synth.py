@@ -92,7 +92,8 @@ def synthesize(
 
     About 8 % time out missing one leg and 3 % have a duplicate leg; gathers start 0.1 s
     apart from ``start``. Without ``arrivals_in_result`` the results are those of older
-    gathers, which do not record when each leg arrived.
+    gathers, which record neither when each leg arrived nor the aggregate's rule and
+    timeout.
     """
     rng = random.Random(seed)
     # Sizes from a generator of their own, so the other draws stay what they were.
@@ -173,6 +174,9 @@ def synthesize(
                             if arrivals_in_result and leg in arrivals else None)
                   for leg in LEGS],
             closed_by="deadline" if missing else "rule",
+            # Older results record neither the rule nor the timeout (their input does).
+            complete_when=spec.complete_when if arrivals_in_result else None,
+            timeout_seconds=spec.timeout_seconds if arrivals_in_result else None,
         )  # fmt: skip
         h.add(t_end, "WORKFLOW_EXECUTION_COMPLETED", {"result": {"payloads": [_payload(result)]}})
         line = json.dumps(

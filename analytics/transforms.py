@@ -90,7 +90,8 @@ _RESULT = struct_of(
     {
         **dict.fromkeys(
             ("gather_id", "aggregate", "correl_id", "state", "legs_expected", "legs_received",
-             "legs_missing", "duplicates", "redeliveries", "late", "unknown", "closed_by")
+             "legs_missing", "duplicates", "redeliveries", "late", "unknown", "closed_by",
+             "complete_when", "timeout_seconds")
         ),
         "legs": dict.fromkeys(("name", "received", "bytes", "held", "attempts", "received_at")),
     },
@@ -162,6 +163,9 @@ def _result_text(closed: Column) -> Column:
 #: How a result's JSON shows that a leg's arrival was recorded, as the data converter
 #: writes it (no spaces): a ``received_at`` with a time, not null.
 RECORDED_ARRIVAL = '"received_at":"'
+#: How a result's JSON shows that it records the aggregate's rule and timeout (results of
+#: older gathers leave them to the start input).
+RECORDED_RULE = '"complete_when":"'
 
 
 def base64_cores(text: str) -> tuple[str, ...]:
@@ -339,8 +343,14 @@ def gather_facts(
         _ts(F.col("s.eventTime")).alias("start_time"),
         _ts(F.col("c.eventTime")).alias("end_time"),
         F.regexp_replace("c.eventType", "^EVENT_TYPE_WORKFLOW_EXECUTION_", "").alias("closed"),
-        F.from_json(
-            _decode(F.col("s.workflowExecutionStartedEventAttributes.input.payloads")), _INPUT
+        # The start input is parsed only where the result does not record the rule and
+        # the timeout (older gathers', and runs that ended without a result).
+        F.when(
+            ~base64_holds(_result_data(F.col("c")), RECORDED_RULE),
+            F.from_json(
+                _decode(F.col("s.workflowExecutionStartedEventAttributes.input.payloads")),
+                _INPUT,
+            ),
         ).alias("input"),
         F.from_json(_result_text(F.col("c")), _RESULT).alias("r"),
     )
@@ -366,7 +376,9 @@ def gather_facts(
             for c in ("duplicates", "redeliveries", "late", "unknown")
         ),
         "events",
-        (F.col("input.aggregate.timeout_seconds") * 1000.0).alias("timeout_ms"),
+        (F.coalesce("input.aggregate.timeout_seconds", "r.timeout_seconds") * 1000.0).alias(
+            "timeout_ms"
+        ),
         # Sizes come with the result (gathers of older versions have none: empty, 0).
         F.coalesce(
             F.map_from_entries(
@@ -390,7 +402,9 @@ def gather_facts(
             ),
             F.create_map().cast("map<string,bigint>"),
         ).alias("leg_attempts"),
-        F.coalesce("input.aggregate.complete_when", F.lit("all")).alias("complete_when"),
+        F.coalesce("input.aggregate.complete_when", "r.complete_when", F.lit("all")).alias(
+            "complete_when"
+        ),
         F.coalesce("r.closed_by", F.lit("")).alias("closed_by"),
         "arrivals",
         "r",

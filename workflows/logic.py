@@ -537,6 +537,8 @@ def result(
         ended_at=now,
         legs=leg_status(state, now),
         closed_by=state.closed_by,
+        complete_when=spec.complete_when,
+        timeout_seconds=spec.timeout_seconds,
     )
 
 

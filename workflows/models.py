@@ -347,6 +347,10 @@ class GatherResult(BaseModel):
     ended_at: datetime | None = None
     legs: list[LegStatus] = Field(default_factory=list)
     closed_by: str = Field(default="", description="the rule, the deadline, lost legs...")
+    # The aggregate's rule and timeout, so the result alone tells what the gather was
+    # held to (None: a result of an older gather, which left them in its input only).
+    complete_when: str | None = Field(default=None, description="the completion rule")
+    timeout_seconds: float | None = Field(default=None, description="the aggregate's timeout")
 
 
 def gather_id(aggregate: str, correl_id: bytes) -> str:

@@ -3,6 +3,8 @@ steps after it (which files can hold collectors, whether a run is there twice)."
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
+
 from analytics.histories import collect
 from analytics.job import (
     analyze,
@@ -63,6 +65,15 @@ def test_a_run_in_two_files_counts_once_and_gathers_alone_make_no_batches(spark,
     result = analyze(spark, [data], tmp_path / "out")
     assert result.summary["gathers"] == 30
     assert result.summary["batches"] == 0
+    # A gather's own values are written plain; the shared ones with a dictionary.
+    encodings = {}
+    for part in (tmp_path / "out" / "facts").glob("*.parquet"):
+        chunks = pq.ParquetFile(part).metadata.row_group(0)
+        for i in range(chunks.num_columns):
+            encodings[chunks.column(i).path_in_schema] = set(chunks.column(i).encodings)
+    assert "PLAIN_DICTIONARY" not in encodings["gather_id"]
+    assert "PLAIN_DICTIONARY" not in encodings["completion_ms"]
+    assert "PLAIN_DICTIONARY" in encodings["aggregate"]
 
 
 def test_files_named_with_spaces_and_accents_are_told_apart(spark, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import statistics
 from datetime import UTC, datetime
 
@@ -16,6 +17,7 @@ from analytics.transforms import (
     LEVEL_KEYS,
     RAW_SCHEMA,
     RECORDED_ARRIVAL,
+    RECORDED_RULE,
     base64_holds,
     gather_facts,
     span_aggregations,
@@ -62,9 +64,31 @@ def test_facts_match_the_synthetic_truth(spark, tmp_path, arrivals_in_result):
         assert row["leg_attempts"] == t.leg_attempts
         assert row["rerequests"] == sum(t.leg_attempts.values()) - len(t.leg_attempts)
         assert row["complete_when"] == "all"
+        assert row["timeout_ms"] == 3000.0
         assert row["closed_by"] == ("deadline" if t.outcome == "TIMEOUT" else "rule")
     assert any(t.held_legs for t in truth)  # the sample has held replies to count
     assert any(n > 1 for t in truth for n in t.leg_attempts.values())  # and re-requests
+
+
+def test_a_result_that_records_the_rule_needs_no_start_input(spark, tmp_path):
+    # The start input is parsed only for results that lack the rule and the timeout: a
+    # history whose input says otherwise (or nothing readable) takes them from its result.
+    (line, _), (older, _) = (
+        next(synthesize(1, arrivals_in_result=recorded)) for recorded in (True, False)
+    )
+    other = base64.b64encode(b'{"aggregate":{"timeout_seconds":9.0,"complete_when":"any"}}')
+    lines = []
+    for text in (line, older):
+        record = json.loads(text)
+        start = record["history"]["events"][0]["workflowExecutionStartedEventAttributes"]
+        start["input"]["payloads"][0]["data"] = other.decode()
+        lines.append(json.dumps(record))
+    path = tmp_path / "h.ndjson"
+    path.write_text("\n".join(lines) + "\n")
+    facts = gather_facts(spark.read.schema(RAW_SCHEMA).json(str(path)), dedupe=False).collect()
+    by_rule = sorted((r["timeout_ms"], r["complete_when"]) for r in facts)
+    # This release's result: its own 3 s and "all"; an older one: what its input says.
+    assert by_rule == [(3000.0, "all"), (9000.0, "any")]
 
 
 def test_trends_percentiles_are_exact(spark, tmp_path):
@@ -113,6 +137,23 @@ def test_a_recorded_arrival_is_seen_in_the_base64_at_any_offset(spark, offset):
         "in a value": False,
         "no result": False,
     }
+
+
+def test_a_recorded_rule_is_told_from_an_older_or_null_one(spark):
+    texts = {
+        "recorded": '{"closed_by":"rule","complete_when":"all","timeout_seconds":3.0}',
+        "null": '{"closed_by":"rule","complete_when":null,"timeout_seconds":null}',
+        "older": '{"closed_by":"rule"}',
+    }
+    rows = [(name, base64.b64encode(text.encode()).decode()) for name, text in texts.items()]
+    frame = spark.createDataFrame(rows, "name string, data string")
+    found = {
+        r["name"]: r["held"]
+        for r in frame.select(
+            "name", base64_holds(F.col("data"), RECORDED_RULE).alias("held")
+        ).collect()
+    }
+    assert found == {"recorded": True, "null": False, "older": False}
 
 
 def test_summaries_give_each_level_as_its_own_grouping_would(spark, tmp_path):
