@@ -47,9 +47,12 @@ def exclusive() -> Iterator[None]:
         handle.truncate()
         handle.write(f"pid {os.getpid()}: {' '.join(sys.argv)}\n")
         handle.flush()
+        # A benchmark this one starts (another revision's, say) runs under this lock.
+        os.environ[ENV_HELD] = "1"
         try:
             yield
         finally:
+            del os.environ[ENV_HELD]
             handle.seek(0)
             handle.truncate()
 

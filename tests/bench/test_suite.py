@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -31,7 +32,16 @@ def test_a_second_benchmark_is_refused_while_one_runs(tmp_path, monkeypatch):
         holder.wait()
     with exclusive():  # free again
         assert "pid" in lock.read_text()
+        # A benchmark it starts runs under its lock instead of being refused.
+        child = subprocess.run(
+            [sys.executable, "-c", "from bench import figures; import sys; "
+             "figures.LOCK = figures.Path(sys.argv[1]); figures.exclusive().__enter__(); "
+             "print('ran')", str(lock)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert child.stdout.strip() == "ran", child.stderr
     assert lock.read_text() == ""
+    assert figures.ENV_HELD not in os.environ
     monkeypatch.setenv(figures.ENV_HELD, "1")  # under the suite's lock: no second lock
     holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; "
                                "f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
