@@ -85,9 +85,17 @@ def heaviest_plan(spark: SparkSession, files: list[str]) -> str:
     return str(plan._jdf.queryExecution().executedPlan().toString())
 
 
-def against(revision: str, sizes: list[int]) -> dict[int, float]:
-    """Facts + trends seconds per size, by ``revision``'s own benchmark (a worktree)."""
+def against(revision: str, sizes: list[int], repeat: int) -> tuple[dict[int, list[float]], bool]:
+    """Facts + trends seconds per size by ``revision``'s own benchmark (a worktree):
+    ``repeat`` runs in one session, as this run takes its own, and True; or, where that
+    revision cannot repeat a run, its one run and False (compare it with this run's
+    first, which follows the same warm-up)."""
     root = Path(__file__).resolve().parent.parent
+    shown = f"{revision}:bench/analytics_scale.py"
+    script = subprocess.run(["git", "-C", str(root), "show", shown], capture_output=True,
+                            text=True, check=True).stdout  # fmt: skip
+    repeats = "--repeat" in script
+    extra = ["--repeat", str(repeat)] if repeats else []
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(tree),
@@ -95,8 +103,9 @@ def against(revision: str, sizes: list[int]) -> dict[int, float]:
         try:
             # Its figures are read off its output, not recorded as this run's own.
             env = {k: v for k, v in os.environ.items() if k != ENV_RECORD}
+            command = [sys.executable, "-m", "bench.analytics_scale", "--sizes", *map(str, sizes)]
             run = subprocess.run(
-                [sys.executable, "-m", "bench.analytics_scale", "--sizes", *map(str, sizes)],
+                [*command, *extra],
                 cwd=tree,
                 env=env,
                 capture_output=True,
@@ -107,7 +116,10 @@ def against(revision: str, sizes: list[int]) -> dict[int, float]:
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
                            check=False)  # fmt: skip
     found = re.findall(r"^\s*(\d+) gathers .*facts\+trends\s+([\d.]+) s", run.stdout, re.M)
-    return {int(n): float(s) for n, s in found}
+    runs: dict[int, list[float]] = {}
+    for n, seconds in found:
+        runs.setdefault(int(n), []).append(float(seconds))
+    return runs, repeats
 
 
 def measure(spark: SparkSession, data: Path, files: list[str], out: Path, n: int) -> float:
@@ -156,26 +168,35 @@ def main() -> None:
             files = sorted(str(p) for p in data.iterdir())
             runs = [measure(spark, data, files, Path(tmp) / f"out-{n}-{run}", n)
                     for run in range(ns.repeat)]  # fmt: skip
-            rows.append((n, statistics.median(runs)))
+            rows.append((n, runs))
         if ns.plan:
             print("\nthe gather facts' physical plan (the heaviest stage):")
             print(heaviest_plan(spark, files))
     spark.stop()
     if len(rows) > 1:
-        (n0, s0), (n1, s1) = rows[0], rows[-1]
+        (n0, s0), (n1, s1) = ((n, statistics.median(runs)) for n, runs in (rows[0], rows[-1]))
         print(f"time grew {s1 / s0:.1f}x for {n1 / n0:.0f}x the gathers "
               f"(target: at most {TARGET_GROWTH:g}x)")  # fmt: skip
         record(Figure("analytics", f"time growth for {n1 // n0}x the gathers", s1 / s0, "x",
                       target=TARGET_GROWTH))  # fmt: skip
     for revision in ns.against:
         print(f"\n{revision}'s own benchmark on this machine, right after:")
-        theirs = against(revision, [n for n, _ in rows])
-        for n, seconds in rows:
-            if n in theirs:
-                print(f"{n:>8} gathers  {revision}: {theirs[n]:6.1f} s   now: {seconds:6.1f} s"
-                      f"   now / then {seconds / theirs[n]:.2f}")  # fmt: skip
-                record(Figure("analytics", f"facts + trends, {n:,} gathers", seconds, "s",
-                              theirs[n], f"release {revision}"))  # fmt: skip
+        theirs, repeated = against(revision, [n for n, _ in rows], ns.repeat)
+        if not repeated:
+            print("  (it cannot repeat a run: its one run against this run's first)")
+        for n, runs in rows:
+            then = theirs.get(n, [])
+            # Run i against its run i (each the same place after the warm-up).
+            pairs = list(zip(runs, then, strict=False))
+            if not pairs:
+                continue
+            now_s = statistics.median(p[0] for p in pairs)
+            then_s = statistics.median(p[1] for p in pairs)
+            print(f"{n:>8} gathers  {revision}: {then_s:6.1f} s   now: {now_s:6.1f} s"
+                  f"   now / then {now_s / then_s:.2f}  (median of {len(pairs)})")  # fmt: skip
+            for mine, its in pairs:
+                record(Figure("analytics", f"facts + trends, {n:,} gathers", mine, "s", its,
+                              f"release {revision}"))  # fmt: skip
 
 
 if __name__ == "__main__":
