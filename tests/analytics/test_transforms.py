@@ -110,6 +110,15 @@ def test_trends_percentiles_are_exact(spark, tmp_path):
         assert row["most_missed_leg"] == top
 
 
+def _held_in_base64(spark, texts, mark):
+    """Name -> whether base64_holds finds ``mark`` in the base64 of each text (or None)."""
+    rows = [(name, text and base64.b64encode(text.encode()).decode())
+            for name, text in texts.items()]  # fmt: skip
+    frame = spark.createDataFrame(rows, "name string, data string")
+    held = base64_holds(F.col("data"), mark).alias("held")
+    return {r["name"]: r["held"] for r in frame.select("name", held).collect()}
+
+
 @pytest.mark.parametrize("offset", [0, 1, 2, 3, 4, 5])
 def test_a_recorded_arrival_is_seen_in_the_base64_at_any_offset(spark, offset):
     # The job tells results that record each leg's arrival from older ones without
@@ -121,15 +130,7 @@ def test_a_recorded_arrival_is_seen_in_the_base64_at_any_offset(spark, offset):
         "older": f'{pad}{{"legs":[{{"name":"received_at","bytes":1}}]}}',
         "in a value": f'{pad}{{"legs":[{{"name":"\\"received_at\\":\\""}}]}}',
     }
-    rows = [(name, base64.b64encode(text.encode()).decode()) for name, text in texts.items()]
-    rows.append(("no result", None))
-    frame = spark.createDataFrame(rows, "name string, data string")
-    found = {
-        r["name"]: r["held"]
-        for r in frame.select(
-            "name", base64_holds(F.col("data"), RECORDED_ARRIVAL).alias("held")
-        ).collect()
-    }
+    found = _held_in_base64(spark, {**texts, "no result": None}, RECORDED_ARRIVAL)
     assert found == {
         "recorded": True,
         "not received": False,
@@ -145,14 +146,7 @@ def test_a_recorded_rule_is_told_from_an_older_or_null_one(spark):
         "null": '{"closed_by":"rule","complete_when":null,"timeout_seconds":null}',
         "older": '{"closed_by":"rule"}',
     }
-    rows = [(name, base64.b64encode(text.encode()).decode()) for name, text in texts.items()]
-    frame = spark.createDataFrame(rows, "name string, data string")
-    found = {
-        r["name"]: r["held"]
-        for r in frame.select(
-            "name", base64_holds(F.col("data"), RECORDED_RULE).alias("held")
-        ).collect()
-    }
+    found = _held_in_base64(spark, texts, RECORDED_RULE)
     assert found == {"recorded": True, "null": False, "older": False}
 
 
