@@ -354,6 +354,8 @@ def test_response_input_status_and_result():
     state.state = "TIMEOUT"
     done = logic.result(s, state, b"C" * 24, GATHER, None, T0)
     assert done.state == "TIMEOUT" and len(done.consumed_msg_ids) == 2
+    # What the gather was held to, for analytics that need not read its start input.
+    assert (done.complete_when, done.timeout_seconds) == (s.complete_when, s.timeout_seconds)
     assert "**TIMEOUT** — 2 of 3 legs" in logic.details(state, T0)
 
 
