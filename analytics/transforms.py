@@ -185,10 +185,11 @@ def base64_holds(data: Column, text: str) -> Column:
     """Whether the base64 text ``data`` decodes to bytes holding ``text``, without decoding
     it (null data: False).
 
-    A core pins down only some bits of ``text``'s first and last byte. For
-    :data:`RECORDED_ARRIVAL` that is harmless: its inner ``":`` must match in full, which
-    only JSON's own key can do (a string value escapes its quotes), and a ``null`` value's
-    ``n`` differs from ``"`` in the bits a core keeps."""
+    A core pins down only some bits of ``text``'s first and last byte. For the marks
+    :data:`RECORDED_ARRIVAL` and :data:`RECORDED_RULE` (a key, then ``":"``) that is
+    harmless: their inner ``":`` must match in full, which only JSON's own key can do (a
+    string value escapes its quotes), and a ``null`` value's ``n`` differs from ``"`` in
+    the bits a core keeps."""
     found = [data.contains(core) for core in base64_cores(text)]
     return F.coalesce(found[0] | found[1] | found[2], F.lit(False))
 

@@ -350,7 +350,9 @@ class GatherResult(BaseModel):
     # The aggregate's rule and timeout, so the result alone tells what the gather was
     # held to (None: a result of an older gather, which left them in its input only).
     complete_when: str | None = Field(default=None, description="the completion rule")
-    timeout_seconds: float | None = Field(default=None, description="the aggregate's timeout")
+    timeout_seconds: float | None = Field(
+        default=None, description="the aggregate's configured timeout (not a registration's)"
+    )
 
 
 def gather_id(aggregate: str, correl_id: bytes) -> str:

@@ -73,22 +73,29 @@ def test_facts_match_the_synthetic_truth(spark, tmp_path, arrivals_in_result):
 def test_a_result_that_records_the_rule_needs_no_start_input(spark, tmp_path):
     # The start input is parsed only for results that lack the rule and the timeout: a
     # history whose input says otherwise (or nothing readable) takes them from its result.
-    (line, _), (older, _) = (
-        next(synthesize(1, arrivals_in_result=recorded)) for recorded in (True, False)
-    )
-    other = base64.b64encode(b'{"aggregate":{"timeout_seconds":9.0,"complete_when":"any"}}')
+    made = [next(synthesize(1, seed=i, arrivals_in_result=i == 0))[0] for i in range(3)]
+    other = b'{"aggregate":{"name":"other","timeout_seconds":9.0,"complete_when":"any"}}'
     lines = []
-    for text in (line, older):
+    for i, text in enumerate(made):
         record = json.loads(text)
-        start = record["history"]["events"][0]["workflowExecutionStartedEventAttributes"]
-        start["input"]["payloads"][0]["data"] = other.decode()
+        events = record["history"]["events"]
+        start = events[0]["workflowExecutionStartedEventAttributes"]
+        start["input"]["payloads"][0]["data"] = base64.b64encode(other).decode()
+        if i == 2:  # terminated: no result at all
+            events[-1] = {**events[-1], "eventType": "EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED"}
+            del events[-1]["workflowExecutionCompletedEventAttributes"]
         lines.append(json.dumps(record))
     path = tmp_path / "h.ndjson"
     path.write_text("\n".join(lines) + "\n")
     facts = gather_facts(spark.read.schema(RAW_SCHEMA).json(str(path)), dedupe=False).collect()
-    by_rule = sorted((r["timeout_ms"], r["complete_when"]) for r in facts)
-    # This release's result: its own 3 s and "all"; an older one: what its input says.
-    assert by_rule == [(3000.0, "all"), (9000.0, "any")]
+    by_rule = sorted((r["timeout_ms"], r["complete_when"], r["aggregate"]) for r in facts)
+    # This release's result: its own 3 s and "all"; an older one and a run without a
+    # result: what the input says.
+    assert by_rule == [
+        (3000.0, "all", "orders"),
+        (9000.0, "any", "orders"),
+        (9000.0, "any", "other"),
+    ]
 
 
 def test_trends_percentiles_are_exact(spark, tmp_path):
@@ -119,35 +126,28 @@ def _held_in_base64(spark, texts, mark):
     return {r["name"]: r["held"] for r in frame.select("name", held).collect()}
 
 
+@pytest.mark.parametrize("mark", [RECORDED_ARRIVAL, RECORDED_RULE])
 @pytest.mark.parametrize("offset", [0, 1, 2, 3, 4, 5])
-def test_a_recorded_arrival_is_seen_in_the_base64_at_any_offset(spark, offset):
-    # The job tells results that record each leg's arrival from older ones without
-    # decoding them: by what the base64 of RECORDED_ARRIVAL looks like at each offset.
+def test_a_recorded_value_is_seen_in_the_base64_at_any_offset(spark, mark, offset):
+    # The job tells results that record each leg's arrival (or the aggregate's rule) from
+    # older ones without decoding them: by what the base64 of the mark looks like at
+    # each offset.
+    key = mark.split('"')[1]
     pad = "x" * offset
     texts = {
-        "recorded": f'{pad}{{"legs":[{{"received_at":"2026-03-01T10:00:00Z"}}]}}',
-        "not received": f'{pad}{{"legs":[{{"received_at":null}}]}}',
-        "older": f'{pad}{{"legs":[{{"name":"received_at","bytes":1}}]}}',
-        "in a value": f'{pad}{{"legs":[{{"name":"\\"received_at\\":\\""}}]}}',
+        "recorded": f'{pad}{{"legs":[{{"{key}":"2026-03-01T10:00:00Z"}}]}}',
+        "null": f'{pad}{{"legs":[{{"{key}":null}}]}}',
+        "older": f'{pad}{{"legs":[{{"name":"{key}","bytes":1}}]}}',
+        "in a value": f'{pad}{{"legs":[{{"name":"\\"{key}\\":\\""}}]}}',
     }
-    found = _held_in_base64(spark, {**texts, "no result": None}, RECORDED_ARRIVAL)
+    found = _held_in_base64(spark, {**texts, "no result": None}, mark)
     assert found == {
         "recorded": True,
-        "not received": False,
+        "null": False,
         "older": False,
         "in a value": False,
         "no result": False,
     }
-
-
-def test_a_recorded_rule_is_told_from_an_older_or_null_one(spark):
-    texts = {
-        "recorded": '{"closed_by":"rule","complete_when":"all","timeout_seconds":3.0}',
-        "null": '{"closed_by":"rule","complete_when":null,"timeout_seconds":null}',
-        "older": '{"closed_by":"rule"}',
-    }
-    found = _held_in_base64(spark, texts, RECORDED_RULE)
-    assert found == {"recorded": True, "null": False, "older": False}
 
 
 def test_summaries_give_each_level_as_its_own_grouping_would(spark, tmp_path):
