@@ -36,6 +36,7 @@ from analytics.transforms import (
     LEVEL_KEYS,
     OVERALL,
     RAW_SCHEMA,
+    UNRECORDED,
     batch_facts,
     batch_summary,
     batch_trends,
@@ -101,6 +102,9 @@ class Checked:
     skipped: dict[str, str]
     #: The good files that hold a history other than a gather's (a collector's, say).
     not_only_gathers: list[str]
+    #: The good files that hold a gather whose result does not record its legs'
+    #: arrivals (an older gather's): read again, with the replies' signals.
+    unrecorded: list[str] = field(default_factory=list)
     #: The skipped files as Spark names them.
     bad_uris: list[str] = field(default_factory=list)
     #: When the good files' first and last gathers ended (None: no gathers).
@@ -133,12 +137,18 @@ def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
     )
 
 
-def line_facts(spark: SparkSession, files: list[str]) -> DataFrame:
+def line_facts(spark: SparkSession, files: list[str], *, signals: bool = False) -> DataFrame:
     """The job's one pass over export NDJSON files: a row per line, with the line's
     file and flags (see :func:`read_lines`) and, for a closed gather, its facts (the
-    column ``FACT`` tells which)."""
+    column ``FACT`` tells which). Without ``signals``, the facts of results that do not
+    record their legs' arrivals lack them (``UNRECORDED`` tells which: see
+    :func:`unrecorded_facts`)."""
     return gather_facts(
-        read_lines(spark, files), dedupe=False, carry=(_FILE, _BAD, _OTHER), every_row=True
+        read_lines(spark, files),
+        dedupe=False,
+        carry=(_FILE, _BAD, _OTHER),
+        every_row=True,
+        signals=signals,
     )
 
 
@@ -149,6 +159,7 @@ def check_files(lines: DataFrame, files: list[str]) -> Checked:
     per_file = lines.groupBy(_FILE).agg(
         F.max(_BAD).alias("bad"),
         F.max(_OTHER).alias("others"),
+        F.max(F.col(FACT) & F.col(UNRECORDED)).alias("unrecorded"),
         F.min(ended).alias("first_end"),
         F.max(ended).alias("last_end"),
     )
@@ -173,16 +184,39 @@ def check_files(lines: DataFrame, files: list[str]) -> Checked:
         # A file Spark gave no row for (an empty one) can hold nothing; one whose name
         # did not match is read again, to be safe.
         not_only_gathers=[f for f in good if (row := found[f]) is None or row["others"]],
+        unrecorded=[f for f in good if (row := found[f]) is not None and row["unrecorded"]],
         bad_uris=sorted(row[_FILE] for row in rows if row["bad"]),
     )
 
 
-def good_facts(lines: DataFrame, checked: Checked) -> DataFrame:
-    """The gather facts of :func:`line_facts` rows, from the good files only."""
+def _facts_of(lines: DataFrame, checked: Checked) -> DataFrame:
     facts = lines.filter(F.col(FACT))
     if checked.bad_uris:
         facts = facts.filter(~F.col(_FILE).isin(checked.bad_uris))
-    return facts.drop(_FILE, _BAD, _OTHER, FACT)
+    return facts
+
+
+def unrecorded_facts(spark: SparkSession, checked: Checked) -> DataFrame | None:
+    """The facts of the gathers whose results do not record their legs' arrivals, read
+    again from their files (:attr:`Checked.unrecorded`) with the replies' signals; None
+    where there are none."""
+    if not checked.unrecorded:
+        return None
+    again = _facts_of(line_facts(spark, checked.unrecorded, signals=True), checked)
+    return again.filter(F.col(UNRECORDED)).drop(_FILE, _BAD, _OTHER, FACT, UNRECORDED)
+
+
+def good_facts(
+    lines: DataFrame, checked: Checked, unrecorded: DataFrame | None = None
+) -> DataFrame:
+    """The gather facts of :func:`line_facts` rows, from the good files only; those
+    whose results do not record their legs' arrivals replaced by ``unrecorded`` (from
+    :func:`unrecorded_facts`), where given."""
+    facts = _facts_of(lines, checked)
+    if unrecorded is not None:
+        facts = facts.filter(~F.col(UNRECORDED))
+    facts = facts.drop(_FILE, _BAD, _OTHER, FACT, UNRECORDED)
+    return facts if unrecorded is None else facts.unionByName(unrecorded)
 
 
 def level_rows(frame: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -265,7 +299,12 @@ def analyze(
     lines = line_facts(spark, found.ndjson).coalesce(parts).cache()
     checked = check_files(lines, found.ndjson)
     skipped = {**found.skipped, **checked.skipped}
-    facts = good_facts(lines, checked)
+    # Older gathers' results do not record their legs' arrivals: only their files are
+    # read again, with the replies' signals, and those facts cached beside the others.
+    unrecorded = unrecorded_facts(spark, checked)
+    if unrecorded is not None:
+        unrecorded = unrecorded.coalesce(parts).cache()
+    facts = good_facts(lines, checked, unrecorded)
     deduplicated = repeated_runs(facts)
     if deduplicated:
         facts = one_row_per_run(facts).coalesce(parts).cache()
@@ -391,6 +430,8 @@ def analyze(
     facts.unpersist()
     lines.unpersist()
     batches.unpersist()
+    if unrecorded is not None:
+        unrecorded.unpersist()
     pictures = [p for paths in images.values() for p in paths]
     tables = ("trends.csv", "leg_trends.csv", "advice.csv", "destinations.csv",
               "batch_trends.csv")  # fmt: skip

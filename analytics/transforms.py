@@ -21,6 +21,10 @@ from workflows.models import GatherInput, GatherResult, ReplyBatch
 CORRUPT = "_corrupt_record"
 #: In ``gather_facts(..., every_row=True)``: whether the row is a closed gather's facts.
 FACT = "_fact"
+#: In ``gather_facts(..., every_row=True)``: whether the gather's result does not record
+#: its legs' arrivals (an older gather's), so that its ``leg_latency_ms`` is read from the
+#: replies' signals (without ``signals``: left empty, for the caller to read again).
+UNRECORDED = "_arrivals_unrecorded"
 
 _PAYLOADS = StructType(
     [StructField("payloads", ArrayType(StructType([StructField("data", StringType())])))]
@@ -278,6 +282,7 @@ def gather_facts(
     dedupe: bool = True,
     carry: tuple[str, ...] = (),
     every_row: bool = False,
+    signals: bool = True,
 ) -> DataFrame:
     """One row per closed gather: aggregate, CorrelId, start, end, outcome, legs expected /
     received / missing, completion and per-leg arrival latency (ms from the gather's start),
@@ -293,8 +298,15 @@ def gather_facts(
         carry: columns of ``histories`` passed on to each row as they are.
         every_row: a row for every history row, not only for closed gathers; the
             column :data:`FACT` tells which rows are facts (the others' facts are
-            null or meaningless). Lets a caller learn about every input row in the
-            same pass (the job's file check).
+            null or meaningless), and :data:`UNRECORDED` which facts' results do not
+            record their legs' arrivals. Lets a caller learn about every input row in
+            the same pass (the job's file check).
+        signals: read the legs' arrivals of results that do not record them (older
+            gathers') from the replies' signals. Without, those facts'
+            ``leg_latency_ms`` is empty (:data:`UNRECORDED` marks them, for the caller
+            to read their files again), and the pass costs less even where every
+            result records the arrivals: the signals' branch weighs on it whether or
+            not a row takes it.
     """
     events = F.col("history.events")
     close_types = [f"EVENT_TYPE_{t}" for t in CLOSE_TYPES]
@@ -310,6 +322,13 @@ def gather_facts(
             & (e["workflowExecutionSignaledEventAttributes"]["signalName"] == SIGNAL_REPLIES)
         ),
     )
+    # Only results of older gathers lack each leg's arrival (a "received_at" time), and
+    # only theirs need the replies' signals: the others do not copy them along (a
+    # signal's payload holds the replies' bodies). The test reads the result's base64
+    # text, so the result is decoded once, further on.
+    unrecorded_signals = F.when(
+        ~base64_holds(_result_data(closed), RECORDED_ARRIVAL), reply_signals
+    ).alias("signals")
     base = histories.select(
         *carry,
         F.col("workflowId").alias("gather_id"),
@@ -317,13 +336,7 @@ def gather_facts(
         F.size(events).alias("events"),
         started.alias("s"),
         closed.alias("c"),
-        # Only results of older gathers lack each leg's arrival (a "received_at"
-        # time), and only theirs need the replies' signals: the others do not copy
-        # them along (a signal's payload holds the replies' bodies). The test reads
-        # the result's base64 text, so the result is decoded once, further on.
-        F.when(~base64_holds(_result_data(closed), RECORDED_ARRIVAL), reply_signals).alias(
-            "signals"
-        ),
+        *([unrecorded_signals] if signals else []),
     ).withColumn(
         FACT,
         (F.col("s.workflowExecutionStartedEventAttributes.workflowType.name") == GATHER_WORKFLOW)
@@ -340,7 +353,7 @@ def gather_facts(
         "events",
         # Decoded here, beside the input and the result: in the projection after it,
         # the decoding would take that projection out of whole-stage code generation.
-        _arrivals(F.col("signals")).alias("arrivals"),
+        *([_arrivals(F.col("signals")).alias("arrivals")] if signals else []),
         _ts(F.col("s.eventTime")).alias("start_time"),
         _ts(F.col("c.eventTime")).alias("end_time"),
         F.regexp_replace("c.eventType", "^EVENT_TYPE_WORKFLOW_EXECUTION_", "").alias("closed"),
@@ -407,7 +420,7 @@ def gather_facts(
             "complete_when"
         ),
         F.coalesce("r.closed_by", F.lit("")).alias("closed_by"),
-        "arrivals",
+        *(["arrivals"] if signals else []),
         "r",
     )
     # Each leg's arrival: recorded in the result (when the bridge got its first reply);
@@ -417,15 +430,22 @@ def gather_facts(
     # whole-stage code generation)
     unrecorded = F.filter("r.legs", lambda leg: leg["received"] & leg["received_at"].isNull())
     recorded = F.col("r.legs").isNotNull() & (F.size(unrecorded) == 0)
-    latency = F.when(recorded, _recorded_latency()).otherwise(_signalled_latency())
-    facts = facts.withColumn(
-        "leg_latency_ms", F.coalesce(latency, F.create_map().cast("map<string,double>"))
-    ).drop("arrivals", "r")
+    # A run that ended without a result has no received legs, so no arrivals to read.
+    latency = F.when(recorded, _recorded_latency())
+    if signals:
+        latency = latency.otherwise(_signalled_latency())
+    facts = (
+        facts.withColumn(
+            "leg_latency_ms", F.coalesce(latency, F.create_map().cast("map<string,double>"))
+        )
+        .withColumn(UNRECORDED, F.col("r").isNotNull() & ~recorded)
+        .drop("arrivals", "r")
+    )
     if dedupe:
         facts = one_row_per_run(facts)
     return facts.select(
         *carry,
-        *([FACT] if every_row else []),
+        *([FACT, UNRECORDED] if every_row else []),
         "gather_id",
         "run_id",
         "aggregate",
@@ -586,26 +606,57 @@ def span_aggregations() -> dict[str, Column]:
 
 
 def summaries(facts: DataFrame, window: str = "1 hour") -> DataFrame:
-    """:func:`summarise` at every level of :data:`LEVEL_KEYS` in one aggregation (grouping
-    sets: the facts are read once), with the data's span, events and re-requests; the
-    column ``level`` names each row's level, and the keys a level does not group by are
-    null."""
+    """:func:`summarise` at every level of :data:`LEVEL_KEYS` in one query, with the
+    data's span, events and re-requests; the column ``level`` names each row's level,
+    and the keys a level does not group by are null.
+
+    The facts are aggregated once, per window, aggregate and outcome (every level's
+    keys), keeping each group's completion latencies and missing legs as lists; the
+    levels are then grouping sets over those few rows, merging the lists. Grouping sets
+    over the facts themselves would aggregate every fact once per level."""
     keys = ["window_start", "aggregate", "outcome"]
-    grouped = facts.withColumn("window_start", _window_start(window)).groupingSets(
-        [list(k) for k in LEVEL_KEYS.values()], *keys
+    sums = ("late", "duplicates", "unknown", "events", "rerequests")
+    completed_ms = F.when(F.col("outcome") == "COMPLETE", F.col("completion_ms"))
+    fine = (
+        facts.withColumn("window_start", _window_start(window))
+        .groupBy(*keys)
+        .agg(
+            F.count("*").alias("gathers"),
+            F.min("start_time").alias("first_start"),
+            F.min("end_time").alias("first_end"),
+            F.max("end_time").alias("last_end"),
+            *(F.sum(c).alias(c) for c in sums),
+            # collect_list leaves out the nulls: the gathers that did not complete.
+            F.collect_list(completed_ms).alias("p"),
+            F.flatten(F.collect_list("legs_missing")).alias("missing"),
+        )
     )
-    # grouping_id(): a bit per key, set where the row is not grouped by it.
+    span = {
+        "first_start": F.min("first_start"),
+        "first_end": F.min("first_end"),
+        "last_end": F.max("last_end"),
+        "events": F.sum("events"),
+        "rerequests": F.sum("rerequests"),
+        # grouping_id(): a bit per key, set where the row is not grouped by it.
+        "grouping": F.grouping_id(*keys),
+    }
+    merged = fine.groupingSets([list(k) for k in LEVEL_KEYS.values()], *keys).agg(
+        F.sum("gathers").alias("gathers"),
+        *(column.alias(name) for name, column in span.items()),
+        *(
+            F.sum(F.when(F.col("outcome") == o, F.col("gathers")).otherwise(0)).alias(c)
+            for c, o in _OUTCOME_COLUMNS.items()
+        ),
+        F.array_sort(F.flatten(F.collect_list("p"))).alias("p"),
+        *(F.sum(c).alias(c) for c in ("late", "duplicates", "unknown")),
+        F.flatten(F.collect_list("missing")).alias("missing"),
+    )
     gid = F.col("grouping")
     level = F.lit(None).cast("string")
     for name, grouped_by in LEVEL_KEYS.items():
         bits = sum(1 << (len(keys) - 1 - i) for i, k in enumerate(keys) if k not in grouped_by)
         level = F.when(gid == bits, F.lit(name)).otherwise(level)
-    span = {**span_aggregations(), "grouping": F.grouping_id(*keys)}
-    return (
-        _summary(grouped, span)
-        .select(level.alias("level"), *keys, *_summary_columns(span))
-        .drop("grouping")
-    )
+    return merged.select(level.alias("level"), *keys, *_summary_columns(span)).drop("grouping")
 
 
 #: The columns of the trends per window, after their keys.

@@ -3,6 +3,8 @@ steps after it (which files can hold collectors, whether a run is there twice)."
 
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 
 from analytics.histories import collect
@@ -13,15 +15,16 @@ from analytics.job import (
     line_facts,
     read_histories,
     repeated_runs,
+    unrecorded_facts,
 )
 from analytics.synth import synthesize
-from analytics.transforms import gather_facts
+from analytics.transforms import FACT, UNRECORDED, gather_facts
 from tests.workflows.record import HISTORIES
 from tests.workflows.test_replay import LATEST
 
 
-def _gathers(path, n, repeat_first=False):
-    lines = [line for line, _ in synthesize(n)]
+def _gathers(path, n, repeat_first=False, **synth):
+    lines = [line for line, _ in synthesize(n, **synth)]
     if repeat_first:
         lines.append(lines[0])  # the same run in the file twice
     path.write_text("\n".join(lines) + "\n")
@@ -48,6 +51,31 @@ def test_the_one_pass_sorts_the_files_and_keeps_the_good_ones_facts(spark, tmp_p
     assert not any(r["gather_id"].startswith("gather:other-") for r in facts)
     ends = [r["end_time"] for r in facts]
     assert (checked.first_end, checked.last_end) == (min(ends), max(ends))
+
+
+def test_older_results_arrivals_are_read_again_from_their_files_only(spark, tmp_path):
+    # Results that record each leg's arrival give it in the pass; older ones (which
+    # lack it) leave it to their replies' signals, read again from their files alone.
+    new = _gathers(tmp_path / "new.ndjson", 20)
+    older = _gathers(tmp_path / "older.ndjson", 20, seed=2, arrivals_in_result=False)
+    files = [new, older]
+    lines = line_facts(spark, files)
+    checked = check_files(lines, files)
+    assert checked.unrecorded == [older]
+    passed = lines.filter(FACT).collect()
+    assert {r["gather_id"] for r in passed if r[UNRECORDED]} == _ids(older)
+    assert all(not r["leg_latency_ms"] for r in passed if r[UNRECORDED])  # not read here
+    facts = good_facts(lines, checked, unrecorded_facts(spark, checked)).collect()
+    expected = gather_facts(read_histories(spark, files)).collect()
+    assert len(facts) == len(expected) == 40
+    by_id = {(r["gather_id"], r["run_id"]): r.asDict() for r in expected}
+    assert {(r["gather_id"], r["run_id"]): r.asDict() for r in facts} == by_id
+    assert sum(bool(r["leg_latency_ms"]) for r in facts) == 40  # every gather got a leg
+
+
+def _ids(path):
+    with open(path, encoding="utf-8") as lines:
+        return {json.loads(line)["workflowId"] for line in lines}
 
 
 def test_a_run_read_twice_is_found_on_the_fact_rows(spark, tmp_path):
