@@ -303,6 +303,10 @@ def analyze(
     # read again, with the replies' signals, and those facts cached beside the others.
     unrecorded = unrecorded_facts(spark, checked)
     if unrecorded is not None:
+        progress(
+            f"reading {len(checked.unrecorded)} file(s) again for older gathers' "
+            "leg arrivals (their results do not record them)"
+        )
         unrecorded = unrecorded.coalesce(parts).cache()
     facts = good_facts(lines, checked, unrecorded)
     deduplicated = repeated_runs(facts)

@@ -159,11 +159,6 @@ def _result_data(closed: Column) -> Column:
     return payloads.getItem(0).getField("data")
 
 
-def _result_text(closed: Column) -> Column:
-    """The JSON of a close event's result (null for a run that ended without one)."""
-    return F.unbase64(_result_data(closed)).cast("string")
-
-
 #: How a result's JSON shows that a leg's arrival was recorded, as the data converter
 #: writes it (no spaces): a ``received_at`` with a time, not null.
 RECORDED_ARRIVAL = '"received_at":"'
@@ -329,18 +324,30 @@ def gather_facts(
     unrecorded_signals = F.when(
         ~base64_holds(_result_data(closed), RECORDED_ARRIVAL), reply_signals
     ).alias("signals")
+    start_attributes = started["workflowExecutionStartedEventAttributes"]
+    # Only the fields read further on, not the two events whole: the rows between the
+    # projections are copied, and a start event holds the aggregate's whole config.
     base = histories.select(
         *carry,
         F.col("workflowId").alias("gather_id"),
         F.col("runId").alias("run_id"),
         F.size(events).alias("events"),
-        started.alias("s"),
-        closed.alias("c"),
+        start_attributes["workflowType"]["name"].alias("workflow_type"),
+        started["eventTime"].alias("started_at"),
+        closed["eventTime"].alias("closed_at"),
+        closed["eventType"].alias("closed_type"),
+        _result_data(closed).alias("result_data"),
+        # The start input is needed only where the result does not record the rule and
+        # the timeout (older gathers', and runs that ended without a result).
+        F.when(
+            ~base64_holds(_result_data(closed), RECORDED_RULE),
+            start_attributes["input"]["payloads"].getItem(0).getField("data"),
+        ).alias("input_data"),
         *([unrecorded_signals] if signals else []),
     ).withColumn(
         FACT,
-        (F.col("s.workflowExecutionStartedEventAttributes.workflowType.name") == GATHER_WORKFLOW)
-        & F.col("c").isNotNull()
+        (F.col("workflow_type") == GATHER_WORKFLOW)
+        & F.col("closed_type").isNotNull()
         & F.col("run_id").isNotNull(),
     )
     if not every_row:
@@ -354,19 +361,11 @@ def gather_facts(
         # Decoded here, beside the input and the result: in the projection after it,
         # the decoding would take that projection out of whole-stage code generation.
         *([_arrivals(F.col("signals")).alias("arrivals")] if signals else []),
-        _ts(F.col("s.eventTime")).alias("start_time"),
-        _ts(F.col("c.eventTime")).alias("end_time"),
-        F.regexp_replace("c.eventType", "^EVENT_TYPE_WORKFLOW_EXECUTION_", "").alias("closed"),
-        # The start input is parsed only where the result does not record the rule and
-        # the timeout (older gathers', and runs that ended without a result).
-        F.when(
-            ~base64_holds(_result_data(F.col("c")), RECORDED_RULE),
-            F.from_json(
-                _decode(F.col("s.workflowExecutionStartedEventAttributes.input.payloads")),
-                _INPUT,
-            ),
-        ).alias("input"),
-        F.from_json(_result_text(F.col("c")), _RESULT).alias("r"),
+        _ts(F.col("started_at")).alias("start_time"),
+        _ts(F.col("closed_at")).alias("end_time"),
+        F.regexp_replace("closed_type", "^EVENT_TYPE_WORKFLOW_EXECUTION_", "").alias("closed"),
+        F.from_json(F.unbase64("input_data").cast("string"), _INPUT).alias("input"),
+        F.from_json(F.unbase64("result_data").cast("string"), _RESULT).alias("r"),
     )
     empty = F.array().cast("array<string>")
     facts = base.select(

@@ -4,6 +4,7 @@ steps after it (which files can hold collectors, whether a run is there twice)."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
@@ -71,6 +72,11 @@ def test_older_results_arrivals_are_read_again_from_their_files_only(spark, tmp_
     by_id = {(r["gather_id"], r["run_id"]): r.asDict() for r in expected}
     assert {(r["gather_id"], r["run_id"]): r.asDict() for r in facts} == by_id
     assert sum(bool(r["leg_latency_ms"]) for r in facts) == 40  # every gather got a leg
+    said: list[str] = []
+    result = analyze(spark, [Path(new), Path(older)], tmp_path / "out", progress=said.append)
+    assert result.summary["gathers"] == 40
+    again = [line for line in said if "again" in line]
+    assert len(again) == 1 and again[0].startswith("reading 1 file(s) again for older gathers")
 
 
 def _ids(path):
