@@ -25,6 +25,8 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from analytics.transforms import ordered
+
 #: The timeout rates the advisor aims at.
 TARGETS = (0.001, 0.01)
 #: The pseudo-leg whose latency is the gather's last arrival (the gather's own timeout).
@@ -92,7 +94,7 @@ def timeout_advice(facts: DataFrame, targets: tuple[float, ...] = TARGETS) -> Da
         ).cast("int")
         for r in targets
     }
-    return stats.select(
+    advice = stats.select(
         "aggregate",
         "leg",
         "gathers",
@@ -100,7 +102,8 @@ def timeout_advice(facts: DataFrame, targets: tuple[float, ...] = TARGETS) -> Da
         "configured_ms",
         ((F.col("gathers") - in_time) / F.col("gathers")).alias("rate_at_configured"),
         *(F.try_element_at("sorted", k).alias(name) for name, k in ranks.items()),
-    ).orderBy("aggregate", F.col("leg") == WHOLE_GATHER, "leg")
+    )
+    return ordered(advice, "aggregate", F.col("leg") == WHOLE_GATHER, "leg")
 
 
 #: A leg whose advised timeout is at least this many times the next slowest leg's is

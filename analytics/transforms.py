@@ -480,6 +480,12 @@ def gather_facts(
     )
 
 
+def ordered(frame: DataFrame, *keys: Column | str) -> DataFrame:
+    """``frame`` sorted by ``keys`` in one partition: for the few rows of a trend or a
+    summary, which a global sort would first sample (a job of its own) to split."""
+    return frame.coalesce(1).sortWithinPartitions(*keys)
+
+
 def _window_start(window: str, column: str = "end_time") -> Column:
     return F.window(column, window).getField("start").alias("window_start")
 
@@ -675,7 +681,7 @@ LEVEL_COLUMNS = {
 
 def leg_trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
     """Per window, aggregate and leg: arrivals and exact p50/p95 arrival latency."""
-    return (
+    rows = (
         facts.select(
             _window_start(window),
             "aggregate",
@@ -693,8 +699,8 @@ def leg_trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
             "arrivals",
             *_percentile_columns(_P50_95),
         )
-        .orderBy("window_start", "aggregate", "leg")
     )
+    return ordered(rows, "window_start", "aggregate", "leg")
 
 
 #: Outcomes in the order the report lists them; others (TERMINATED...) follow.
@@ -832,7 +838,7 @@ def batch_summary(
             "max_wait_ms",
         )
     )
-    return summary.orderBy(*keys) if keys else summary
+    return ordered(summary, *keys) if keys else summary
 
 
 def batch_trends(batches: DataFrame, window: str = "1 hour") -> DataFrame:

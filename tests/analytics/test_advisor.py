@@ -25,7 +25,10 @@ def _fact(aggregate, i, outcome, latencies, timeout_ms, legs=("A", "B")):
 
 def _advice(spark, rows):
     frame = spark.createDataFrame(rows, COLUMNS)
-    return {(r["aggregate"], r["leg"]): r.asDict() for r in timeout_advice(frame).collect()}
+    advice = timeout_advice(frame).collect()
+    order = [(r["aggregate"], r["leg"] == WHOLE_GATHER, r["leg"]) for r in advice]
+    assert order == sorted(order)  # by aggregate, each one's whole gather after its legs
+    return {(r["aggregate"], r["leg"]): r.asDict() for r in advice}
 
 
 def test_ranks_on_a_ladder_of_latencies(spark):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 
 from analytics.histories import collect
@@ -73,8 +74,12 @@ def test_older_results_arrivals_are_read_again_from_their_files_only(spark, tmp_
     assert {(r["gather_id"], r["run_id"]): r.asDict() for r in facts} == by_id
     assert sum(bool(r["leg_latency_ms"]) for r in facts) == 40  # every gather got a leg
     said: list[str] = []
-    result = analyze(spark, [Path(new), Path(older)], tmp_path / "out", progress=said.append)
+    out = tmp_path / "out"
+    result = analyze(spark, [Path(new), Path(older)], out, window="1 second", progress=said.append)
     assert result.summary["gathers"] == 40
+    legs = pd.read_csv(out / "leg_trends.csv")
+    order = list(zip(legs["window_start"], legs["aggregate"], legs["leg"], strict=True))
+    assert len(order) > 9 and order == sorted(order)  # windows, then legs
     again = [line for line in said if "again" in line]
     assert len(again) == 1 and again[0].startswith("reading 1 file(s) again for older gathers")
 
