@@ -429,7 +429,6 @@ def gather_facts(
     # whole-stage code generation)
     unrecorded = F.filter("r.legs", lambda leg: leg["received"] & leg["received_at"].isNull())
     recorded = F.col("r.legs").isNotNull() & (F.size(unrecorded) == 0)
-    # A run that ended without a result has no received legs, so no arrivals to read.
     latency = F.when(recorded, _recorded_latency())
     if signals:
         latency = latency.otherwise(_signalled_latency())
@@ -437,6 +436,7 @@ def gather_facts(
         facts.withColumn(
             "leg_latency_ms", F.coalesce(latency, F.create_map().cast("map<string,double>"))
         )
+        # A run that ended without a result has no received legs: no arrivals to read.
         .withColumn(UNRECORDED, F.col("r").isNotNull() & ~recorded)
         .drop("arrivals", "r")
     )
