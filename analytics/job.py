@@ -114,6 +114,8 @@ class Checked:
 
 # Columns of the job's pass over the lines: where each line came from, and what it is.
 _FILE, _BAD, _OTHER = "_file", "_bad_line", "_not_a_gather"
+#: What a line's row holds beside a gather's facts.
+_LINE_COLUMNS = (_FILE, _BAD, _OTHER, FACT, UNRECORDED)
 
 
 def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
@@ -189,21 +191,14 @@ def check_files(lines: DataFrame, files: list[str]) -> Checked:
     )
 
 
-def _facts_of(lines: DataFrame, checked: Checked) -> DataFrame:
-    facts = lines.filter(F.col(FACT))
-    if checked.bad_uris:
-        facts = facts.filter(~F.col(_FILE).isin(checked.bad_uris))
-    return facts
-
-
 def unrecorded_facts(spark: SparkSession, checked: Checked) -> DataFrame | None:
     """The facts of the gathers whose results do not record their legs' arrivals, read
-    again from their files (:attr:`Checked.unrecorded`) with the replies' signals; None
-    where there are none."""
+    again from their files (:attr:`Checked.unrecorded`, good files only) with the
+    replies' signals; None where there are none."""
     if not checked.unrecorded:
         return None
-    again = _facts_of(line_facts(spark, checked.unrecorded, signals=True), checked)
-    return again.filter(F.col(UNRECORDED)).drop(_FILE, _BAD, _OTHER, FACT, UNRECORDED)
+    again = line_facts(spark, checked.unrecorded, signals=True)
+    return again.filter(F.col(FACT) & F.col(UNRECORDED)).drop(*_LINE_COLUMNS)
 
 
 def good_facts(
@@ -212,10 +207,12 @@ def good_facts(
     """The gather facts of :func:`line_facts` rows, from the good files only; those
     whose results do not record their legs' arrivals replaced by ``unrecorded`` (from
     :func:`unrecorded_facts`), where given."""
-    facts = _facts_of(lines, checked)
+    facts = lines.filter(F.col(FACT))
+    if checked.bad_uris:
+        facts = facts.filter(~F.col(_FILE).isin(checked.bad_uris))
     if unrecorded is not None:
         facts = facts.filter(~F.col(UNRECORDED))
-    facts = facts.drop(_FILE, _BAD, _OTHER, FACT, UNRECORDED)
+    facts = facts.drop(*_LINE_COLUMNS)
     return facts if unrecorded is None else facts.unionByName(unrecorded)
 
 

@@ -599,15 +599,21 @@ LEVEL_KEYS = {
 }
 
 
+#: What every level of :func:`summaries` adds to :func:`summarise`'s columns: each
+#: column's aggregation and the fact column it reads. Each is its own merge (the minimum
+#: of minima, the sum of sums), which lets :func:`summaries` roll groups up.
+_SPAN = {
+    "first_start": (F.min, "start_time"),
+    "first_end": (F.min, "end_time"),
+    "last_end": (F.max, "end_time"),
+    "events": (F.sum, "events"),
+    "rerequests": (F.sum, "rerequests"),
+}
+
+
 def span_aggregations() -> dict[str, Column]:
     """What every level of :func:`summaries` adds to :func:`summarise`'s columns."""
-    return {
-        "first_start": F.min("start_time"),
-        "first_end": F.min("end_time"),
-        "last_end": F.max("end_time"),
-        "events": F.sum("events"),
-        "rerequests": F.sum("rerequests"),
-    }
+    return {name: how(column) for name, (how, column) in _SPAN.items()}
 
 
 def summaries(facts: DataFrame, window: str = "1 hour") -> DataFrame:
@@ -620,28 +626,22 @@ def summaries(facts: DataFrame, window: str = "1 hour") -> DataFrame:
     levels are then grouping sets over those few rows, merging the lists. Grouping sets
     over the facts themselves would aggregate every fact once per level."""
     keys = ["window_start", "aggregate", "outcome"]
-    sums = ("late", "duplicates", "unknown", "events", "rerequests")
+    counts = ("late", "duplicates", "unknown")
     completed_ms = F.when(F.col("outcome") == "COMPLETE", F.col("completion_ms"))
     fine = (
         facts.withColumn("window_start", _window_start(window))
         .groupBy(*keys)
         .agg(
             F.count("*").alias("gathers"),
-            F.min("start_time").alias("first_start"),
-            F.min("end_time").alias("first_end"),
-            F.max("end_time").alias("last_end"),
-            *(F.sum(c).alias(c) for c in sums),
+            *(column.alias(name) for name, column in span_aggregations().items()),
+            *(F.sum(c).alias(c) for c in counts),
             # collect_list leaves out the nulls: the gathers that did not complete.
             F.collect_list(completed_ms).alias("p"),
             F.flatten(F.collect_list("legs_missing")).alias("missing"),
         )
     )
     span = {
-        "first_start": F.min("first_start"),
-        "first_end": F.min("first_end"),
-        "last_end": F.max("last_end"),
-        "events": F.sum("events"),
-        "rerequests": F.sum("rerequests"),
+        **{name: how(name) for name, (how, _) in _SPAN.items()},
         # grouping_id(): a bit per key, set where the row is not grouped by it.
         "grouping": F.grouping_id(*keys),
     }
@@ -653,7 +653,7 @@ def summaries(facts: DataFrame, window: str = "1 hour") -> DataFrame:
             for c, o in _OUTCOME_COLUMNS.items()
         ),
         F.array_sort(F.flatten(F.collect_list("p"))).alias("p"),
-        *(F.sum(c).alias(c) for c in ("late", "duplicates", "unknown")),
+        *(F.sum(c).alias(c) for c in counts),
         F.flatten(F.collect_list("missing")).alias("missing"),
     )
     gid = F.col("grouping")

@@ -61,8 +61,12 @@ def test_batch_facts_of_every_recorded_collector_path(spark, tmp_path):
     table = pd.read_csv(tmp_path / "out" / "destinations.csv")
     bytes_row = table[table["destination"] == "collect_bytes"].iloc[0]
     assert (bytes_row["batches"], bytes_row["by_bytes"], bytes_row["by_delay"]) == (2, 1, 1)
+    keys = list(zip(table["collector"], table["destination"], strict=True))
+    assert len(keys) > 3 and keys == sorted(keys)  # in order of collector and destination
     trend = pd.read_csv(tmp_path / "out" / "batch_trends.csv")
     assert trend["batches"].sum() == len(batches)
+    keys = list(zip(trend["window_start"], trend["collector"], trend["destination"], strict=True))
+    assert keys == sorted(keys)
     page = (tmp_path / "out" / "report.html").read_text()
     collector = batches["collector"].iloc[0]
     assert f'id="collector-{collector}"' in page and "collect_released" in page
