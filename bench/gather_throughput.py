@@ -285,6 +285,14 @@ async def shapes(
     return {k: round(statistics.fmean(v), 2) for k, v in counts.items()}, histories
 
 
+def save_histories(directory: Path, histories: list[WorkflowHistory]) -> None:
+    """Write ``histories`` as JSON files into ``directory``, as ``bench.worker_parts``
+    reads them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, history in enumerate(histories):
+        (directory / f"{i:04d}.json").write_text(history.to_json())
+
+
 #: The stages of last reply -> response, in order, as the breakdown names them.
 STAGES = (
     "bridge wake-up + get",
@@ -418,6 +426,7 @@ async def main(
     ring: KeyRing | None = None,
     profile: Path | None = None,
     repeat: int = 1,
+    histories: Path | None = None,
 ) -> list[Level]:
     results: list[Level] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -503,6 +512,9 @@ async def main(
                               + table(floor_sampler.stop(), floor_cpu,
                                       1000 / floor_sampler.rate / floor_n),
                               flush=True)  # fmt: skip
+                    if parts_due and histories:
+                        save_histories(histories / f"gathers-{level}", sample)
+                        save_histories(histories / f"floor-{level}", floor_sample)
                     if parts_due:
                         # In this process while the others idle: the worker's two parts,
                         # each against the floor's, free of the pipeline's contention.
@@ -650,6 +662,10 @@ if __name__ == "__main__":
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample the workers and bridges with py-spy during (a) and print "
                              "where their CPU went; the raw samples go to DIR")  # fmt: skip
+    parser.add_argument("--histories", type=Path, metavar="DIR",
+                        help="keep the sampled gather and floor histories as JSON in "
+                             "DIR/gathers-<level> and DIR/floor-<level>, to measure the "
+                             "worker's parts again (python -m bench.worker_parts)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="measure each level N times (the table gives each; make bench "
                              "their median and range)")  # fmt: skip
@@ -660,7 +676,9 @@ if __name__ == "__main__":
     options = (ns.gathers, levels, ns.workers, ns.bridges, ns.max_cached_gathers, ns.sandbox,
                ns.server_arg)  # fmt: skip
     with exclusive():
-        plain = asyncio.run(main(*options, profile=ns.profile, repeat=ns.repeat))
+        plain = asyncio.run(
+            main(*options, profile=ns.profile, repeat=ns.repeat, histories=ns.histories)
+        )
         if ns.encrypt:
             ring = KeyRing("bench", {"bench": new_key()})
             sealed = asyncio.run(main(*options, ring=ring, repeat=ns.repeat))

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 
 from analytics.histories import collect
 from analytics.job import (
@@ -95,6 +97,13 @@ def test_a_run_read_twice_is_found_on_the_fact_rows(spark, tmp_path):
     twice = gather_facts(read_histories(spark, [gathers, gathers]), dedupe=False)
     assert not repeated_runs(once)
     assert repeated_runs(twice)  # an export read twice
+
+    # Runs whose digests collide (here: all of them) are told apart by their ids.
+    def collide(*_: object) -> Column:
+        return F.lit("one digest")
+
+    assert not repeated_runs(once, collide)
+    assert repeated_runs(twice, collide)
 
 
 def test_a_run_in_two_files_counts_once_and_gathers_alone_make_no_batches(spark, tmp_path):
