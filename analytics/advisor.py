@@ -42,32 +42,31 @@ def target_column(rate: float) -> str:
 
 def latencies(facts: DataFrame) -> DataFrame:
     """One row per counted gather and leg (and the whole gather): aggregate, leg, the
-    configured timeout and the latency (null: not in time)."""
+    configured timeout and the latency (null: not in time).
+
+    One pass over the facts: each gather's legs and, after them, a null that stands for
+    the whole gather (a leg's name is never null)."""
     counted = facts.filter(F.col("outcome").isin("COMPLETE", "TIMEOUT"))
-    per_leg = counted.select(
+    whole = F.when(
+        (F.col("n_missing") == 0) & (F.size("leg_latency_ms") > 0),
+        F.array_max(F.map_values("leg_latency_ms")),
+    )
+    return counted.select(
         "aggregate",
         "start_time",
         "timeout_ms",
-        F.explode("legs_expected").alias("leg"),
         "leg_latency_ms",
+        whole.alias("whole"),
+        F.explode(F.concat("legs_expected", F.array(F.lit(None).cast("string")))).alias("leg"),
     ).select(
         "aggregate",
         "start_time",
         "timeout_ms",
-        "leg",
-        F.element_at("leg_latency_ms", F.col("leg")).alias("latency_ms"),
+        F.coalesce("leg", F.lit(WHOLE_GATHER)).alias("leg"),
+        F.when(F.col("leg").isNull(), F.col("whole"))
+        .otherwise(F.element_at("leg_latency_ms", F.col("leg")))
+        .alias("latency_ms"),
     )
-    whole = counted.select(
-        "aggregate",
-        "start_time",
-        "timeout_ms",
-        F.lit(WHOLE_GATHER).alias("leg"),
-        F.when(
-            (F.col("n_missing") == 0) & (F.size("leg_latency_ms") > 0),
-            F.array_max(F.map_values("leg_latency_ms")),
-        ).alias("latency_ms"),
-    )
-    return per_leg.unionByName(whole)
 
 
 def timeout_advice(facts: DataFrame, targets: tuple[float, ...] = TARGETS) -> DataFrame:
