@@ -5,7 +5,6 @@ Temporal's proto-JSON form, which the Spark job reads."""
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,7 +18,13 @@ from temporalio.api.history.v1 import History
 from temporalio.client import WorkflowHistory
 
 from mqgather.errors import MQGatherError
-from mqgather.runtime.codec import ENCODING, PayloadCipher, SealedPayloadError, open_all
+from mqgather.runtime.codec import (
+    SEALED_JSON_ENCODING,
+    PayloadCipher,
+    SealedPayloadError,
+    open_all,
+    open_all_json,
+)
 from workflows.models import GatherInput, gather_id
 
 EXPORT_SUFFIXES = (".ndjson", ".jsonl")
@@ -118,7 +123,7 @@ def kind_of(path: Path) -> str:
 
 
 #: How a sealed payload's encoding reads in proto-JSON (metadata values are base64).
-SEALED_MARK = base64.b64encode(ENCODING).decode()
+SEALED_MARK = SEALED_JSON_ENCODING
 
 
 def _open_export(file: Path, cipher: PayloadCipher) -> Iterator[str]:
@@ -129,9 +134,8 @@ def _open_export(file: Path, cipher: PayloadCipher) -> Iterator[str]:
                 yield line.rstrip("\n")
                 continue
             record = json.loads(line)
-            history = json_format.ParseDict(record["history"], History())
-            open_all(history, cipher)
-            yield history_line(record["workflowId"], record["runId"], history)
+            open_all_json(record.get("history") if isinstance(record, dict) else None, cipher)
+            yield json.dumps(record, separators=(",", ":"))
 
 
 def collect(paths: list[Path], staging: Path, cipher: PayloadCipher | None = None) -> Inputs:

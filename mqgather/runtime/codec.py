@@ -25,9 +25,11 @@ import stat
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -354,6 +356,77 @@ def open_all(message: Message, cipher: PayloadCipher) -> int:
             payload.CopyFrom(cipher.open(payload))
             opened += 1
     return opened
+
+
+#: The same fields as proto-JSON names them (or keeps their proto names).
+_NEVER_ENCODED_JSON = frozenset({"searchAttributes", "search_attributes", "header"})
+#: A sealed payload's encoding as proto-JSON writes it (bytes in standard base64).
+SEALED_JSON_ENCODING = base64.b64encode(ENCODING).decode()
+
+
+def open_all_json(value: Any, cipher: PayloadCipher) -> int:
+    """Open every sealed payload inside parsed proto-JSON ``value`` (a history as
+    ``json_format.MessageToDict`` writes it, through ``json.loads``) in place, each as
+    ``MessageToDict`` writes a payload; how many were sealed.
+
+    Only the sealed payloads are touched: a whole history parsed into a message and
+    written out again costs several times the opening itself.
+
+    Raises:
+        UnknownKey: a payload's key id is not in the ring.
+        PayloadTampered: a payload does not authenticate, or is corrupt.
+        ValueError: a sealed payload's fields are not a payload's proto-JSON.
+    """
+    opened = 0
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            meta = node.get("metadata")
+            if isinstance(meta, dict) and meta.get(META_ENCODING) == SEALED_JSON_ENCODING:
+                plain = _json_payload(cipher.open(_payload_of_json(node)))
+                node.clear()
+                node.update(plain)
+                opened += 1
+            else:
+                stack.extend(v for k, v in node.items() if k not in _NEVER_ENCODED_JSON)
+    return opened
+
+
+def _payload_of_json(node: dict[str, Any]) -> Payload:
+    """The payload a proto-JSON object stands for (bytes in either base64 alphabet)."""
+    meta, data = node.get("metadata", {}), node.get("data", "")
+    try:
+        if node.keys() - {"metadata", "data"} or not isinstance(data, str):
+            raise TypeError("fields other than metadata and data")
+        return Payload(
+            metadata={key: _json_bytes(text) for key, text in meta.items()},
+            data=_json_bytes(data),
+        )
+    except (TypeError, AttributeError, binascii.Error) as exc:
+        raise ValueError(f"a sealed payload is not a payload's proto-JSON ({exc})") from exc
+
+
+def _json_bytes(text: str) -> bytes:
+    """Proto-JSON bytes: base64, standard or URL-safe, padded or not."""
+    return base64.b64decode(text.translate(_URL_SAFE) + "=" * (-len(text) % 4), validate=True)
+
+
+_URL_SAFE = str.maketrans("-_", "+/")
+
+
+def _json_payload(payload: Payload) -> dict[str, Any]:
+    """``payload`` as ``json_format.MessageToDict`` writes it."""
+    if payload.external_payloads:
+        return json_format.MessageToDict(payload)
+    shown: dict[str, Any] = {}
+    if payload.metadata:
+        shown["metadata"] = {k: base64.b64encode(v).decode() for k, v in payload.metadata.items()}
+    if payload.data:
+        shown["data"] = base64.b64encode(payload.data).decode()
+    return shown
 
 
 def key_ids_in(message: Message) -> dict[str, int]:

@@ -7,6 +7,7 @@ import json
 import os
 
 import pytest
+from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History, HistoryEvent
 
@@ -26,6 +27,7 @@ from mqgather.runtime.codec import (
     load_key_ring,
     new_key,
     open_all,
+    open_all_json,
     read_key_ring_file,
     write_key_ring_file,
 )
@@ -135,6 +137,44 @@ async def test_a_history_is_opened_in_place_and_its_key_ids_counted():
     assert open_all(history, cipher) == 2
     assert key_ids_in(history) == {"": 3}
     assert b"CARD-4111" in history.SerializeToString()
+
+
+def _sealed_history(cipher: PayloadCipher) -> History:
+    event = HistoryEvent()
+    attrs = event.workflow_execution_started_event_attributes
+    attrs.input.payloads.append(cipher.seal(_payload()))
+    attrs.input.payloads.append(_payload(b'"plain"'))
+    attrs.memo.fields["m"].CopyFrom(cipher.seal(_payload(b"x" * 4096)))  # compressed
+    # Sealed-looking, where Temporal never encodes: left as they are.
+    attrs.search_attributes.indexed_fields["CorrelId"].CopyFrom(cipher.seal(_payload(b'"ab"')))
+    attrs.header.fields["traceparent"].CopyFrom(cipher.seal(_payload(b'"00-ab"')))
+    signalled = HistoryEvent()
+    signalled.workflow_execution_signaled_event_attributes.input.payloads.append(
+        cipher.seal(_payload(b'{"body":"\\u00ff"}'))
+    )
+    return History(events=[event, signalled])
+
+
+def test_proto_json_opens_to_what_the_message_opens_to():
+    cipher = PayloadCipher(A)
+    history = _sealed_history(cipher)
+    as_json = json.loads(json.dumps(json_format.MessageToDict(history)))
+    assert open_all_json(as_json, cipher) == 3
+    assert open_all(history, cipher) == 3
+    assert as_json == json_format.MessageToDict(history)
+    assert b"CARD-4111" in json_format.ParseDict(as_json, History()).SerializeToString()
+    assert open_all_json(as_json, cipher) == 0  # nothing sealed is left
+
+
+def test_proto_json_that_does_not_open_says_why():
+    history = json_format.MessageToDict(_sealed_history(PayloadCipher(A)))
+    other = KeyRing("b", {"b": new_key()})
+    with pytest.raises(UnknownKey, match="'a'"):
+        open_all_json(json.loads(json.dumps(history)), PayloadCipher(other))
+    payload = history["events"][0]["workflowExecutionStartedEventAttributes"]["input"]
+    payload["payloads"][0]["data"] = "not base64!"
+    with pytest.raises(ValueError, match="not a payload"):
+        open_all_json(history, PayloadCipher(A))
 
 
 def test_the_key_ring_comes_from_the_environment_or_a_private_file(tmp_path):
