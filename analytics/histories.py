@@ -6,8 +6,12 @@ Temporal's proto-JSON form, which the Spark job reads."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,7 @@ from temporalio.client import WorkflowHistory
 from mqgather.errors import MQGatherError
 from mqgather.runtime.codec import (
     SEALED_JSON_ENCODING,
+    KeyRing,
     PayloadCipher,
     SealedPayloadError,
     open_all,
@@ -138,13 +143,57 @@ def _open_export(file: Path, cipher: PayloadCipher) -> Iterator[str]:
             yield json.dumps(record, separators=(",", ":"))
 
 
-def collect(paths: list[Path], staging: Path, cipher: PayloadCipher | None = None) -> Inputs:
+def _stage_opened(file: Path, staged: Path, cipher: PayloadCipher) -> str | None:
+    """Write ``file``'s lines to ``staged``, their sealed payloads opened; None, or why
+    ``file`` cannot be (then nothing is left at ``staged``)."""
+    try:
+        with staged.open("w") as out:
+            out.writelines(line + "\n" for line in _open_export(file, cipher))
+    except (SealedPayloadError, ValueError) as exc:
+        staged.unlink(missing_ok=True)
+        return str(exc)
+    return None
+
+
+def _stage_with_ring(job: tuple[Path, Path], ring: KeyRing | None) -> str | None:
+    """:func:`_stage_opened` in a worker process, which gets the key ring, not a cipher."""
+    return _stage_opened(*job, PayloadCipher(ring))
+
+
+def _stage_all_opened(
+    jobs: list[tuple[Path, Path]], cipher: PayloadCipher, workers: int
+) -> list[str | None]:
+    """:func:`_stage_opened` for each (file, staged) of ``jobs``, on up to ``workers``
+    processes: opening is Python's work, one core's per process."""
+    if workers < 2 or len(jobs) < 2:
+        return [_stage_opened(file, staged, cipher) for file, staged in jobs]
+    # A fresh server forks the workers: the job's process holds threads (Spark's
+    # gateway) that a fork of it would copy mid-flight. The keys reach the workers
+    # through the pool's pipe, never a command line.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+        return list(pool.map(partial(_stage_with_ring, ring=cipher.ring), jobs))
+
+
+def collect(
+    paths: list[Path],
+    staging: Path,
+    cipher: PayloadCipher | None = None,
+    *,
+    workers: int | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Inputs:
     """Find the history files under ``paths``; turn CLI and Cloud files into NDJSON under
     ``staging`` (each workflow run once: Cloud exports are delivered at least once).
 
     Export NDJSON files are passed on as they are; Spark reads them and reports a corrupt
-    one by name. Sealed payloads are opened with ``cipher`` (export files holding them
-    are staged opened); a file with a payload it cannot open is skipped, naming the key.
+    one by name. Sealed payloads are opened with ``cipher``: export files holding them
+    are staged opened, each under its own name in ``staging/opened``, by up to
+    ``workers`` processes (default: one per core; forked from a fresh server, which
+    imports the calling script's main module as multiprocessing does: a script calling
+    this keeps its own work under ``if __name__ == "__main__":``); a file with a payload
+    it cannot open is skipped, naming the key.
     """
     cipher = cipher or PayloadCipher(None)
     found = Inputs()
@@ -162,20 +211,15 @@ def collect(paths: list[Path], staging: Path, cipher: PayloadCipher | None = Non
     seen: set[tuple[str, str]] = set()
     staged = staging / "converted.ndjson"
     wrote = False
+    sealed: list[Path] = []
     with staged.open("w") as out:
         for file in files:
             kind = kind_of(file)
             if kind == "export":
-                if not _holds(file, SEALED_MARK):
+                if _holds(file, SEALED_MARK):
+                    sealed.append(file)
+                else:
                     found.ndjson.append(str(file))
-                    continue
-                try:
-                    opened = list(_open_export(file, cipher))
-                except (SealedPayloadError, ValueError, KeyError, json_format.ParseError) as exc:
-                    found.skipped[str(file)] = str(exc)
-                    continue
-                out.writelines(line + "\n" for line in opened)
-                wrote = wrote or bool(opened)
                 continue
             if kind == "unknown":
                 found.skipped[str(file)] = "not a history file (.ndjson, .json or .pb)"
@@ -197,6 +241,19 @@ def collect(paths: list[Path], staging: Path, cipher: PayloadCipher | None = Non
                 wrote = True
     if wrote:
         found.ndjson.append(str(staged))
+    else:
+        staged.unlink()
+    if sealed:
+        progress(f"opening the sealed payloads of {len(sealed)} export file(s)")
+        opened = staging / "opened"
+        opened.mkdir(exist_ok=True)
+        jobs = [(file, opened / f"{i:05d}-{file.name}") for i, file in enumerate(sealed)]
+        why = _stage_all_opened(jobs, cipher, workers or os.cpu_count() or 1)
+        for (file, target), reason in zip(jobs, why, strict=True):
+            if reason is None:
+                found.ndjson.append(str(target))
+            else:
+                found.skipped[str(file)] = reason
     return found
 
 

@@ -292,7 +292,7 @@ def analyze(
     out.mkdir(parents=True, exist_ok=True)
     staging = out / "_staging"
     progress("reading inputs")
-    found = collect(inputs, staging, PayloadCipher(load_key_ring()))
+    found = collect(inputs, staging, PayloadCipher(load_key_ring()), progress=progress)
     if not found.ndjson:
         raise FileNotFoundError(f"no readable history files under {', '.join(map(str, inputs))}")
     progress("gather facts")

@@ -302,7 +302,10 @@ async def test_operators_read_a_sealed_gather_through_the_codec_server_and_in_ex
 
     assert body in text(plain) and body not in text(kept)
     found = collect([kept], tmp_path / "staging", PayloadCipher(A))
-    assert [Path(f).name for f in found.ndjson] == ["converted.ndjson"]
+    # Each kept file staged opened under its own name.
+    assert sorted(Path(f).name.split("-", 1)[1] for f in found.ndjson) == sorted(
+        f.name for f in kept.rglob("*.ndjson")
+    )
     assert body in text(tmp_path / "staging")
     lacking = collect([kept], tmp_path / "staging2", PayloadCipher(None))
     assert A.active in next(iter(lacking.skipped.values()))
