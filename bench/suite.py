@@ -36,6 +36,7 @@ BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
     ("analytics_scale",
      ["bench.analytics_scale", "--repeat", "3", "--plan",
       *(arg for rev in ANALYTICS_RELEASES for arg in ("--against", rev))]),
+    ("analytics_sealed", ["bench.analytics_sealed", "--gathers", "20000", "--repeat", "3"]),
     ("chaos", ["bench.chaos"]),
     ("large_replies", ["bench.large_replies", "--gathers", "10"]),
 )  # fmt: skip
