@@ -10,6 +10,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -161,19 +162,26 @@ def _stage_with_ring(job: tuple[Path, Path], ring: KeyRing | None) -> str | None
 
 
 def _stage_all_opened(
-    jobs: list[tuple[Path, Path]], cipher: PayloadCipher, workers: int
+    jobs: list[tuple[Path, Path]],
+    cipher: PayloadCipher,
+    workers: int,
+    progress: Callable[[str], None],
 ) -> list[str | None]:
     """:func:`_stage_opened` for each (file, staged) of ``jobs``, on up to ``workers``
-    processes: opening is Python's work, one core's per process."""
-    if workers < 2 or len(jobs) < 2:
-        return [_stage_opened(file, staged, cipher) for file, staged in jobs]
-    # A fresh server forks the workers: the job's process holds threads (Spark's
-    # gateway) that a fork of it would copy mid-flight. The keys reach the workers
-    # through the pool's pipe, never a command line.
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
-    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
-        return list(pool.map(partial(_stage_with_ring, ring=cipher.ring), jobs))
+    processes: opening is Python's work, one core's per process. Should the processes
+    fail (one killed, say), every file is opened again here, one after the other."""
+    if workers >= 2 and len(jobs) >= 2:
+        # A fresh server forks the workers: the job's process holds threads (Spark's
+        # gateway) that a fork of it would copy mid-flight. The keys reach the workers
+        # through the pool's pipe, never a command line.
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+        try:
+            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+                return list(pool.map(partial(_stage_with_ring, ring=cipher.ring), jobs))
+        except BrokenProcessPool as exc:
+            progress(f"the processes opening them stopped ({exc}); opening them here instead")
+    return [_stage_opened(file, staged, cipher) for file, staged in jobs]
 
 
 def collect(
@@ -190,10 +198,11 @@ def collect(
     Export NDJSON files are passed on as they are; Spark reads them and reports a corrupt
     one by name. Sealed payloads are opened with ``cipher``: export files holding them
     are staged opened, each under its own name in ``staging/opened``, by up to
-    ``workers`` processes (default: one per core; forked from a fresh server, which
-    imports the calling script's main module as multiprocessing does: a script calling
-    this keeps its own work under ``if __name__ == "__main__":``); a file with a payload
-    it cannot open is skipped, naming the key.
+    ``workers`` processes (default: one per core; forked from a fresh server, they import
+    the calling script's main module as multiprocessing does, so a script that runs this
+    outside ``if __name__ == "__main__":`` breaks them, and the files are then opened in
+    its own process, saying so); a file with a payload it cannot open is skipped, naming
+    the key.
     """
     cipher = cipher or PayloadCipher(None)
     found = Inputs()
@@ -248,7 +257,7 @@ def collect(
         opened = staging / "opened"
         opened.mkdir(exist_ok=True)
         jobs = [(file, opened / f"{i:05d}-{file.name}") for i, file in enumerate(sealed)]
-        why = _stage_all_opened(jobs, cipher, workers or os.cpu_count() or 1)
+        why = _stage_all_opened(jobs, cipher, workers or os.cpu_count() or 1, progress)
         for (file, target), reason in zip(jobs, why, strict=True):
             if reason is None:
                 found.ndjson.append(str(target))

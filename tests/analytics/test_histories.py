@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,38 @@ def test_a_sealed_export_that_does_not_open_is_skipped_naming_the_key(tmp_path):
     assert [Path(name).name for name in found.ndjson] == ["00000-a.ndjson"]
     # Nothing half-written is left of the file that did not open.
     assert sorted(p.name for p in (tmp_path / "staging" / "opened").iterdir()) == ["00000-a.ndjson"]
+
+
+def test_a_script_without_a_main_guard_still_gets_its_files_opened(tmp_path):
+    """Worker processes import the calling script's main module; one that runs the job
+    at its top level breaks them, and the files are opened in the script's process."""
+    ring = KeyRing("k1", {"k1": new_key()})
+    lines = [line for line, _ in synthesize(4)]
+    for i in range(2):
+        _export(tmp_path / f"h-{i}.ndjson", lines[i::2], PayloadCipher(ring))
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from analytics.histories import collect\n"
+        "from mqgather.runtime.codec import PayloadCipher, load_key_ring\n"
+        f"root = Path({str(tmp_path)!r})\n"
+        "said = []\n"
+        "found = collect(sorted(root.glob('h-*.ndjson')), root / 'staging',\n"
+        "                PayloadCipher(load_key_ring()), workers=2, progress=said.append)\n"
+        "print(json.dumps({'ndjson': found.ndjson, 'skipped': found.skipped, 'said': said}))\n"
+    )
+    env = dict(os.environ, MQGATHER_KEYS=ring.to_file_model().model_dump_json(),
+               PYTHONPATH=str(Path(__file__).resolve().parents[2]))  # fmt: skip
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                         text=True, timeout=120, check=True)  # fmt: skip
+    # The workers' own attempts die before they print anything: the last line is ours.
+    result = json.loads(run.stdout.splitlines()[-1])
+    said = result["said"]
+    assert said[0] == "opening the sealed payloads of 2 export file(s)"
+    assert said[1].startswith("the processes opening them stopped (")
+    assert said[1].endswith("); opening them here instead") and len(said) == 2
+    assert result["skipped"] == {}
+    staged = [Path(name) for name in result["ndjson"]]
+    assert [p.name for p in staged] == ["00000-h-0.ndjson", "00001-h-1.ndjson"]
+    assert all(SEALED_MARK not in p.read_text() and p.read_text() for p in staged)
