@@ -14,11 +14,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from google.protobuf import json_format
 from pydantic import BaseModel
+from temporalio.api.history.v1 import History
 
+from analytics.histories import history_line
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import GATHER_WORKFLOW, SIGNAL_EXPECT, SIGNAL_REPLIES, TASK_QUEUE
+from mqgather.runtime.codec import PayloadCipher, payloads_in
 from workflows.models import (
     GatherInput,
     GatherResult,
@@ -200,3 +204,14 @@ def synthesize(
                 attempts,
             ),
         )
+
+
+def as_exported(line: str, cipher: PayloadCipher | None = None) -> str:
+    """A synthetic ``line`` as ``mqgather export`` writes it (through the history
+    message), every payload sealed with ``cipher`` where given (``--keep-encrypted``)."""
+    record = json.loads(line)
+    history = json_format.ParseDict(record["history"], History())
+    if cipher is not None:
+        for payload in payloads_in(history):
+            payload.CopyFrom(cipher.seal(payload))
+    return history_line(record["workflowId"], record["runId"], history)

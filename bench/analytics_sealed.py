@@ -14,22 +14,17 @@ reading the inputs (opening them, for the sealed ones), the facts and the trends
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from google.protobuf import json_format
-from temporalio.api.history.v1 import History
-
-from analytics.histories import history_line
 from analytics.job import analyze, spark_session
-from analytics.synth import synthesize
+from analytics.synth import as_exported, synthesize
 from bench.figures import Figure, exclusive, record
 from mqgather.names import ENV_KEYS
-from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key, payloads_in
+from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key
 
 #: Histories per export file, as ``mqgather export`` writes them.
 PER_FILE = 1000
@@ -45,12 +40,8 @@ def write_exports(n: int, plain: Path, sealed: Path, cipher: PayloadCipher) -> N
         name = f"histories-{first // PER_FILE:05d}.ndjson"
         with (plain / name).open("w") as opened, (sealed / name).open("w") as kept:
             for line in lines[first : first + PER_FILE]:
-                record_ = json.loads(line)
-                history = json_format.ParseDict(record_["history"], History())
-                opened.write(history_line(record_["workflowId"], record_["runId"], history) + "\n")
-                for payload in payloads_in(history):
-                    payload.CopyFrom(cipher.seal(payload))
-                kept.write(history_line(record_["workflowId"], record_["runId"], history) + "\n")
+                opened.write(as_exported(line) + "\n")
+                kept.write(as_exported(line, cipher) + "\n")
 
 
 def main() -> None:

@@ -358,8 +358,10 @@ def open_all(message: Message, cipher: PayloadCipher) -> int:
     return opened
 
 
-#: The same fields as proto-JSON names them (or keeps their proto names).
-_NEVER_ENCODED_JSON = frozenset({"searchAttributes", "search_attributes", "header"})
+#: The same fields as proto-JSON names them (lowerCamelCase), or keeps their proto names.
+_NEVER_ENCODED_JSON = _NEVER_ENCODED | {
+    re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name) for name in _NEVER_ENCODED
+}
 #: A sealed payload's encoding as proto-JSON writes it (bytes in standard base64).
 SEALED_JSON_ENCODING = base64.b64encode(ENCODING).decode()
 

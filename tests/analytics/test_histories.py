@@ -9,12 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from google.protobuf import json_format
-from temporalio.api.history.v1 import History
 
-from analytics.histories import SEALED_MARK, _holds, collect, history_line
-from analytics.synth import synthesize
-from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key, payloads_in
+from analytics.histories import SEALED_MARK, _holds, collect
+from analytics.synth import as_exported, synthesize
+from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key
 
 BLOCK = 1 << 22  # what _holds reads at a time
 
@@ -34,16 +32,7 @@ def test_a_file_without_the_mark_or_with_part_of_it_is_not_sealed(tmp_path):
 
 
 def _export(path: Path, lines: list[str], cipher: PayloadCipher | None = None) -> Path:
-    """An export file of ``lines`` as the export writes them, every payload sealed with
-    ``cipher`` (if given)."""
-    with path.open("w") as out:
-        for line in lines:
-            record = json.loads(line)
-            history = json_format.ParseDict(record["history"], History())
-            if cipher is not None:
-                for payload in payloads_in(history):
-                    payload.CopyFrom(cipher.seal(payload))
-            out.write(history_line(record["workflowId"], record["runId"], history) + "\n")
+    path.write_text("".join(as_exported(line, cipher) + "\n" for line in lines))
     return path
 
 

@@ -166,6 +166,22 @@ def test_proto_json_opens_to_what_the_message_opens_to():
     assert open_all_json(as_json, cipher) == 0  # nothing sealed is left
 
 
+def test_proto_json_bytes_open_in_either_base64_alphabet_padded_or_not():
+    cipher = PayloadCipher(A)
+    history = _sealed_history(cipher)
+    standard = json.loads(json.dumps(json_format.MessageToDict(history)))
+    other = json.loads(json.dumps(standard))
+    payload = other["events"][0]["workflowExecutionStartedEventAttributes"]["input"]
+    sealed = payload["payloads"][0]
+    sealed["data"] = sealed["data"].replace("+", "-").replace("/", "_").rstrip("=")
+    sealed["metadata"] = {k: v.rstrip("=") for k, v in sealed["metadata"].items()}
+    sealed["metadata"]["encoding"] = standard["events"][0][
+        "workflowExecutionStartedEventAttributes"
+    ]["input"]["payloads"][0]["metadata"]["encoding"]
+    assert open_all_json(standard, cipher) == open_all_json(other, cipher) == 3
+    assert other == standard
+
+
 def test_proto_json_that_does_not_open_says_why():
     history = json_format.MessageToDict(_sealed_history(PayloadCipher(A)))
     other = KeyRing("b", {"b": new_key()})
