@@ -16,7 +16,11 @@ own processes, at each level of open gathers (each holding 1 of its 3 legs):
 (d) the floor at the same rate: workflows of the gather's shape without MQ and without
     mqgather's code (signal-with-start, one local activity that does nothing, done), their
     worker's CPU per workflow and their time from the signal at the server to the task's
-    completion, the same span as stages 3 to 6 of the gather.
+    completion, the same span as stages 3 to 6 of the gather;
+(e) the floor's shape as fast as the server takes it, then again with the gather's
+    visibility (its search attributes, summary and details at start, the upsert of its
+    close): with the ceiling, what the platform alone can do for a gather the operators
+    can see, and the server's CPU per workflow for each.
 
 With ``--encrypt`` the whole run is made twice, on fresh servers: payloads plain, then
 sealed by the codec (a key ring of one key), and a last table sets the two side by side.
@@ -38,10 +42,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+import tomllib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -53,12 +59,13 @@ from bench.figures import Figure, exclusive, record
 from bench.profile import Sampler, table
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
+from mqgather.config import AggregateSpec, parse_config
 from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
 from mqgather.names import ENV_KEYS, GATHER_WORKFLOW, LEGS_RECEIVED, SIGNAL_REPLIES
 from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key, open_all
 from mqgather.runtime.temporal import dev_server_args, ensure_search_attributes
 from tests.harness import prepare_queues
-from workflows.models import ReplyBatch, gather_id
+from workflows.models import ReplyBatch, gather_id, start_options
 
 CONVERTER = pydantic_data_converter.payload_converter
 
@@ -153,10 +160,17 @@ class Bench:
                 proc.kill()
 
 
-async def _start_trivial(client: Client, workflow: str, workflow_id: str) -> WorkflowHandle:
+async def _start_trivial(
+    client: Client, workflow: str, workflow_id: str, **options: Any
+) -> WorkflowHandle:
     """Start one of ``bench.trivial``'s workflows by signal-with-start."""
     return await client.start_workflow(
-        workflow, id=workflow_id, task_queue="trivial", start_signal="go", start_signal_args=["x"]
+        workflow,
+        id=workflow_id,
+        task_queue="trivial",
+        start_signal="go",
+        start_signal_args=["x"],
+        **options,
     )
 
 
@@ -168,20 +182,44 @@ async def paced(n: int, rate: float) -> AsyncIterator[int]:
         yield i
 
 
-async def ceiling(bench: Bench, client: Client, n: int) -> float:
+async def as_fast(n: int, start: Callable[[int], Awaitable[WorkflowHandle]]) -> float:
+    """Workflows/s when ``n`` of them, each started by ``start(i)``, run as fast as the
+    server takes them."""
     gate = asyncio.Semaphore(64)
-    run = f"{time.time_ns()}"
 
     async def one(i: int) -> None:
         # The wait for the result is inside the gate: the server limits the long polls
         # open at once per namespace.
         async with gate:
-            await (await _start_trivial(client, "Trivial", f"trivial-{run}-{i}")).result()
+            await (await start(i)).result()
 
     await one(-1)  # warm up the worker
-    start = time.perf_counter()
+    began = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(n)))
-    return n / (time.perf_counter() - start)
+    return n / (time.perf_counter() - began)
+
+
+async def ceiling(client: Client, n: int) -> float:
+    """(b): trivial workflows by signal-with-start, as fast as the server takes them."""
+    run = f"{time.time_ns()}"
+    return await as_fast(n, lambda i: _start_trivial(client, "Trivial", f"trivial-{run}-{i}"))
+
+
+async def full_speed(client: Client, spec: AggregateSpec | None, n: int) -> float:
+    """(e): the floor's shape as fast as the server takes it; with ``spec``, with the
+    visibility of that aggregate's gathers (their search attributes, summary and details
+    at start, their upsert at the close)."""
+    run = f"{time.time_ns()}"
+
+    def start(i: int) -> Awaitable[WorkflowHandle]:
+        if spec is None:
+            return _start_trivial(client, "TrivialLocal", f"full-floor-{run}-{i}")
+        correl = f"VIS-{run}-{i}".encode().ljust(24, b"\0")
+        return _start_trivial(
+            client, "TrivialVisible", f"visible-{run}-{i}", **start_options(spec, correl)
+        )
+
+    return await as_fast(n, start)
 
 
 def _at(event: HistoryEvent) -> float:
@@ -402,6 +440,11 @@ class Level:
     floor_ms: list[float]
     #: Worker CPU ms per gather in (c), at the floor's rate and shape.
     paced_cpu: float
+    #: (e): workflows/s of the floor's shape at full speed, without ("floor") and with
+    #: ("visible") the gather's visibility.
+    speeds: dict[str, float]
+    #: The server's CPU ms per workflow in (b) ("ceiling") and (e) ("floor", "visible").
+    server: dict[str, float]
 
     def in_temporal(self) -> list[float]:
         """Per gather, ms from the signal at the server to the task's completion."""
@@ -433,10 +476,11 @@ async def main(
         bench = Bench(Path(tmp), server_args, ring)
         try:
             client = await bench.client()
+            spec = parse_config(tomllib.loads(CONFIG), "bench").aggregates["bench"]
             await ensure_search_attributes(client)
             me = [sys.executable, "-m", "mqgather.cli"]
-            roles: dict[str, list[int]] = {"server": [bench.procs[0].pid], "workers": [],
-                                           "bridges": []}  # fmt: skip
+            server_pid = bench.procs[0].pid
+            roles: dict[str, list[int]] = {"server": [server_pid], "workers": [], "bridges": []}
             for _ in range(workers):
                 args = [*me, "worker",
                         "--max-cached-gathers", str(cache),
@@ -452,7 +496,9 @@ async def main(
                   f"sandbox {'on' if sandbox else 'off'}, payloads "
                   f"{'sealed' if ring else 'plain'}; warming up …", flush=True)  # fmt: skip
             await pipeline(bench, qm, "WARM-", 20)
-            await ceiling(bench, client, 20)
+            await ceiling(client, 20)
+            await full_speed(client, None, 20)
+            await full_speed(client, spec, 20)
             opened = 0
             for level in sorted(levels):
                 if level > opened:
@@ -462,7 +508,9 @@ async def main(
                     opened = level
                 for run in range(repeat):
                     print(f"[{level:,} open] (b) ceiling: {n} trivial workflows …", flush=True)
-                    bare = await ceiling(bench, client, n)
+                    was = _cpu_seconds(server_pid)
+                    bare = await ceiling(client, n)
+                    server = {"ceiling": 1000 * (_cpu_seconds(server_pid) - was) / n}
                     print(f"[{level:,} open] (a) pipeline: {n} gathers …", flush=True)
                     pids = [pid for group in roles.values() for pid in group]
                     samplers = {
@@ -522,6 +570,13 @@ async def main(
                         for line in parts.lines():
                             print(f"[{level:,} open] {line}", flush=True)
                         record_parts(parts, level)
+                    speeds: dict[str, float] = {}
+                    for kind, of in (("floor", None), ("visible", spec)):
+                        print(f"[{level:,} open] (e) {kind} at full speed: {n} workflows …",
+                              flush=True)  # fmt: skip
+                        was = _cpu_seconds(server_pid)
+                        speeds[kind] = await full_speed(client, of, n)
+                        server[kind] = 1000 * (_cpu_seconds(server_pid) - was) / n
                     rss = [_rss_mb(pid) for pid in roles["workers"]]
                     results.append(
                         Level(
@@ -535,6 +590,8 @@ async def main(
                             floor_cpu,
                             floor_ms,
                             paced_cpu,
+                            speeds,
+                            server,
                         )
                     )
                     print(f"[{level:,} open] " + row(results[-1], results[0].e2e, n), flush=True)
@@ -569,6 +626,18 @@ def record_level(r: Level, n: int) -> None:
                   better="higher", target=TARGET_E2E))  # fmt: skip
     record(Figure("gather", f"bridge CPU ms per gather, {at}", 1000 * r.cpu["bridges"] / n,
                   "ms", target=TARGET_BRIDGE_MS))  # fmt: skip
+    # Where end to end's gap to the ceiling goes: the floor's local activity, the server's
+    # price of the operators' view, then what mqgather's processes add to the two.
+    record(Figure("gather", f"floor workflows/s at full speed, {at}", r.speeds["floor"], "/s",
+                  r.bare, "ceiling", better="higher"))  # fmt: skip
+    record(Figure("gather", f"visible floor workflows/s, {at}", r.speeds["visible"], "/s",
+                  r.speeds["floor"], "floor at full speed", better="higher"))  # fmt: skip
+    record(Figure("gather", f"end to end gathers/s, {at}", r.e2e, "/s", r.speeds["visible"],
+                  "visible floor", better="higher"))  # fmt: skip
+    record(Figure("gather", f"server CPU ms per visible floor workflow, {at}",
+                  r.server["visible"], "ms", r.server["ceiling"], "ceiling's"))  # fmt: skip
+    record(Figure("gather", f"server CPU ms per gather (a), {at}", 1000 * r.cpu["server"] / n,
+                  "ms", r.server["visible"], "visible floor's"))  # fmt: skip
 
 
 def record_parts(parts: worker_parts.Parts, level: int) -> None:
@@ -634,6 +703,22 @@ def report(results: list[Level], n: int, title: str) -> None:
         "signal -> done, floor": [
             f"{_q(r.floor_ms, 50):.0f} / {_q(r.floor_ms, 99):.0f}" for r in results
         ],
+    }
+    for label, values in rows.items():
+        print(f"{label:<30}" + "".join(f"{v:>16}" for v in values))
+    print()
+    print("at full speed, per workflow: the floor, and the visible floor (the floor's shape with")
+    print("the gather's search attributes, summary and details at start, its upsert at close):")
+    print(f"{'':<30}" + "".join(f"{f'{r.open:,} open':>16}" for r in results))
+    rows = {
+        "workflows/s: ceiling": [f"{r.bare:.1f}" for r in results],
+        "workflows/s: floor": [f"{r.speeds['floor']:.1f}" for r in results],
+        "workflows/s: visible floor": [f"{r.speeds['visible']:.1f}" for r in results],
+        "gathers/s: end to end (a)": [f"{r.e2e:.1f}" for r in results],
+        "server CPU ms: ceiling": [f"{r.server['ceiling']:.1f}" for r in results],
+        "server CPU ms: floor": [f"{r.server['floor']:.1f}" for r in results],
+        "server CPU ms: visible floor": [f"{r.server['visible']:.1f}" for r in results],
+        "server CPU ms: gather (a)": [f"{1000 * r.cpu['server'] / n:.1f}" for r in results],
     }
     for label, values in rows.items():
         print(f"{label:<30}" + "".join(f"{v:>16}" for v in values))

@@ -4,6 +4,10 @@
 ``TrivialLocal`` is the gather's shape without MQ and without mqgather's code: started
 by signal-with-start, one local activity that does nothing, then done. Its worker CPU
 and latency are the floor the SDK and the server set for one gather.
+``TrivialVisible`` is that shape with the gather's visibility: started with a gather's
+search attributes, summary and details, it upserts at its close the search attributes a
+gather of three legs upserts at its own. What it costs the server beyond
+``TrivialLocal`` is the price of the operators' view, which no gather goes without.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from mqgather import names
 
 
 @workflow.defn(name="Trivial")
@@ -59,12 +65,34 @@ class TrivialLocalWorkflow(TrivialWorkflow):
         return True
 
 
+@workflow.defn(name="TrivialVisible")
+class TrivialVisibleWorkflow(TrivialWorkflow):
+    """``TrivialLocal`` that shows itself as a gather does when it closes."""
+
+    @workflow.run
+    async def run(self) -> bool:
+        """Return once signalled, the local activity done and the state shown."""
+        await workflow.wait_condition(lambda: self.got)
+        await workflow.execute_local_activity(
+            nothing, "x", start_to_close_timeout=timedelta(seconds=30)
+        )
+        # What a gather of three legs, all in its first task, upserts at its close.
+        workflow.upsert_search_attributes(
+            [
+                names.GATHER_STATE.value_set("COMPLETE"),
+                names.LEGS_PENDING.value_set(0),
+                names.LEGS_RECEIVED.value_set(3),
+            ]
+        )
+        return True
+
+
 async def _serve(address: str, task_queue: str, sandbox: bool) -> None:
     client = await Client.connect(address, data_converter=pydantic_data_converter)
     async with Worker(
         client,
         task_queue=task_queue,
-        workflows=[TrivialWorkflow, TrivialLocalWorkflow],
+        workflows=[TrivialWorkflow, TrivialLocalWorkflow, TrivialVisibleWorkflow],
         activities=[nothing],
         activity_executor=ThreadPoolExecutor(8),
         workflow_runner=SandboxedWorkflowRunner() if sandbox else UnsandboxedWorkflowRunner(),
