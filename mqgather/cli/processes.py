@@ -40,7 +40,7 @@ from mqgather.names import (
     ENV_METRICS_PORT,
 )
 from mqgather.runtime import telemetry
-from mqgather.runtime.memory import return_large_buffers
+from mqgather.runtime.memory import freeze_startup_objects, return_large_buffers
 from mqgather.runtime.prometheus import MetricsEndpoint
 from mqgather.runtime.temporal import (
     TemporalUnavailable,
@@ -241,6 +241,7 @@ def worker(
             else "unversioned"
         )
         log.info("worker on task queue %s (%s), MQ %s", task_queue, where, mq)
+        freeze_startup_objects()
         await serve(w, stop)
         if counting is not None:
             await counting
@@ -296,6 +297,7 @@ def serve_bridge(
             return
         b = make(client)
         log.info("%s serving %s", service, ", ".join(b.queues()))
+        freeze_startup_objects()
         await b.run(stop)
         log.info("%s stopped: %s", service, b.stats)
 

@@ -1,4 +1,5 @@
-"""How the process allocates large buffers.
+"""How a long-running process manages its memory: large buffers, and the objects it made
+while starting.
 
 glibc serves a buffer above its mmap threshold with mmap and unmaps it when freed, but it
 raises that threshold to the size of each mapped buffer freed (up to 32 MB). After the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 
 log = logging.getLogger("mqgather")
@@ -41,3 +43,19 @@ def return_large_buffers() -> bool:
     if not done:
         log.debug("mallopt(M_MMAP_THRESHOLD) refused; large buffers may stay in the heap")
     return done
+
+
+def freeze_startup_objects() -> int:
+    """Leave what the process made while starting (modules, classes, the worker) out of
+    every later garbage collection; call it once, just before serving.
+
+    Those objects live as long as the process, yet each full collection walks them all:
+    in a worker, about 30 ms a time, a pause for every gather in flight. Frozen, a full
+    collection walks only what serving made since.
+
+    Returns:
+        How many objects are now frozen.
+    """
+    gc.collect()  # what starting left as garbage is freed, not frozen
+    gc.freeze()
+    return gc.get_freeze_count()
