@@ -689,37 +689,44 @@ def report(results: list[Level], n: int, title: str) -> None:
             f"{f'{_q(r.stages[name], 50):.1f} / {_q(r.stages[name], 99):.1f}':>16}" for r in results
         )
         print(f"{name:<30}{cells}")
+    _table(
+        results,
+        "floor: the gather's shape without MQ and without mqgather's code (signal-with-start,\n"
+        "one local activity that does nothing), at the same rate:",
+        {
+            "worker CPU ms, gather (a)": [f"{1000 * r.cpu['workers'] / n:.1f}" for r in results],
+            "worker CPU ms, gather (c)": [f"{r.paced_cpu:.1f}" for r in results],
+            "worker CPU ms, floor": [f"{r.floor_cpu:.1f}" for r in results],
+            "signal -> done, gather": [
+                f"{_q(r.in_temporal(), 50):.0f} / {_q(r.in_temporal(), 99):.0f}" for r in results
+            ],
+            "signal -> done, floor": [
+                f"{_q(r.floor_ms, 50):.0f} / {_q(r.floor_ms, 99):.0f}" for r in results
+            ],
+        },
+    )
+    _table(
+        results,
+        "at full speed, per workflow: the floor, and the visible floor (the floor's shape with\n"
+        "the gather's search attributes, summary and details at start, its upsert at close):",
+        {
+            "workflows/s: ceiling": [f"{r.bare:.1f}" for r in results],
+            "workflows/s: floor": [f"{r.speeds['floor']:.1f}" for r in results],
+            "workflows/s: visible floor": [f"{r.speeds['visible']:.1f}" for r in results],
+            "gathers/s: end to end (a)": [f"{r.e2e:.1f}" for r in results],
+            "server CPU ms: ceiling": [f"{r.server['ceiling']:.1f}" for r in results],
+            "server CPU ms: floor": [f"{r.server['floor']:.1f}" for r in results],
+            "server CPU ms: visible floor": [f"{r.server['visible']:.1f}" for r in results],
+            "server CPU ms: gather (a)": [f"{1000 * r.cpu['server'] / n:.1f}" for r in results],
+        },
+    )
+
+
+def _table(results: list[Level], title: str, rows: dict[str, list[str]]) -> None:
+    """A titled table with a column per level and a row per figure."""
     print()
-    print("floor: the gather's shape without MQ and without mqgather's code (signal-with-start,")
-    print("one local activity that does nothing), at the same rate:")
+    print(title)
     print(f"{'':<30}" + "".join(f"{f'{r.open:,} open':>16}" for r in results))
-    rows = {
-        "worker CPU ms, gather (a)": [f"{1000 * r.cpu['workers'] / n:.1f}" for r in results],
-        "worker CPU ms, gather (c)": [f"{r.paced_cpu:.1f}" for r in results],
-        "worker CPU ms, floor": [f"{r.floor_cpu:.1f}" for r in results],
-        "signal -> done, gather": [
-            f"{_q(r.in_temporal(), 50):.0f} / {_q(r.in_temporal(), 99):.0f}" for r in results
-        ],
-        "signal -> done, floor": [
-            f"{_q(r.floor_ms, 50):.0f} / {_q(r.floor_ms, 99):.0f}" for r in results
-        ],
-    }
-    for label, values in rows.items():
-        print(f"{label:<30}" + "".join(f"{v:>16}" for v in values))
-    print()
-    print("at full speed, per workflow: the floor, and the visible floor (the floor's shape with")
-    print("the gather's search attributes, summary and details at start, its upsert at close):")
-    print(f"{'':<30}" + "".join(f"{f'{r.open:,} open':>16}" for r in results))
-    rows = {
-        "workflows/s: ceiling": [f"{r.bare:.1f}" for r in results],
-        "workflows/s: floor": [f"{r.speeds['floor']:.1f}" for r in results],
-        "workflows/s: visible floor": [f"{r.speeds['visible']:.1f}" for r in results],
-        "gathers/s: end to end (a)": [f"{r.e2e:.1f}" for r in results],
-        "server CPU ms: ceiling": [f"{r.server['ceiling']:.1f}" for r in results],
-        "server CPU ms: floor": [f"{r.server['floor']:.1f}" for r in results],
-        "server CPU ms: visible floor": [f"{r.server['visible']:.1f}" for r in results],
-        "server CPU ms: gather (a)": [f"{1000 * r.cpu['server'] / n:.1f}" for r in results],
-    }
     for label, values in rows.items():
         print(f"{label:<30}" + "".join(f"{v:>16}" for v in values))
 

@@ -55,27 +55,27 @@ def nothing(payload: str) -> str:
 class TrivialLocalWorkflow(TrivialWorkflow):
     """Waits for one signal, runs one local activity that does nothing, completes."""
 
-    @workflow.run
-    async def run(self) -> bool:
-        """Return once signalled and the local activity is done."""
+    async def _signalled_and_done(self) -> None:
         await workflow.wait_condition(lambda: self.got)
         await workflow.execute_local_activity(
             nothing, "x", start_to_close_timeout=timedelta(seconds=30)
         )
+
+    @workflow.run
+    async def run(self) -> bool:
+        """Return once signalled and the local activity is done."""
+        await self._signalled_and_done()
         return True
 
 
 @workflow.defn(name="TrivialVisible")
-class TrivialVisibleWorkflow(TrivialWorkflow):
+class TrivialVisibleWorkflow(TrivialLocalWorkflow):
     """``TrivialLocal`` that shows itself as a gather does when it closes."""
 
     @workflow.run
     async def run(self) -> bool:
         """Return once signalled, the local activity done and the state shown."""
-        await workflow.wait_condition(lambda: self.got)
-        await workflow.execute_local_activity(
-            nothing, "x", start_to_close_timeout=timedelta(seconds=30)
-        )
+        await self._signalled_and_done()
         # What a gather of three legs, all in its first task, upserts at its close.
         workflow.upsert_search_attributes(
             [
