@@ -21,6 +21,7 @@ from mqgather.runtime.codec import (
     KeyRing,
     PayloadCipher,
     PayloadTampered,
+    SharedPydanticPayloadConverter,
     UnknownKey,
     data_converter,
     key_ids_in,
@@ -120,6 +121,29 @@ async def test_the_converter_round_trips_a_model_and_seals_failures():
     await converter.encode_failure(RuntimeError("body was CARD-4111"), failure)
     assert b"CARD-4111" not in failure.SerializeToString()
     assert "CARD-4111" in str(await converter.decode_failure(failure))
+
+
+def test_every_payload_converter_the_worker_makes_shares_one_cache_of_type_adapters():
+    from temporalio.contrib.pydantic import PydanticPayloadConverter
+
+    from workflows.models import ReplyBatch
+
+    # The SDK makes a payload converter for every workflow and activation, through the
+    # data converter's class; each of ours must find the adapters an earlier one built.
+    converter_class = data_converter(None).payload_converter_class
+    assert converter_class is SharedPydanticPayloadConverter
+    first, second = converter_class(), converter_class()
+    json_plain = b"json/plain"
+    assert first.converters[json_plain] is second.converters[json_plain]
+    batch = ReplyBatch(replies=[])
+    [payload] = first.to_payloads([batch])
+    assert second.from_payloads([payload], [ReplyBatch]) == [batch]
+    adapters = second.converters[json_plain]._type_adapter  # type: ignore[attr-defined]
+    hits = adapters.cache_info().hits
+    converter_class().from_payloads([payload], [ReplyBatch])
+    assert adapters.cache_info().hits == hits + 1
+    # The payloads are the stock pydantic converter's, byte for byte.
+    assert PydanticPayloadConverter().to_payloads([batch]) == [payload]
 
 
 async def test_a_history_is_opened_in_place_and_its_key_ids_counted():
