@@ -43,7 +43,6 @@ from bench.gather_throughput import (
     CONFIG,
     LEGS,
     Bench,
-    _cpu_seconds,
     _start_trivial,
     paced,
 )
@@ -199,17 +198,26 @@ def starters(
     return {"gather": gather, "visible floor": visible, "floor": floor}
 
 
+def _user_and_system(pid: int) -> tuple[float, float]:
+    """CPU seconds ``pid`` has spent in user mode and in the kernel."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 async def drive(
     start: Callable[[str], Awaitable[WorkflowHandle]], pid: int, n: int, rate: float, tag: str
-) -> float:
+) -> tuple[float, float]:
     """Start ``n`` workflows at ``rate``/s and wait for each; ms of CPU that ``pid``
-    spent per workflow."""
-    before = _cpu_seconds(pid)
+    spent per workflow, and of it in the kernel."""
+    user, system = _user_and_system(pid)
     handles = [await start(f"{tag}{i}") async for i in paced(n, rate)]
     await asyncio.gather(*(h.result() for h in handles))
     # The worker's last task completions reach the server after the results do.
     await asyncio.sleep(0.5)
-    return 1000 * (_cpu_seconds(pid) - before) / n
+    user_after, system_after = _user_and_system(pid)
+    total = user_after + system_after - user - system
+    return 1000 * total / n, 1000 * (system_after - system) / n
 
 
 def _spread(values: list[float]) -> str:
@@ -242,15 +250,18 @@ async def main(n: int, rate: float, rounds: int, trace: Path | None) -> None:
             for kind in KINDS:
                 await drive(start[kind], pids[kind], 30, 15, f"w{run}{kind[0]}")
             cpu: dict[str, list[float]] = {kind: [] for kind in KINDS}
+            kernel: dict[str, list[float]] = {kind: [] for kind in KINDS}
             traced: dict[str, Traced] = {}
             for r in range(rounds):
                 for kind in KINDS:
                     if trace is not None:
                         os.kill(pids[kind], signal.SIGUSR2)
-                    ms = await drive(start[kind], pids[kind], n, rate, f"{r}{run}{kind[0]}")
+                    ms, system = await drive(start[kind], pids[kind], n, rate,
+                                             f"{r}{run}{kind[0]}")  # fmt: skip
                     cpu[kind].append(ms)
+                    kernel[kind].append(system)
                     print(f"  round {r + 1}: {kind:<14} {ms:6.2f} ms of worker CPU per "
-                          "workflow", flush=True)  # fmt: skip
+                          f"workflow, {system:.2f} of it in the kernel", flush=True)  # fmt: skip
                     if trace is not None and r == 0:
                         path = dumps["gather" if kind == "gather" else "floor"]
                         path.unlink(missing_ok=True)
@@ -262,9 +273,10 @@ async def main(n: int, rate: float, rounds: int, trace: Path | None) -> None:
                         path.rename(trace / f"{kind.replace(' ', '-')}.tsv")
         finally:
             bench.close()
-    print("\nworker CPU ms per workflow, median (range):")
+    traced_note = " (traced: the tracer's cost included)" if trace is not None else ""
+    print(f"\nworker CPU ms per workflow, median (range), and of it in the kernel{traced_note}:")
     for kind in KINDS:
-        print(f"  {kind:<14} {_spread(cpu[kind])}")
+        print(f"  {kind:<14} {_spread(cpu[kind])}; {_spread(kernel[kind])}")
     for a, b in (("gather", "floor"), ("gather", "visible floor"), ("visible floor", "floor")):
         ratios = [x / y for x, y in zip(cpu[a], cpu[b], strict=True)]
         print(f"  {a} / {b}: {_spread(ratios)}")
