@@ -32,6 +32,7 @@ BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
     ("mq_throughput", ["bench.mq_throughput"]),
     ("gather_throughput",
      ["bench.gather_throughput", "--gathers", "600", "--open", "0,10000", "--repeat", "3"]),
+    ("worker_direct", ["bench.worker_direct", "--workflows", "300", "--rounds", "3"]),
     ("collector_throughput", ["bench.collector_throughput"]),
     ("analytics_scale",
      ["bench.analytics_scale", "--repeat", "3", "--plan",

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 
-from bench.figures import exclusive
+from bench.figures import Figure, exclusive, record
 from bench.gather_throughput import (
     BODY,
     CONFIG,
@@ -280,6 +280,11 @@ async def main(n: int, rate: float, rounds: int, trace: Path | None) -> None:
     for a, b in (("gather", "floor"), ("gather", "visible floor"), ("visible floor", "floor")):
         ratios = [x / y for x, y in zip(cpu[a], cpu[b], strict=True)]
         print(f"  {a} / {b}: {_spread(ratios)}")
+        if trace is None:
+            name = f"worker CPU ms per {'gather' if a == 'gather' else 'visible floor workflow'}"
+            for x, y in zip(cpu[a], cpu[b], strict=True):
+                record(Figure("worker_direct", f"{name}, driven directly", x, "ms", y,
+                              f"{b}'s worker"))  # fmt: skip
     if traced:
         print("\ntraced (the first round), by area of code:")
         print(area_table(traced))
