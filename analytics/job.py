@@ -21,16 +21,20 @@ from urllib.parse import unquote, urlsplit
 import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from analytics.advisor import leg_deadlines, timeout_advice
 from analytics.histories import collect
 from analytics.report import ReportData, batch_charts, charts, html_report, millis, percent, when
 from analytics.transforms import (
+    BATCH_FACTS_SCHEMA,
+    BATCH_TREND_KEYS,
     BY_AGGREGATE,
     BY_OUTCOME,
     BY_WINDOW,
     CLOSE_REASONS,
     CORRUPT,
+    DESTINATION_KEYS,
     FACT,
     LEVEL_COLUMNS,
     LEVEL_KEYS,
@@ -39,6 +43,7 @@ from analytics.transforms import (
     UNRECORDED,
     batch_facts,
     batch_summary,
+    batch_summary_columns,
     batch_trends,
     destination_summary,
     gather_facts,
@@ -237,6 +242,32 @@ def _totals(frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+#: The aggregations over every batch that the run's summary adds to
+#: :func:`~analytics.transforms.batch_summary`'s, by name (made when asked: a column
+#: needs a running Spark).
+_BATCH_TOTALS: dict[str, Callable[[], Column]] = {
+    "destinations": lambda: F.countDistinct("collector", "destination"),
+    "first_put": lambda: F.min("put_at"),
+    "last_put": lambda: F.max("put_at"),
+}
+
+
+def write_empty_parquet(schema: StructType, where: Path) -> None:
+    """Write a Parquet dataset of no rows with ``schema`` at ``where`` (replacing it), as
+    Spark writes one, without a Spark job (which would plan and run one for nothing)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    table = pa.Table.from_batches([], to_arrow_schema(schema, timezone="UTC"))
+    # Timestamps as Spark writes them (INT96), so every reader gets the same types.
+    pq.write_table(table, where / "part-00000.snappy.parquet", compression="snappy",
+                   use_deprecated_int96_timestamps=True)  # fmt: skip
+    (where / "_SUCCESS").touch()
+
+
 def write_parquet(frame: DataFrame, where: Path, unique: tuple[str, ...] = ()) -> None:
     """Write ``frame`` to Parquet at ``where`` (replacing it), its ``unique`` columns
     without a dictionary."""
@@ -321,26 +352,18 @@ def analyze(
         facts = one_row_per_run(facts).coalesce(parts).cache()
     facts_dir = out / "facts"
     progress("batch facts")
-    # Only the files that hold more than gathers can hold a collector's history.
-    # Without such files the batch queries' answers are known (empty) and not asked.
-    with_batches = bool(checked.not_only_gathers)
-    batches = batch_facts(read_histories(spark, checked.not_only_gathers))
-    if with_batches:
-        batches = batches.cache()
+    # Only the files that hold more than gathers can hold a collector's history. Without
+    # such files the batch queries' answers are known (empty): neither planned nor asked,
+    # and the empty batch facts written without Spark.
+    batches: DataFrame | None = None
+    batch_totals: dict[str, Any] = dict.fromkeys(batch_summary_columns([], list(_BATCH_TOTALS)))
+    if checked.not_only_gathers:
+        batches = batch_facts(read_histories(spark, checked.not_only_gathers)).cache()
+        aggregations = {name: make() for name, make in _BATCH_TOTALS.items()}
+        totals_row = batch_summary(batches, [], aggregations).first()
+        if totals_row is not None:
+            batch_totals = totals_row.asDict()
     batches_dir = out / "batch_facts"
-    batch_overall = batch_summary(
-        batches,
-        [],
-        {
-            "destinations": F.countDistinct("collector", "destination"),
-            "first_put": F.min("put_at"),
-            "last_put": F.max("put_at"),
-        },
-    )
-    first = batch_overall.first() if with_batches else None
-    batch_totals: dict[str, Any] = (
-        first.asDict() if first else {c: None for c in batch_overall.columns}
-    )
     facts_done = time.perf_counter()
     progress("trends")
     picked = window is None
@@ -359,26 +382,23 @@ def analyze(
         "summaries": summaries(facts, window),
         "legs": leg_trends(facts, window),
         "advice": timeout_advice(facts),
-        "destinations": destination_summary(batches),
-        "batch_trends": batch_trends(batches, window),
     }
-    asked = {
-        name: query
-        for name, query in queries.items()
-        if with_batches or name not in ("destinations", "batch_trends")
-    }
+    if batches is not None:
+        queries["destinations"] = destination_summary(batches)
+        queries["batch_trends"] = batch_trends(batches, window)
     with ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="analytics-query") as pool:
-        written = [
-            pool.submit(write_parquet, facts, facts_dir, UNIQUE_FACT_COLUMNS),
-            pool.submit(write_parquet, batches, batches_dir),
-        ]
-        done = dict(zip(asked, pool.map(_to_pandas, asked.values()), strict=True))
+        written = [pool.submit(write_parquet, facts, facts_dir, UNIQUE_FACT_COLUMNS)]
+        if batches is None:
+            write_empty_parquet(BATCH_FACTS_SCHEMA, batches_dir)
+        else:
+            written.append(pool.submit(write_parquet, batches, batches_dir))
+        done = dict(zip(queries, pool.map(_to_pandas, queries.values()), strict=True))
         for write in written:
             write.result()
     if deduplicated:
         lines.unpersist()  # the deduplicated rows are cached apart
-    for name, query in queries.items():
-        done.setdefault(name, pd.DataFrame(columns=query.columns))
+    done.setdefault("destinations", pd.DataFrame(columns=batch_summary_columns(DESTINATION_KEYS)))
+    done.setdefault("batch_trends", pd.DataFrame(columns=batch_summary_columns(BATCH_TREND_KEYS)))
     levels: pd.DataFrame = done["summaries"]
     trend_df = level_rows(levels, BY_WINDOW)
     per_aggregate = level_rows(levels, BY_AGGREGATE).fillna({"most_missed_leg": ""})
@@ -440,7 +460,8 @@ def analyze(
     shutil.rmtree(staging, ignore_errors=True)
     facts.unpersist()
     lines.unpersist()
-    batches.unpersist()
+    if batches is not None:
+        batches.unpersist()
     if unrecorded is not None:
         unrecorded.unpersist()
     pictures = [p for paths in images.values() for p in paths]

@@ -11,7 +11,15 @@ import base64
 
 from pyspark.sql import Column, DataFrame, GroupedData
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from analytics.schema import struct_of
 from mqgather.names import ACTIVITY_PUT_BATCH, COLLECT_WORKFLOW, GATHER_WORKFLOW, SIGNAL_REPLIES
@@ -728,6 +736,26 @@ def pick_window(span_seconds: float) -> str:
     return WINDOWS[-1][0]
 
 
+#: The columns of :func:`batch_facts`, in order: the facts of a run without collectors
+#: are written with this schema and no Spark job.
+BATCH_FACTS_SCHEMA = StructType(
+    [
+        *(StructField(name, StringType()) for name in
+          ("collector", "destination", "workflow_id", "run_id")),
+        *(StructField(name, LongType()) for name in
+          ("batch", "messages", "failed", "size_bytes")),
+        *(StructField(name, StringType()) for name in ("reason", "target_queue", "format")),
+        *(StructField(name, TimestampType()) for name in
+          ("first_received_at", "opened_at", "closed_at", "put_at")),
+        StructField("open_ms", DoubleType()),
+        StructField("wait_ms", DoubleType()),
+    ]
+)  # fmt: skip
+#: The keys of :func:`destination_summary` and :func:`batch_trends`.
+DESTINATION_KEYS = ["collector", "destination"]
+BATCH_TREND_KEYS = ["window_start", *DESTINATION_KEYS]
+
+
 def batch_facts(histories: DataFrame) -> DataFrame:
     """One row per batch a collector PUT: collector, destination, batch number, messages
     (and of them sent to the failure queue), input bytes, close reason, target queue and
@@ -802,7 +830,25 @@ def batch_facts(histories: DataFrame) -> DataFrame:
             (F.unix_micros("put_at") - F.unix_micros(F.coalesce("first_received_at", "opened_at")))
             / F.lit(1000.0),
         )
+        # Held to the declared schema (each cast a no-op where the type already agrees).
+        .select(*(F.col(f.name).cast(f.dataType) for f in BATCH_FACTS_SCHEMA.fields))
     )
+
+
+def batch_summary_columns(keys: list[str], extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The columns of :func:`batch_summary` for these ``keys`` and ``extra`` names."""
+    return [
+        *keys,
+        *extra,
+        "batches",
+        "messages",
+        "failed",
+        "messages_per_batch",
+        "bytes",
+        *(f"by_{r}" for r in CLOSE_REASONS),
+        *(f"wait_p{round(q * 100)}_ms" for q in _P50_95_99),
+        "max_wait_ms",
+    ]
 
 
 def batch_summary(
@@ -844,12 +890,12 @@ def batch_summary(
 def batch_trends(batches: DataFrame, window: str = "1 hour") -> DataFrame:
     """Per time window (of the PUT), collector and destination: what
     :func:`destination_summary` gives over all the data."""
-    keys = ["window_start", "collector", "destination"]
-    return batch_summary(batches.withColumn("window_start", _window_start(window, "put_at")), keys)
+    windowed = batches.withColumn("window_start", _window_start(window, "put_at"))
+    return batch_summary(windowed, BATCH_TREND_KEYS)
 
 
 def destination_summary(batches: DataFrame) -> DataFrame:
     """Per collector and destination: batches, messages (failed ones apart), messages per
     batch, bytes, batches closed by count / bytes / delay / release, and the wait of the
     first message (arrival at the bridge to the PUT): p50/p95/p99 and longest."""
-    return batch_summary(batches, ["collector", "destination"])
+    return batch_summary(batches, DESTINATION_KEYS)

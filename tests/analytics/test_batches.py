@@ -100,3 +100,35 @@ async def test_an_exported_collector_run_gives_its_batches(temporal_env, spark, 
     ours = batches[batches["collector"] == c.spec.name]
     assert list(ours.sort_values("batch")["messages"]) == [2, 2]
     assert set(ours["destination"]) == {"Export"}
+
+
+def test_a_run_without_collectors_writes_their_outputs_empty_as_a_run_with_them(
+    spark, tmp_path
+):
+    from analytics.job import analyze
+    from analytics.transforms import BATCH_FACTS_SCHEMA
+
+    gathers_only = tmp_path / "gathers"
+    gathers_only.mkdir()
+    for path in (HISTORIES / LATEST).glob("*.json"):
+        if path.stem.split("_run")[0] not in COLLECT_SCENARIOS:
+            (gathers_only / path.name).write_bytes(path.read_bytes())
+    with_them = analyze(spark, [HISTORIES / LATEST], tmp_path / "with")
+    without = analyze(spark, [gathers_only], tmp_path / "without")
+    assert with_them.summary["batches"] > 0 and without.summary["batches"] == 0
+    assert without.summary["gathers"] == with_them.summary["gathers"]
+    # The batch facts: no rows, and the types Spark and pandas read are a real run's.
+    written = {name: spark.read.parquet(str(tmp_path / name / "batch_facts"))
+               for name in ("with", "without")}  # fmt: skip
+    assert written["without"].count() == 0 and written["with"].count() > 0
+    assert written["without"].schema.simpleString() == written["with"].schema.simpleString()
+    frames = {name: pd.read_parquet(tmp_path / name / "batch_facts") for name in written}
+    assert frames["without"].empty
+    assert dict(frames["without"].dtypes) == dict(frames["with"].dtypes)
+    # The declared schema is what the batch facts query writes.
+    assert [(f.name, f.dataType) for f in written["with"].schema.fields] == [
+        (f.name, f.dataType) for f in BATCH_FACTS_SCHEMA.fields
+    ]
+    for table in ("destinations.csv", "batch_trends.csv"):
+        header = (tmp_path / "without" / table).read_text().splitlines()
+        assert header == (tmp_path / "with" / table).read_text().splitlines()[:1], table
