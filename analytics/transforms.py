@@ -835,6 +835,10 @@ def batch_facts(histories: DataFrame) -> DataFrame:
     )
 
 
+#: The names of :func:`batch_summary`'s wait percentiles.
+_WAIT_PERCENTILES = tuple(f"wait_p{round(q * 100)}_ms" for q in _P50_95_99)
+
+
 def batch_summary_columns(keys: list[str], extra: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The columns of :func:`batch_summary` for these ``keys`` and ``extra`` names."""
     return [
@@ -846,7 +850,7 @@ def batch_summary_columns(keys: list[str], extra: list[str] | tuple[str, ...] = 
         "messages_per_batch",
         "bytes",
         *(f"by_{r}" for r in CLOSE_REASONS),
-        *(f"wait_p{round(q * 100)}_ms" for q in _P50_95_99),
+        *_WAIT_PERCENTILES,
         "max_wait_ms",
     ]
 
@@ -858,32 +862,21 @@ def batch_summary(
     messages per batch, bytes, batches per close reason, exact p50/p95/p99 and the longest
     wait (and the ``extra`` aggregations, after the keys)."""
     extra = extra or {}
-    summary = (
-        frame.groupBy(*keys)
-        .agg(
-            F.count("*").alias("batches"),
-            *(column.alias(name) for name, column in extra.items()),
-            F.sum("messages").alias("messages"),
-            F.sum("failed").alias("failed"),
-            F.avg("messages").alias("messages_per_batch"),
-            F.sum("size_bytes").alias("bytes"),
-            *(F.sum((F.col("reason") == r).cast("long")).alias(f"by_{r}") for r in CLOSE_REASONS),
-            _percentiles("wait_ms").alias("p"),
-            F.max("wait_ms").alias("max_wait_ms"),
-        )
-        .select(
-            *keys,
-            *extra,
-            "batches",
-            "messages",
-            "failed",
-            "messages_per_batch",
-            "bytes",
-            *(f"by_{r}" for r in CLOSE_REASONS),
-            *_percentile_columns(_P50_95_99, prefix="wait_"),
-            "max_wait_ms",
-        )
+    summary = frame.groupBy(*keys).agg(
+        F.count("*").alias("batches"),
+        *(column.alias(name) for name, column in extra.items()),
+        F.sum("messages").alias("messages"),
+        F.sum("failed").alias("failed"),
+        F.avg("messages").alias("messages_per_batch"),
+        F.sum("size_bytes").alias("bytes"),
+        *(F.sum((F.col("reason") == r).cast("long")).alias(f"by_{r}") for r in CLOSE_REASONS),
+        _percentiles("wait_ms").alias("p"),
+        F.max("wait_ms").alias("max_wait_ms"),
     )
+    # The wait's percentiles are computed off the sorted waits; every other column is
+    # selected as aggregated, in the order of the one list of columns.
+    computed = dict(zip(_WAIT_PERCENTILES, _percentile_columns(_P50_95_99, "wait_"), strict=True))
+    summary = summary.select(*(computed.get(c, c) for c in batch_summary_columns(keys, [*extra])))
     return ordered(summary, *keys) if keys else summary
 
 

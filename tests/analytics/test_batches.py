@@ -102,9 +102,7 @@ async def test_an_exported_collector_run_gives_its_batches(temporal_env, spark, 
     assert set(ours["destination"]) == {"Export"}
 
 
-def test_a_run_without_collectors_writes_their_outputs_empty_as_a_run_with_them(
-    spark, tmp_path
-):
+def test_a_run_without_collectors_writes_their_outputs_empty_as_a_run_with_them(spark, tmp_path):
     from analytics.job import analyze
     from analytics.transforms import BATCH_FACTS_SCHEMA
 
