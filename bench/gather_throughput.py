@@ -86,9 +86,15 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_times(pid: int) -> tuple[float, float]:
+    """CPU seconds ``pid`` has spent in user mode and in the kernel."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def _cpu_seconds(pid: int) -> float:
+    return sum(cpu_times(pid))
 
 
 async def settle(pid: int, below: float = 0.15, limit: float = 180) -> None:

@@ -44,6 +44,7 @@ from bench.gather_throughput import (
     LEGS,
     Bench,
     _start_trivial,
+    cpu_times,
     paced,
 )
 from bridge.mq.models import MQMessage
@@ -198,24 +199,17 @@ def starters(
     return {"gather": gather, "visible floor": visible, "floor": floor}
 
 
-def _user_and_system(pid: int) -> tuple[float, float]:
-    """CPU seconds ``pid`` has spent in user mode and in the kernel."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
-
-
 async def drive(
     start: Callable[[str], Awaitable[WorkflowHandle]], pid: int, n: int, rate: float, tag: str
 ) -> tuple[float, float]:
     """Start ``n`` workflows at ``rate``/s and wait for each; ms of CPU that ``pid``
     spent per workflow, and of it in the kernel."""
-    user, system = _user_and_system(pid)
+    user, system = cpu_times(pid)
     handles = [await start(f"{tag}{i}") async for i in paced(n, rate)]
     await asyncio.gather(*(h.result() for h in handles))
     # The worker's last task completions reach the server after the results do.
     await asyncio.sleep(0.5)
-    user_after, system_after = _user_and_system(pid)
+    user_after, system_after = cpu_times(pid)
     total = user_after + system_after - user - system
     return 1000 * total / n, 1000 * (system_after - system) / n
 
