@@ -15,7 +15,16 @@ per workflow of each kind, then the functions where a gather spends most beyond 
 visible floor workflow. Traced times are inflated (short functions most) and are
 comparable only with each other; the untraced rounds give the real CPU.
 
-    python -m bench.worker_direct [--workflows N] [--rate R] [--rounds K] [--trace DIR]
+With ``--perf DIR`` (Linux ``perf`` on the PATH) the first round of each kind is sampled
+by ``perf record`` at the process level instead, native code and the kernel included,
+and the report splits each kind's CPU per workflow by where it ran: the Python
+interpreter, the kernel, the SDK's core, pydantic-core, SQLite, protobuf, the C library.
+That split sees what a Python tracer cannot (validators and serialisers in Rust, the
+queue manager's C code, page faults and thread switches), at a sampler's cost of about
+1 %.
+
+    python -m bench.worker_direct [--workflows N] [--rate R] [--rounds K]
+                                  [--trace DIR | --perf DIR]
 """
 
 from __future__ import annotations
@@ -23,8 +32,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
+import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -147,6 +159,123 @@ def top_functions(gather: Traced, visible: Traced, n: int = 20) -> str:
     )
 
 
+#: Where sampled CPU ran, by a mark in the name of the shared object (the first that
+#: matches); anything else is "other native code".
+NATIVE_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("SDK core (Rust)", ("temporal_sdk_bridge",)),
+    ("pydantic-core (Rust)", ("_pydantic_core",)),
+    ("SQLite", ("sqlite3",)),
+    ("protobuf", ("_message.",)),
+    # The interpreter, and the standard library's C modules (_json, _asyncio, ...).
+    ("Python interpreter", ("libpython", "python3", ".cpython-3")),
+    ("kernel", ("[kernel",)),
+    ("C library", ("libc.so", "ld-linux", "[vdso]", "libm.so")),
+)
+OTHER_NATIVE = "other native code"
+_PERF_SAMPLE = re.compile(r"^\s*(\d+)\s+[0-9a-f]+\s*(.*?)\s+\(([^()]*)\)\s*$")
+PERF_HZ = 999
+
+
+def native_area(dso: str) -> str:
+    """Where a sample taken in shared object ``dso`` (its path or name) ran."""
+    name = dso.rsplit("/", 1)[-1]
+    return next((area for area, marks in NATIVE_AREAS if any(m in name for m in marks)),
+                OTHER_NATIVE)  # fmt: skip
+
+
+@dataclass
+class Sampled:
+    """One process's samples from ``perf script -F pid,ip,sym,dso`` (every CPU's), by
+    area and function (``area: symbol``)."""
+
+    samples: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def read(cls, script: str, pid: int) -> Sampled:
+        """Process ``pid``'s samples in ``script``."""
+        sampled = cls()
+        for line in script.splitlines():
+            row = _PERF_SAMPLE.match(line)
+            if row and int(row[1]) == pid:
+                symbol = row[2] or "[unknown]"
+                sampled.samples[f"{native_area(row[3])}: {symbol}"] += 1
+        if not sampled.samples:
+            raise ValueError(f"perf took no sample of process {pid}: was it busy while sampled?")
+        return sampled
+
+    def ms(self, cpu: float, by_area: bool) -> dict[str, float]:
+        """ms per workflow by area (or by function), given ``cpu`` ms per workflow."""
+        total = sum(self.samples.values())
+        ms: defaultdict[str, float] = defaultdict(float)
+        for name, n in self.samples.items():
+            ms[name.split(": ", 1)[0] if by_area else name] += cpu * n / total
+        return dict(ms)
+
+
+def native_table(sampled: dict[str, Sampled], cpu: dict[str, float]) -> str:
+    """ms of CPU per workflow by area, for each kind (its share of the samples times its
+    measured CPU), and the gather's difference from the visible floor."""
+    ms = {kind: s.ms(cpu[kind], by_area=True) for kind, s in sampled.items()}
+
+    def extra(name: str) -> float:
+        return ms["gather"].get(name, 0.0) - ms["visible floor"].get(name, 0.0)
+
+    names = sorted({a for rows in ms.values() for a in rows}, key=extra, reverse=True)
+    head = "".join(f"{kind:>15}" for kind in sampled) + f"{'gather - visible':>18}"
+    lines = [f"{'ms of CPU per workflow':<24}{head}"]
+    for name in names:
+        cells = "".join(f"{rows.get(name, 0.0):>15.2f}" for rows in ms.values())
+        lines.append(f"{name:<24}{cells}{extra(name):>+18.2f}")
+    totals = {kind: sum(rows.values()) for kind, rows in ms.items()}
+    cells = "".join(f"{total:>15.2f}" for total in totals.values())
+    lines.append(f"{'total':<24}{cells}{totals['gather'] - totals['visible floor']:>+18.2f}")
+    return "\n".join(lines)
+
+
+def native_top(gather: Sampled, visible: Sampled, cpu: dict[str, float], n: int = 15) -> str:
+    """The native functions (and the interpreter's) where a gather spends most beyond a
+    visible floor workflow."""
+    mine = gather.ms(cpu["gather"], by_area=False)
+    theirs = visible.ms(cpu["visible floor"], by_area=False)
+    rows = sorted(((mine.get(f, 0.0) - theirs.get(f, 0.0), f) for f in {*mine, *theirs}),
+                  reverse=True)  # fmt: skip
+    return "\n".join(f"  {ms:+7.3f} ms  {function}" for ms, function in rows[:n])
+
+
+class Sampler:
+    """``perf record`` on one process while a block of work runs, then its report."""
+
+    def __init__(self, directory: Path) -> None:
+        perf = shutil.which("perf")
+        if perf is None:
+            raise SystemExit("--perf needs Linux perf on the PATH (linux-tools / linux-perf)")
+        self.perf, self.directory = perf, directory
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def start(self, name: str) -> tuple[subprocess.Popen[bytes], Path]:
+        """Start sampling every CPU into ``name``.data."""
+        data = self.directory / f"{name.replace(' ', '-')}.data"
+        data.unlink(missing_ok=True)
+        # Every CPU, not the one process: sampling a process makes the kernel switch its
+        # sampler in and out with each of its threads, which costs the worker about a
+        # third more CPU; the report keeps the process's samples.
+        command = [self.perf, "record", "-q", "-a", "-F", str(PERF_HZ), "-o", str(data)]
+        return subprocess.Popen(command, stderr=subprocess.PIPE), data
+
+    def stop(self, sampling: subprocess.Popen[bytes], data: Path, pid: int) -> Sampled:
+        """Stop sampling and read process ``pid``'s samples."""
+        sampling.send_signal(signal.SIGINT)
+        _, err = sampling.communicate(timeout=60)
+        if not data.exists():
+            raise SystemExit(f"perf record wrote nothing: {err.decode(errors='replace')}"
+                             " (is kernel.perf_event_paranoid too strict?)")  # fmt: skip
+        samples = subprocess.run(
+            [self.perf, "script", "-i", str(data), "-F", "pid,ip,sym,dso"],
+            capture_output=True, check=True, text=True,
+        )  # fmt: skip
+        return Sampled.read(samples.stdout, pid)
+
+
 def _replies(correl: bytes, tag: str) -> ReplyBatch:
     now = datetime.now(UTC)
     return ReplyBatch(
@@ -218,8 +347,12 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f} to {max(values):.2f})"
 
 
-async def main(n: int, rate: float, rounds: int, trace: Path | None) -> None:
+async def main(
+    n: int, rate: float, rounds: int, trace: Path | None, perf: Path | None = None
+) -> None:
     """Run the rounds and print the report."""
+    sampler = Sampler(perf) if perf is not None else None
+    sampled: dict[str, Sampled] = {}
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
         try:
@@ -250,8 +383,11 @@ async def main(n: int, rate: float, rounds: int, trace: Path | None) -> None:
                 for kind in KINDS:
                     if trace is not None:
                         os.kill(pids[kind], signal.SIGUSR2)
+                    sampling = sampler.start(kind) if sampler and r == 0 else None
                     ms, system = await drive(start[kind], pids[kind], n, rate,
                                              f"{r}{run}{kind[0]}")  # fmt: skip
+                    if sampler is not None and sampling is not None:
+                        sampled[kind] = sampler.stop(*sampling, pids[kind])
                     cpu[kind].append(ms)
                     kernel[kind].append(system)
                     print(f"  round {r + 1}: {kind:<14} {ms:6.2f} ms of worker CPU per "
@@ -268,13 +404,14 @@ async def main(n: int, rate: float, rounds: int, trace: Path | None) -> None:
         finally:
             bench.close()
     traced_note = " (traced: the tracer's cost included)" if trace is not None else ""
+    traced_note += " (the first round sampled by perf)" if perf is not None else ""
     print(f"\nworker CPU ms per workflow, median (range), and of it in the kernel{traced_note}:")
     for kind in KINDS:
         print(f"  {kind:<14} {_spread(cpu[kind])}; {_spread(kernel[kind])}")
     for a, b in (("gather", "floor"), ("gather", "visible floor"), ("visible floor", "floor")):
         ratios = [x / y for x, y in zip(cpu[a], cpu[b], strict=True)]
         print(f"  {a} / {b}: {_spread(ratios)}")
-        if trace is None:
+        if trace is None and perf is None:
             name = f"worker CPU ms per {'gather' if a == 'gather' else 'visible floor workflow'}"
             for x, y in zip(cpu[a], cpu[b], strict=True):
                 record(Figure("worker_direct", f"{name}, driven directly", x, "ms", y,
@@ -284,6 +421,12 @@ async def main(n: int, rate: float, rounds: int, trace: Path | None) -> None:
         print(area_table(traced))
         print("\nwhere a gather spends most beyond a visible floor workflow (traced own ms):")
         print(top_functions(traced["gather"], traced["visible floor"]))
+    if sampled:
+        first = {kind: cpu[kind][0] for kind in KINDS}
+        print("\nsampled by perf (the first round), CPU by where it ran:")
+        print(native_table(sampled, first))
+        print("\nwhere a gather spends most beyond a visible floor workflow (sampled):")
+        print(native_top(sampled["gather"], sampled["visible floor"], first))
 
 
 if __name__ == "__main__":
@@ -293,8 +436,12 @@ if __name__ == "__main__":
     parser.add_argument("--workflows", type=int, default=300, help="per kind and round")
     parser.add_argument("--rate", type=float, default=30.0, help="workflows started a second")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--trace", type=Path, metavar="DIR",
-                        help="trace both workers and write their counts here")  # fmt: skip
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--trace", type=Path, metavar="DIR",
+                     help="trace both workers and write their counts here")  # fmt: skip
+    how.add_argument("--perf", type=Path, metavar="DIR",
+                     help="sample both workers' first round with perf, native code and "
+                     "the kernel included, and keep the samples here")  # fmt: skip
     ns = parser.parse_args()
     with exclusive():
-        asyncio.run(main(ns.workflows, ns.rate, ns.rounds, ns.trace))
+        asyncio.run(main(ns.workflows, ns.rate, ns.rounds, ns.trace, ns.perf))
