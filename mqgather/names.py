@@ -101,6 +101,8 @@ ENV_CODEC_TOKEN_FILE = "MQGATHER_CODEC_TOKEN_FILE"
 ENV_TEMPORAL_ADDRESS = "TEMPORAL_ADDRESS"
 ENV_TEMPORAL_NAMESPACE = "TEMPORAL_NAMESPACE"
 ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"
+#: gRPC compression of mqgather's own Temporal clients: none (default) or gzip.
+ENV_GRPC_COMPRESSION = "MQGATHER_GRPC_COMPRESSION"
 
 # ------------------------------------------------------ MQ message properties
 #: PutApplName in the MQDLH of what mqgather puts on the dead-letter queue.
