@@ -63,7 +63,12 @@ from mqgather.config import AggregateSpec, parse_config
 from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
 from mqgather.names import ENV_KEYS, GATHER_WORKFLOW, LEGS_RECEIVED, SIGNAL_REPLIES
 from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key, open_all
-from mqgather.runtime.temporal import dev_server_args, ensure_search_attributes
+from mqgather.runtime.temporal import (
+    dev_server_args,
+    ensure_search_attributes,
+    grpc_compression,
+    grpc_compression_name,
+)
 from tests.harness import prepare_queues
 from workflows.models import ReplyBatch, gather_id, start_options
 
@@ -150,8 +155,13 @@ class Bench:
     async def client(self) -> Client:
         for _ in range(300):
             try:
-                # The ceiling and floor are the platform alone: their payloads stay plain.
-                return await Client.connect(self.address, data_converter=pydantic_data_converter)
+                # The ceiling and floor are the platform alone: their payloads stay plain,
+                # sent as mqgather's clients send theirs (compressed or not).
+                return await Client.connect(
+                    self.address,
+                    data_converter=pydantic_data_converter,
+                    grpc_compression=grpc_compression(),
+                )
             except RuntimeError:
                 await asyncio.sleep(0.2)
         raise RuntimeError("the dev server did not start")
@@ -164,6 +174,14 @@ class Bench:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def trivial_worker(address: str, sandbox: bool = False) -> list[str]:
+    """The module and arguments of the floor's worker (``bench.trivial``), its client
+    compressing gRPC as mqgather's clients do."""
+    return ["bench.trivial", "--address", address, "--task-queue", "trivial",
+            "--grpc-compression", grpc_compression_name(),
+            *(["--sandbox"] if sandbox else [])]  # fmt: skip
 
 
 async def _start_trivial(
@@ -494,9 +512,9 @@ async def main(
                 roles["workers"].append(bench.spawn(args, bench.env).pid)
             for _ in range(bridges):
                 roles["bridges"].append(bench.spawn([*me, "bridge"], bench.env).pid)
-            trivial = bench.spawn([sys.executable, "-m", "bench.trivial", "--address",
-                                   bench.address, "--task-queue", "trivial",
-                                   *(["--sandbox"] if sandbox else [])]).pid  # fmt: skip
+            trivial = bench.spawn(
+                [sys.executable, "-m", *trivial_worker(bench.address, sandbox)]
+            ).pid
             qm = LocalQueueManager(bench.qm_path)
             print(f"{workers} worker(s), {bridges} bridge(s), cache {cache} gathers, "
                   f"sandbox {'on' if sandbox else 'off'}, payloads "

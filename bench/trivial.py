@@ -20,6 +20,7 @@ from datetime import timedelta
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import GrpcCompression
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -87,8 +88,12 @@ class TrivialVisibleWorkflow(TrivialLocalWorkflow):
         return True
 
 
-async def _serve(address: str, task_queue: str, sandbox: bool) -> None:
-    client = await Client.connect(address, data_converter=pydantic_data_converter)
+async def _serve(address: str, task_queue: str, sandbox: bool, compression: str) -> None:
+    client = await Client.connect(
+        address,
+        data_converter=pydantic_data_converter,
+        grpc_compression=getattr(GrpcCompression, compression.upper()),
+    )
     async with Worker(
         client,
         task_queue=task_queue,
@@ -105,5 +110,7 @@ if __name__ == "__main__":
     parser.add_argument("--address", required=True)
     parser.add_argument("--task-queue", required=True)
     parser.add_argument("--sandbox", action="store_true", help="as the gather workers run")
+    parser.add_argument("--grpc-compression", choices=("none", "gzip"), default="gzip",
+                        help="as the gather's clients send (default: the SDK's gzip)")  # fmt: skip
     ns = parser.parse_args()
-    asyncio.run(_serve(ns.address, ns.task_queue, ns.sandbox))
+    asyncio.run(_serve(ns.address, ns.task_queue, ns.sandbox, ns.grpc_compression))

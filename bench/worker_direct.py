@@ -58,6 +58,7 @@ from bench.gather_throughput import (
     _start_trivial,
     cpu_times,
     paced,
+    trivial_worker,
 )
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, parse_config
@@ -361,7 +362,7 @@ async def main(
             await ensure_search_attributes(client)
             python = [sys.executable, "-m"]
             worker = ["mqgather.cli", "worker", "--no-sandbox"]
-            floor = ["bench.trivial", "--address", bench.address, "--task-queue", "trivial"]
+            floor = trivial_worker(bench.address)
             dumps: dict[str, Path] = {}
             if trace is not None:
                 trace.mkdir(parents=True, exist_ok=True)

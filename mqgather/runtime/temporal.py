@@ -98,19 +98,23 @@ def connect_config(address: str | None = None) -> dict[str, Any]:
     return config
 
 
-def grpc_compression() -> GrpcCompression:
-    """The gRPC compression MQGATHER_GRPC_COMPRESSION names (``none`` when unset).
+def grpc_compression_name() -> str:
+    """The gRPC compression MQGATHER_GRPC_COMPRESSION names: ``none`` (when unset) or
+    ``gzip``.
 
     Raises:
-        ConfigError: the value is neither ``none`` nor ``gzip``.
+        ConfigError: the value is neither.
     """
     value = os.environ.get(ENV_GRPC_COMPRESSION, "").strip().lower() or DEFAULT_GRPC_COMPRESSION
-    try:
-        return GRPC_COMPRESSIONS[value]
-    except KeyError:
-        raise ConfigError(
-            ENV_GRPC_COMPRESSION, f"{value!r} is not a compression; use none or gzip"
-        ) from None
+    if value not in GRPC_COMPRESSIONS:
+        raise ConfigError(ENV_GRPC_COMPRESSION, f"{value!r} is not a compression; use none or gzip")
+    return value
+
+
+def grpc_compression() -> GrpcCompression:
+    """The gRPC compression MQGATHER_GRPC_COMPRESSION asks for (see
+    :func:`grpc_compression_name`)."""
+    return GRPC_COMPRESSIONS[grpc_compression_name()]
 
 
 async def connect(address: str | None = None, runtime: Runtime | None = None) -> Client:
