@@ -48,10 +48,20 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 def _dev_server(tmp_path, port: int) -> subprocess.Popen[bytes]:
     binary = shutil.which("temporal")
     assert binary is not None
-    return subprocess.Popen(
-        [binary, *dev_server_args(str(tmp_path / "t.db"), port, free_port())],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    # Its output goes to a file a failing test can quote (a port taken meanwhile, say).
+    with open(tmp_path / "server.log", "wb") as log:
+        return subprocess.Popen(
+            [binary, *dev_server_args(str(tmp_path / "t.db"), port, free_port())],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def _server_gone(server: subprocess.Popen[bytes], tmp_path) -> str:
+    """Why the dev server is not there ("" while it runs)."""
+    if server.poll() is None:
+        return ""
+    log = (tmp_path / "server.log").read_text(errors="replace")[-2000:]
+    return f"the dev server exited ({server.returncode}) before the worker served:\n{log}"
 
 
 @pytest.mark.parametrize("role", ["worker", "bridge"])
@@ -129,6 +139,9 @@ def test_a_worker_whose_server_went_away_ends_when_asked(tmp_path):
             line = proc.stdout.readline().decode(errors="replace")
             assert line, "the worker exited: " + "".join(lines)
             lines.append(line)
+            # The worker logs each attempt to reach the server: one that cannot start
+            # would have it wait for ever.
+            assert not _server_gone(server, tmp_path), _server_gone(server, tmp_path)
     finally:
         server.kill()
         server.wait(60)
