@@ -48,6 +48,10 @@ def cli() -> None:
 
     Each CorrelId is one Temporal workflow: replies on the reply queue become signals,
     a durable timer bounds the wait, and one merged response is PUT.
+
+    Every command reaches Temporal through its own settings (TEMPORAL_ADDRESS,
+    TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, TEMPORAL_CONFIG_FILE; by default
+    localhost:7233), without gRPC compression unless MQGATHER_GRPC_COMPRESSION=gzip.
     """
 
 
