@@ -89,6 +89,9 @@ class TrivialVisibleWorkflow(TrivialLocalWorkflow):
 
 
 async def _serve(address: str, task_queue: str, sandbox: bool, compression: str) -> None:
+    # The setting arrives by name (from mqgather.runtime.temporal in the bench), so that
+    # the floor's process loads none of mqgather's runtime: its start-up objects would be
+    # the garbage collector's to walk.
     client = await Client.connect(
         address,
         data_converter=pydantic_data_converter,

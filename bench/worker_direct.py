@@ -16,12 +16,12 @@ visible floor workflow. Traced times are inflated (short functions most) and are
 comparable only with each other; the untraced rounds give the real CPU.
 
 With ``--perf DIR`` (Linux ``perf`` on the PATH) the first round of each kind is sampled
-by ``perf record`` at the process level instead, native code and the kernel included,
-and the report splits each kind's CPU per workflow by where it ran: the Python
-interpreter, the kernel, the SDK's core, pydantic-core, SQLite, protobuf, the C library.
-That split sees what a Python tracer cannot (validators and serialisers in Rust, the
-queue manager's C code, page faults and thread switches), at a sampler's cost of about
-1 %.
+by ``perf record`` on every CPU instead, native code and the kernel included, keeping the
+worker's samples, and the report splits each kind's CPU per workflow by where it ran: the
+Python interpreter, the kernel, the SDK's core, pydantic-core, SQLite, protobuf, the C
+library. That split sees what a Python tracer cannot (validators and serialisers in
+Rust, the queue manager's C code, page faults and thread switches); sampling every CPU
+costs the worker nothing measurable, where sampling the one process cost it a third.
 
     python -m bench.worker_direct [--workflows N] [--rate R] [--rounds K]
                                   [--trace DIR | --perf DIR]
@@ -244,7 +244,8 @@ def native_top(gather: Sampled, visible: Sampled, cpu: dict[str, float], n: int 
 
 
 class Sampler:
-    """``perf record`` on one process while a block of work runs, then its report."""
+    """``perf record`` on every CPU while a block of work runs, then one process's
+    samples."""
 
     def __init__(self, directory: Path) -> None:
         perf = shutil.which("perf")

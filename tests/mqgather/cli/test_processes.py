@@ -141,7 +141,8 @@ def test_a_worker_whose_server_went_away_ends_when_asked(tmp_path):
             lines.append(line)
             # The worker logs each attempt to reach the server: one that cannot start
             # would have it wait for ever.
-            assert not _server_gone(server, tmp_path), _server_gone(server, tmp_path)
+            gone = _server_gone(server, tmp_path)
+            assert not gone, gone
     finally:
         server.kill()
         server.wait(60)
