@@ -2,7 +2,9 @@
 gathers in the background.
 
 In one run against one dev server (SQLite file, WAL), with workers and bridges as their
-own processes, at each level of open gathers (each holding 1 of its 3 legs):
+own processes, at each level of open gathers (each holding 1 of its 3 legs; as many of
+the floor's workflows wait on the floor's worker, which keeps as many in its cache as
+the gathers' worker keeps gathers, so that at a level both workers hold and evict alike):
 
 (a) end-to-end gathers/s: 3 legs of 1 KB per gather put on GATHER.IN, bridges, workers,
     merge and PUT, until every response is on ORDER.RESPONSE; CPU ms per gather of each
@@ -176,11 +178,14 @@ class Bench:
                 proc.kill()
 
 
-def trivial_worker(address: str, sandbox: bool = False) -> list[str]:
+def trivial_worker(
+    address: str, sandbox: bool = False, cached: int = DEFAULT_MAX_CACHED_GATHERS
+) -> list[str]:
     """The module and arguments of the floor's worker (``bench.trivial``), its client
-    compressing gRPC as mqgather's clients do."""
+    compressing gRPC as mqgather's clients do, and keeping ``cached`` workflows between
+    tasks as the gathers' worker keeps gathers."""
     return ["bench.trivial", "--address", address, "--task-queue", "trivial",
-            "--grpc-compression", grpc_compression_name(),
+            "--grpc-compression", grpc_compression_name(), "--max-cached", str(cached),
             *(["--sandbox"] if sandbox else [])]  # fmt: skip
 
 
@@ -449,6 +454,50 @@ async def open_to(client: Client, qm: LocalQueueManager, opened: int, level: int
     print(f"    {level:,} open after {time.monotonic() - began:.0f} s", flush=True)
 
 
+#: The floor's own open workflows: ``TrivialLocal`` started without its signal.
+FLOOR_OPEN_PREFIX = "floor-open-"
+
+
+async def _first_task_done(handle: WorkflowHandle) -> bool:
+    """Whether the workflow's first task has been completed by its worker."""
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return True
+    return False
+
+
+async def open_floor(client: Client, opened: int, level: int, task_queue: str = "trivial") -> None:
+    """Open floor workflows until ``level`` wait on the floor's worker (the first
+    ``opened`` wait already), each past its first task as an open gather is. At a level
+    the floor's worker then holds as many workflows as the gathers' worker holds gathers,
+    and evicts as many from a cache of the same size; without them it would be measured
+    with nothing open at every level."""
+    gate = asyncio.Semaphore(64)
+
+    async def one(i: int) -> None:
+        async with gate:
+            handle = await client.start_workflow(
+                "TrivialLocal", id=f"{FLOOR_OPEN_PREFIX}{task_queue}-{i}", task_queue=task_queue
+            )
+        while True:
+            async with gate:
+                if await _first_task_done(handle):
+                    return
+            await asyncio.sleep(0.2)
+
+    began = shown = time.monotonic()
+    for first in range(opened, level, OPEN_WINDOW):
+        await asyncio.wait_for(
+            asyncio.gather(*(one(i) for i in range(first, min(level, first + OPEN_WINDOW)))),
+            timeout=600,
+        )
+        if time.monotonic() - shown > 30:
+            done = min(level, first + OPEN_WINDOW)
+            print(f"    {done:,} of {level:,} floor workflows open …", flush=True)
+            shown = time.monotonic()
+    print(f"    {level:,} floor workflows open after {time.monotonic() - began:.0f} s", flush=True)
+
+
 @dataclass
 class Level:
     """The figures at one number of open gathers."""
@@ -513,7 +562,7 @@ async def main(
             for _ in range(bridges):
                 roles["bridges"].append(bench.spawn([*me, "bridge"], bench.env).pid)
             trivial = bench.spawn(
-                [sys.executable, "-m", *trivial_worker(bench.address, sandbox)]
+                [sys.executable, "-m", *trivial_worker(bench.address, sandbox, cache)]
             ).pid
             qm = LocalQueueManager(bench.qm_path)
             print(f"{workers} worker(s), {bridges} bridge(s), cache {cache} gathers, "
@@ -528,6 +577,8 @@ async def main(
                 if level > opened:
                     print(f"opening gathers up to {level:,} …", flush=True)
                     await open_to(client, qm, opened, level)
+                    print(f"opening floor workflows up to {level:,} …", flush=True)
+                    await open_floor(client, opened, level)
                     await settle(roles["server"][0])
                     opened = level
                 for run in range(repeat):

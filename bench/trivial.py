@@ -88,7 +88,9 @@ class TrivialVisibleWorkflow(TrivialLocalWorkflow):
         return True
 
 
-async def _serve(address: str, task_queue: str, sandbox: bool, compression: str) -> None:
+async def _serve(
+    address: str, task_queue: str, sandbox: bool, compression: str, cached: int
+) -> None:
     # The setting arrives by name (from mqgather.runtime.temporal in the bench), so that
     # the floor's process loads none of mqgather's runtime: its start-up objects would be
     # the garbage collector's to walk.
@@ -103,6 +105,7 @@ async def _serve(address: str, task_queue: str, sandbox: bool, compression: str)
         workflows=[TrivialWorkflow, TrivialLocalWorkflow, TrivialVisibleWorkflow],
         activities=[nothing],
         activity_executor=ThreadPoolExecutor(8),
+        max_cached_workflows=cached,
         workflow_runner=SandboxedWorkflowRunner() if sandbox else UnsandboxedWorkflowRunner(),
     ):
         await asyncio.Event().wait()
@@ -115,5 +118,8 @@ if __name__ == "__main__":
     parser.add_argument("--sandbox", action="store_true", help="as the gather workers run")
     parser.add_argument("--grpc-compression", choices=("none", "gzip"), default="gzip",
                         help="as the gather's clients send (default: the SDK's gzip)")  # fmt: skip
+    parser.add_argument("--max-cached", type=int, default=1000,
+                        help="workflows kept between tasks, as the gathers' worker keeps "
+                             "gathers (default: the SDK's 1000)")  # fmt: skip
     ns = parser.parse_args()
-    asyncio.run(_serve(ns.address, ns.task_queue, ns.sandbox, ns.grpc_compression))
+    asyncio.run(_serve(ns.address, ns.task_queue, ns.sandbox, ns.grpc_compression, ns.max_cached))

@@ -1,11 +1,20 @@
-"""The gather bench's floor runs on the same transport as the gathers it is set against."""
+"""The gather bench's floor runs on the same transport as the gathers it is set against,
+and at a level of open gathers holds as many open workflows of its own."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 
-from bench.gather_throughput import trivial_worker
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from bench.gather_throughput import FLOOR_OPEN_PREFIX, open_floor, trivial_worker
+from bench.trivial import TrivialLocalWorkflow, nothing
+from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
 from mqgather.names import ENV_GRPC_COMPRESSION
 
 
@@ -24,3 +33,32 @@ def test_the_floors_worker_takes_the_compression_it_is_given():
     run = [sys.executable, "-m", "bench.trivial", "--address", "x", "--task-queue", "q"]
     refused = subprocess.run([*run, "--grpc-compression", "zstd"], capture_output=True, text=True)
     assert refused.returncode == 2 and "invalid choice: 'zstd'" in refused.stderr
+
+
+def test_the_floors_worker_keeps_as_many_workflows_as_the_gathers_worker_keeps_gathers():
+    def cached(args: list[str]) -> str:
+        return args[args.index("--max-cached") + 1]
+
+    assert cached(trivial_worker("localhost:7233", cached=250)) == "250"
+    assert cached(trivial_worker("localhost:7233")) == str(DEFAULT_MAX_CACHED_GATHERS)
+
+
+async def test_the_floors_open_workflows_wait_past_their_first_task(temporal_env):
+    client = temporal_env.client
+    queue = f"floor-open-{uuid.uuid4()}"
+    # A cache of two: the level's workflows are evicted as an open gather level's are.
+    async with Worker(
+        client, task_queue=queue, workflows=[TrivialLocalWorkflow], activities=[nothing],
+        activity_executor=ThreadPoolExecutor(1), max_cached_workflows=2,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):  # fmt: skip
+        await open_floor(client, 0, 3, queue)
+        # The next level adds to the first (a workflow started twice would be refused).
+        await open_floor(client, 3, 5, queue)
+        handles = [client.get_workflow_handle(f"{FLOOR_OPEN_PREFIX}{queue}-{i}") for i in range(5)]
+        for handle in handles:
+            assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+            events = [e.event_type async for e in handle.fetch_history_events()]
+            assert EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED in events
+            # Waiting for its signal: no activity ran, nothing closed it.
+            assert EventType.EVENT_TYPE_MARKER_RECORDED not in events
