@@ -3,6 +3,7 @@ and at a level of open gathers holds as many open workflows of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import uuid
@@ -16,6 +17,7 @@ from bench.gather_throughput import FLOOR_OPEN_PREFIX, open_floor, trivial_worke
 from bench.trivial import TrivialLocalWorkflow, nothing
 from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
 from mqgather.names import ENV_GRPC_COMPRESSION
+from tests.harness import until
 
 
 def test_the_floors_worker_compresses_grpc_as_mqgathers_clients_do(monkeypatch):
@@ -46,16 +48,25 @@ def test_the_floors_worker_keeps_as_many_workflows_as_the_gathers_worker_keeps_g
 async def test_the_floors_open_workflows_wait_past_their_first_task(temporal_env):
     client = temporal_env.client
     queue = f"floor-open-{uuid.uuid4()}"
+    handles = [client.get_workflow_handle(f"{FLOOR_OPEN_PREFIX}{queue}-{i}") for i in range(5)]
+
+    async def running() -> list[WorkflowExecutionStatus | None]:
+        return [(await h.describe()).status for h in handles[:3]]
+
+    # With no worker on the queue the first three start, yet none is past its first task,
+    # so the opening is still waiting.
+    opening = asyncio.create_task(open_floor(client, 0, 3, queue))
+    await until(running, lambda s: s == [WorkflowExecutionStatus.RUNNING] * 3)
+    assert not opening.done()
     # A cache of two: the level's workflows are evicted as an open gather level's are.
     async with Worker(
         client, task_queue=queue, workflows=[TrivialLocalWorkflow], activities=[nothing],
         activity_executor=ThreadPoolExecutor(1), max_cached_workflows=2,
         workflow_runner=UnsandboxedWorkflowRunner(),
     ):  # fmt: skip
-        await open_floor(client, 0, 3, queue)
+        await asyncio.wait_for(opening, 60)
         # The next level adds to the first (a workflow started twice would be refused).
         await open_floor(client, 3, 5, queue)
-        handles = [client.get_workflow_handle(f"{FLOOR_OPEN_PREFIX}{queue}-{i}") for i in range(5)]
         for handle in handles:
             assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
             events = [e.event_type async for e in handle.fetch_history_events()]
