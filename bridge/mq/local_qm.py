@@ -10,6 +10,10 @@ life. When the process dies (even by SIGKILL) the kernel drops the lock; any oth
 connection notices within ``RECOVERY_INTERVAL`` seconds of its next MQ call (and every
 new connection at once) and backs the dead connection's unit of work out: its got
 messages become available with BackoutCount + 1 and its uncommitted puts are discarded.
+
+A get that waits sleeps until some connection commits: on Linux the kernel wakes it when
+the file's write-ahead log is written (:mod:`bridge.mq.doorbell`), elsewhere it looks
+every few milliseconds.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bridge.mq.doorbell import Doorbell, open_doorbell
 from bridge.mq.errors import (
     ConnectionBroken,
     GroupOrderError,
@@ -62,9 +67,16 @@ from mqgather.constants import DEAD_LETTER_QUEUE, DEFAULT_QMGR_NAME, QMGR_MAXMSG
 
 #: Seconds within which a live connection backs out the work of a dead one.
 RECOVERY_INTERVAL = 1.0
-#: Longest pause between two looks at the queue during a get-wait: it bounds how late a
-#: waiting bridge sees a commit. A look is one PRAGMA read, so 200 a second cost little.
+#: Longest pause between two looks at the queue during a get-wait where no doorbell
+#: (:mod:`bridge.mq.doorbell`) rings on commits: it bounds how late a waiting bridge sees
+#: one. A look is one PRAGMA read, yet 200 a second kept an idle bridge at 1 % of a core.
 _MAX_POLL = 0.005
+#: With a doorbell, the longest sleep between two looks all the same: a ring the file
+#: system never gave (a write it does not report) is seen this late at worst.
+_IDLE_LOOK = 0.25
+#: After a ring, how long the looks come as often as without a doorbell: SQLite writes
+#: the log before it makes the commit visible, so the first look can come too soon.
+_AFTER_RING = 0.02
 _BUSY_TIMEOUT_MS = 30_000
 
 # Message states.
@@ -288,6 +300,8 @@ class LocalQueueManager(Transport):
 
     def __init__(self, path: str | os.PathLike[str], *, qmgr_name: str = DEFAULT_QMGR_NAME):
         self.path = Path(path)
+        # SQLite's write-ahead log beside the file: every commit writes to it.
+        self._wal = self.path.with_name(self.path.name + "-wal")
         self.conn_id = uuid.uuid4().hex
         # The default context of this connection's puts: MQ fixes both at MQCONN.
         self._appl_name = _default_appl_name()
@@ -305,6 +319,9 @@ class LocalQueueManager(Transport):
         self._uow_groups: tuple[dict[str, _GroupPosition], dict[str, _GroupPosition]] | None = None
         self._last_sweep = 0.0
         self._closed = False
+        self._bell: Doorbell | None = None
+        self._bell_refused = False
+        self._bell_lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._lock_dir = self.path.with_name(self.path.name + ".locks")
@@ -697,17 +714,63 @@ class LocalQueueManager(Transport):
             if got:
                 return got
             # Wait until another connection commits something, or the wait ends.
-            while True:
-                now = time.monotonic()
-                if deadline is not None and now >= deadline:
-                    raise NoMessageAvailable(f"no message on queue {queue!r}")
-                time.sleep(pause if deadline is None else min(pause, deadline - now))
-                pause = min(pause * 2, _MAX_POLL)
-                if self._data_version() != version:
-                    pause = 0.001
-                    break
-                if time.monotonic() - self._last_sweep >= RECOVERY_INTERVAL:
-                    break
+            with self._bell_lock_if_free() as free:
+                bell: Doorbell | None = None
+                asked = False  # for the doorbell, in this wait
+                hurry = 0.0  # until when looks follow one another as without a doorbell
+                while self._data_version() == version:
+                    now = time.monotonic()
+                    if now - self._last_sweep >= RECOVERY_INTERVAL:
+                        break
+                    if deadline is not None and now >= deadline:
+                        raise NoMessageAvailable(f"no message on queue {queue!r}")
+                    if free and not asked:
+                        asked = True
+                        bell = self._doorbell()
+                        if bell is not None:
+                            bell.wait(0)  # rings of earlier commits, seen by the look
+                            continue  # a commit until now rang no bell in this wait
+                    left = RECOVERY_INTERVAL - (now - self._last_sweep)
+                    if deadline is not None:
+                        left = min(left, deadline - now)
+                    if bell is not None and not bell.gone and now >= hurry:
+                        if bell.wait(min(left, _IDLE_LOOK)):
+                            # The log is written a moment before the commit shows.
+                            hurry = time.monotonic() + _AFTER_RING
+                            pause = 0.0005
+                        continue
+                    time.sleep(min(pause, left))
+                    pause = min(pause * 2, _MAX_POLL)
+                pause = 0.001
+
+    @contextlib.contextmanager
+    def _bell_lock_if_free(self) -> Iterator[bool]:
+        """Whether this thread may use the connection's doorbell for its wait: one
+        waiter at a time takes its rings; another thread waiting on the same connection
+        looks on a timer instead."""
+        free = self._bell_lock.acquire(blocking=False)
+        try:
+            yield free
+        finally:
+            if free:
+                if self._closed:
+                    self._drop_bell()  # the connection closed during the wait
+                self._bell_lock.release()
+
+    def _drop_bell(self) -> None:
+        if self._bell is not None:
+            self._bell.close()
+            self._bell = None
+
+    def _doorbell(self) -> Doorbell | None:
+        """The connection's doorbell on commits, opened at its first wait and kept until
+        it closes (closing one takes the kernel milliseconds); None where there is none."""
+        if self._bell is not None and self._bell.gone:
+            self._drop_bell()
+        if self._bell is None and not self._bell_refused:
+            self._bell = open_doorbell(self._wal)
+            self._bell_refused = self._bell is None
+        return self._bell
 
     def _data_version(self) -> int:
         with self._lock:
@@ -951,3 +1014,7 @@ class LocalQueueManager(Transport):
             self._closed = True
             self._db.close()
             self._release_lock()
+            # A thread still waiting holds the doorbell and drops it as its wait ends.
+            if self._bell_lock.acquire(blocking=False):
+                self._drop_bell()
+                self._bell_lock.release()
