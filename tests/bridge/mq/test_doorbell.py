@@ -3,50 +3,49 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bridge.mq.doorbell import open_doorbell
+from bridge.mq.doorbell import Doorbell, open_doorbell
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the doorbell is Linux's inotify"
 )
 
 
-def test_a_write_rings_once_however_many_wait(tmp_path: Path) -> None:
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[tuple[Path, Doorbell]]:
     log = tmp_path / "qm.db-wal"
     log.write_bytes(b"")
     bell = open_doorbell(log)
     assert bell is not None
-    try:
-        assert not bell.wait(0)
+    yield log, bell
+    bell.close()
+
+
+def test_a_write_rings_once_however_many_wait(watched: tuple[Path, Doorbell]) -> None:
+    log, bell = watched
+    assert not bell.wait(0)
+    with log.open("ab") as f:
+        f.write(b"frame")
+        f.flush()
+    assert bell.wait(5)
+    assert not bell.wait(0), "the ring was taken by the wait that saw it"
+    for _ in range(3):
         with log.open("ab") as f:
             f.write(b"frame")
-            f.flush()
-        assert bell.wait(5)
-        assert not bell.wait(0), "the ring was taken by the wait that saw it"
-        for _ in range(3):
-            with log.open("ab") as f:
-                f.write(b"frame")
-        assert bell.wait(0), "rings queue up between waits"
-        assert not bell.wait(0)
-        assert not bell.gone
-    finally:
-        bell.close()
+    assert bell.wait(0), "rings queue up between waits"
+    assert not bell.wait(0)
+    assert not bell.gone
 
 
-def test_a_removed_file_leaves_the_bell_gone(tmp_path: Path) -> None:
-    log = tmp_path / "qm.db-wal"
-    log.write_bytes(b"")
-    bell = open_doorbell(log)
-    assert bell is not None
-    try:
-        log.unlink()
-        assert bell.wait(5)
-        assert bell.gone
-    finally:
-        bell.close()
+def test_a_removed_file_leaves_the_bell_gone(watched: tuple[Path, Doorbell]) -> None:
+    log, bell = watched
+    log.unlink()
+    assert bell.wait(5)
+    assert bell.gone
 
 
 def test_no_file_no_bell(tmp_path: Path) -> None:

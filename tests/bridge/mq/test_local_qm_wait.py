@@ -73,6 +73,16 @@ def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]
     return thread, out
 
 
+def _asleep_in_get(
+    waiter: LocalQueueManager, monkeypatch: pytest.MonkeyPatch, wait_ms: int = 30_000
+) -> tuple[threading.Thread, dict[str, Any]]:
+    """A get on IN in a thread of its own, once it sleeps on the doorbell."""
+    asleep = _on_wait(monkeypatch)
+    waiting = _in_thread(lambda: waiter.get("IN", wait_ms=wait_ms))
+    assert asleep.wait(30), "the get never slept on its doorbell"
+    return waiting
+
+
 @LINUX
 def test_a_commit_wakes_a_waiting_get_long_before_its_clock_would(
     qms: tuple[LocalQueueManager, LocalQueueManager], monkeypatch: pytest.MonkeyPatch
@@ -80,9 +90,7 @@ def test_a_commit_wakes_a_waiting_get_long_before_its_clock_would(
     waiter, putter = qms
     monkeypatch.setattr(local_qm, "_IDLE_LOOK", SLOW_CLOCK)
     monkeypatch.setattr(local_qm, "RECOVERY_INTERVAL", SLOW_CLOCK)
-    asleep = _on_wait(monkeypatch)
-    thread, out = _in_thread(lambda: waiter.get("IN", wait_ms=int(SLOW_CLOCK * 1000)))
-    assert asleep.wait(30), "the get never slept on its doorbell"
+    thread, out = _asleep_in_get(waiter, monkeypatch, int(SLOW_CLOCK * 1000))
     putter.put("IN", MQMessage(body=b"reply"))
     putter.commit()
     thread.join(30)
@@ -130,9 +138,7 @@ def test_two_threads_waiting_on_one_connection_both_get_theirs(
     qms: tuple[LocalQueueManager, LocalQueueManager], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     waiter, putter = qms
-    asleep = _on_wait(monkeypatch)
-    first, out1 = _in_thread(lambda: waiter.get("IN", wait_ms=30_000))
-    assert asleep.wait(30)
+    first, out1 = _asleep_in_get(waiter, monkeypatch)
     # The second finds the doorbell taken and looks on its clock instead.
     second, out2 = _in_thread(lambda: waiter.get("IN", wait_ms=30_000))
     for body in (b"one", b"two"):
@@ -148,9 +154,7 @@ def test_closing_the_connection_during_a_wait_ends_it_and_drops_the_doorbell(
     qms: tuple[LocalQueueManager, LocalQueueManager], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     waiter, _ = qms
-    asleep = _on_wait(monkeypatch)
-    thread, out = _in_thread(lambda: waiter.get("IN", wait_ms=30_000))
-    assert asleep.wait(30)
+    thread, out = _asleep_in_get(waiter, monkeypatch)
     waiter.close()
     thread.join(30)
     assert not thread.is_alive()
