@@ -16,6 +16,7 @@ import os
 import select
 import struct
 import sys
+import weakref
 from functools import cache
 from pathlib import Path
 
@@ -40,9 +41,12 @@ def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return ctypes.CDLL(None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
+    if not (hasattr(libc, "inotify_init1") and hasattr(libc, "inotify_add_watch")):
+        return None  # a C library without them
+    return libc
 
 
 class Doorbell:
@@ -53,6 +57,9 @@ class Doorbell:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self.gone = False
+        # A connection dropped without close() must not keep its watch for ever: the
+        # user's inotify instances are few (128 by default).
+        self._release = weakref.finalize(self, os.close, fd)
 
     def wait(self, timeout: float) -> bool:
         """Block until the file is written or ``timeout`` seconds pass; whether it rang.
@@ -74,8 +81,8 @@ class Doorbell:
                 offset += _EVENT.size + length
 
     def close(self) -> None:
-        """Release the watch."""
-        os.close(self._fd)
+        """Release the watch (once, however often called)."""
+        self._release()
 
     def __enter__(self) -> Doorbell:
         return self

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,3 +52,16 @@ def test_a_removed_file_leaves_the_bell_gone(watched: tuple[Path, Doorbell]) -> 
 
 def test_no_file_no_bell(tmp_path: Path) -> None:
     assert open_doorbell(tmp_path / "absent-wal") is None
+
+
+def test_a_bell_dropped_without_closing_releases_its_watch(tmp_path: Path) -> None:
+    log = tmp_path / "qm.db-wal"
+    log.write_bytes(b"")
+    bell = open_doorbell(log)
+    assert bell is not None
+    fd = bell._fd
+    os.fstat(fd)
+    del bell
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)
