@@ -12,6 +12,7 @@ the caller checks the file itself after each wake-up.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import select
 import struct
@@ -60,18 +61,22 @@ class Doorbell:
         # A connection dropped without close() must not keep its watch for ever: the
         # user's inotify instances are few (128 by default).
         self._release = weakref.finalize(self, os.close, fd)
+        # poll, not select: a busy process's descriptors may pass select's limit of 1024.
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
 
     def wait(self, timeout: float) -> bool:
         """Block until the file is written or ``timeout`` seconds pass; whether it rang.
 
         Every ring queued since the last wait is taken with it."""
-        ready, _, _ = select.select([self._fd], [], [], max(timeout, 0.0))
-        if not ready:
+        if not self._poll.poll(max(0, math.ceil(timeout * 1000))):  # ms, never 0 too soon
             return False
         while True:
             try:
                 data = os.read(self._fd, _READ_BYTES)
             except BlockingIOError:
+                return True
+            if not data:
                 return True
             offset = 0
             while offset + _EVENT.size <= len(data):
@@ -83,12 +88,6 @@ class Doorbell:
     def close(self) -> None:
         """Release the watch (once, however often called)."""
         self._release()
-
-    def __enter__(self) -> Doorbell:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def open_doorbell(path: Path) -> Doorbell | None:
