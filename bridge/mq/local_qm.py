@@ -713,10 +713,10 @@ class LocalQueueManager(Transport):
             got, version = self._call(first_try, read_only=read_only)
             if got:
                 return got
+            if deadline is not None and time.monotonic() >= deadline:
+                raise NoMessageAvailable(f"no message on queue {queue!r}")
             # Wait until another connection commits something, or the wait ends.
-            with self._bell_lock_if_free() as free:
-                bell: Doorbell | None = None
-                asked = False  # for the doorbell, in this wait
+            with self._waiting_bell() as bell:
                 hurry = 0.0  # until when looks follow one another as without a doorbell
                 while self._data_version() == version:
                     now = time.monotonic()
@@ -724,12 +724,6 @@ class LocalQueueManager(Transport):
                         break
                     if deadline is not None and now >= deadline:
                         raise NoMessageAvailable(f"no message on queue {queue!r}")
-                    if free and not asked:
-                        asked = True
-                        bell = self._doorbell()
-                        if bell is not None:
-                            bell.wait(0)  # rings of earlier commits, seen by the look
-                            continue  # a commit until now rang no bell in this wait
                     left = RECOVERY_INTERVAL - (now - self._last_sweep)
                     if deadline is not None:
                         left = min(left, deadline - now)
@@ -744,33 +738,33 @@ class LocalQueueManager(Transport):
                 pause = 0.001
 
     @contextlib.contextmanager
-    def _bell_lock_if_free(self) -> Iterator[bool]:
-        """Whether this thread may use the connection's doorbell for its wait: one
-        waiter at a time takes its rings; another thread waiting on the same connection
-        looks on a timer instead."""
-        free = self._bell_lock.acquire(blocking=False)
+    def _waiting_bell(self) -> Iterator[Doorbell | None]:
+        """The connection's doorbell for one wait, its earlier rings taken (the look
+        that follows sees their commits). None where there is none, or while another
+        thread waits on this connection: one waiter takes the rings, others look on the
+        clock. Opened at the connection's first wait and kept until it closes: closing
+        one makes the kernel wait out a grace period, milliseconds."""
+        if not self._bell_lock.acquire(blocking=False):
+            yield None
+            return
         try:
-            yield free
+            if self._bell is not None and self._bell.gone:
+                self._drop_bell()
+            if self._bell is None and not self._bell_refused:
+                self._bell = open_doorbell(self._wal)
+                self._bell_refused = self._bell is None
+            if self._bell is not None:
+                self._bell.wait(0)
+            yield self._bell
         finally:
-            if free:
-                if self._closed:
-                    self._drop_bell()  # the connection closed during the wait
-                self._bell_lock.release()
+            if self._closed:
+                self._drop_bell()  # the connection closed during the wait
+            self._bell_lock.release()
 
     def _drop_bell(self) -> None:
         if self._bell is not None:
             self._bell.close()
             self._bell = None
-
-    def _doorbell(self) -> Doorbell | None:
-        """The connection's doorbell on commits, opened at its first wait and kept until
-        it closes (closing one takes the kernel milliseconds); None where there is none."""
-        if self._bell is not None and self._bell.gone:
-            self._drop_bell()
-        if self._bell is None and not self._bell_refused:
-            self._bell = open_doorbell(self._wal)
-            self._bell_refused = self._bell is None
-        return self._bell
 
     def _data_version(self) -> int:
         with self._lock:

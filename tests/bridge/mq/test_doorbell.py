@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from bridge.mq.doorbell import Doorbell, open_doorbell
+
+#: A descriptor past select()'s limit, as a busy process's may be.
+HIGH_FD = 1500
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the doorbell is Linux's inotify"
@@ -65,3 +69,23 @@ def test_a_bell_dropped_without_closing_releases_its_watch(tmp_path: Path) -> No
     gc.collect()
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+def test_a_bell_on_a_descriptor_past_1024_still_rings(watched: tuple[Path, Doorbell]) -> None:
+    log, bell = watched
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= HIGH_FD:
+        if hard != resource.RLIM_INFINITY and hard <= HIGH_FD:
+            pytest.skip(f"this process may open no descriptor past {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (HIGH_FD + 1, hard))
+    try:
+        high = Doorbell(os.dup2(bell._fd, HIGH_FD))
+        try:
+            assert not high.wait(0)
+            with log.open("ab") as f:
+                f.write(b"frame")
+            assert high.wait(5)
+        finally:
+            high.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -111,6 +111,17 @@ def test_an_idle_wait_looks_at_the_file_a_few_times_not_every_few_milliseconds(
     assert len(looks) <= 10
 
 
+def test_a_get_without_a_wait_that_finds_nothing_opens_no_doorbell(
+    qms: tuple[LocalQueueManager, LocalQueueManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiter, _ = qms
+    looks = _looks(monkeypatch)
+    with pytest.raises(NoMessageAvailable):
+        waiter.get("IN")
+    assert not looks, "a get that may not wait looks no more than once, in its own try"
+    assert waiter._bell is None
+
+
 @pytest.mark.parametrize("bell", [True, False], ids=["doorbell", "clock"])
 def test_a_get_waits_for_a_commit_with_or_without_a_doorbell(
     qms: tuple[LocalQueueManager, LocalQueueManager],
