@@ -100,6 +100,7 @@ async def temporal_env():
     binary = shutil.which("temporal")
     if binary is None:
         pytest.fail("the temporal CLI is not on PATH; run the tests through `make test`")
+    from mqgather.runtime.temporal import dev_server_config_args
     from tests.harness import free_port
 
     ui_port = free_port()
@@ -108,6 +109,8 @@ async def temporal_env():
         search_attributes=SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
         dev_server_log_level="error",
+        # As the dev servers mqgather starts run (one partition per task queue).
+        dev_server_extra_args=dev_server_config_args(),
         ui=True,
         ui_port=ui_port,
     )

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
+import shutil
+import subprocess
+import urllib.request
+import uuid
+
 import pytest
+from temporalio import workflow
+from temporalio.client import Client
 from temporalio.service import GrpcCompression
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from mqgather.errors import ConfigError
 from mqgather.names import ENV_GRPC_COMPRESSION
-from mqgather.runtime.temporal import connect, connect_config, grpc_compression
+from mqgather.runtime.temporal import (
+    connect,
+    connect_config,
+    dev_server_args,
+    grpc_compression,
+)
+from tests.harness import free_port
 
 
 def test_compression_is_off_unless_gzip_is_asked_for(monkeypatch):
@@ -37,3 +53,51 @@ async def test_the_client_talks_to_the_server_with_the_compression_chosen(
     assert client.service_client.config.grpc_compression is getattr(GrpcCompression, expected)
     # The server takes requests sent either way and answers them.
     assert await client.service_client.check_health() is True
+
+
+@workflow.defn(name="Nothing")
+class Nothing:
+    @workflow.run
+    async def run(self) -> None:
+        return None
+
+
+async def _connect_when_up(address: str) -> Client:
+    for _ in range(200):
+        try:
+            return await Client.connect(address)
+        except RuntimeError:
+            await asyncio.sleep(0.2)  # the server is starting
+    raise AssertionError(f"Temporal at {address} did not start")
+
+
+def _partitions(metrics: str, task_queue: str) -> set[str]:
+    """The numbered partitions of ``task_queue`` the server's matching metrics name."""
+    label = f'taskqueue="{re.sub(r"[^A-Za-z0-9_]", "_", task_queue)}"'
+    return {
+        found.group(1)
+        for line in metrics.splitlines()
+        if label in line and (found := re.search(r'partition="(\d+)"', line))
+    }
+
+
+async def test_the_dev_server_mqgather_starts_runs_one_partition_per_task_queue(tmp_path):
+    binary = shutil.which("temporal")
+    assert binary is not None
+    port, metrics_port = free_port(), free_port()
+    args = [*dev_server_args(str(tmp_path / "t.db"), port, free_port()), "--headless",
+            "--metrics-port", str(metrics_port)]  # fmt: skip
+    server = subprocess.Popen([binary, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = await _connect_when_up(f"localhost:{port}")
+        task_queue = f"partitions-{uuid.uuid4().hex[:10]}"
+        async with Worker(client, task_queue=task_queue, workflows=[Nothing],
+                          workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
+            await client.execute_workflow(Nothing.run, id=task_queue, task_queue=task_queue)
+            with urllib.request.urlopen(f"http://localhost:{metrics_port}/metrics") as answer:
+                metrics = answer.read().decode()
+    finally:
+        server.terminate()
+        server.wait(30)
+    # The server's default (four) shows partitions 0 to 3 here once a worker has polled.
+    assert _partitions(metrics, task_queue) == {"0"}
