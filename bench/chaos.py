@@ -20,8 +20,8 @@ from pathlib import Path
 
 from bench.figures import exclusive
 from bridge.mq.local_qm import LocalQueueManager
-from tests.chaos import LEGS, SPEC, Requester, Stack, connect, put_replies, scatter_retrying
-from tests.harness import prepare_queues
+from tests.chaos import LEGS, SPEC, Requester, Stack, put_replies, scatter_retrying
+from tests.harness import connect_when_up, prepare_queues
 from workflows.models import GatherResult, gather_id
 
 OTHER_QUEUES = ("GATHER.IN", "GATHER.LATE", "GATHER.DUPLICATE", "GATHER.UNKNOWN",
@@ -43,7 +43,7 @@ async def run(gathers: int, rate: float, kills: int, seed: int, tmp: Path) -> di
     last_restart = 0.0
     try:
         stack.start("server")
-        client = await connect(f"localhost:{stack.port}")
+        client = await connect_when_up(f"localhost:{stack.port}")
         stack.start("worker")
         stack.start("bridge")
         start = time.monotonic()

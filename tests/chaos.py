@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.local_qm import LocalQueueManager
@@ -92,15 +91,6 @@ class Stack:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(30)
-
-
-async def connect(address: str) -> Client:
-    for _ in range(300):
-        try:
-            return await Client.connect(address, data_converter=pydantic_data_converter)
-        except RuntimeError:
-            await asyncio.sleep(0.2)  # the server is starting
-    raise AssertionError(f"Temporal at {address} did not start")
 
 
 async def scatter_retrying(

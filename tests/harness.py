@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from bridge.fanout import Scattered, scatter
@@ -181,6 +182,16 @@ async def until(get: Any, check: Any, timeout: float = 20.0) -> Any:
             pass  # the workflow has not started yet
         await asyncio.sleep(0.05)
     raise AssertionError(f"condition not met within {timeout}s; last seen {last}")
+
+
+async def connect_when_up(address: str, attempts: int = 300) -> Client:
+    """A client (the pydantic converter) of a dev server that may still be starting."""
+    for _ in range(attempts):
+        try:
+            return await Client.connect(address, data_converter=pydantic_data_converter)
+        except RuntimeError:
+            await asyncio.sleep(0.2)  # the server is starting
+    raise AssertionError(f"Temporal at {address} did not start")
 
 
 def free_port() -> int:

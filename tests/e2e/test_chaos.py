@@ -19,12 +19,11 @@ from tests.chaos import (
     SPEC,
     Requester,
     Stack,
-    connect,
     put_replies,
     reply_body,
     scatter_retrying,
 )
-from tests.harness import prepare_queues
+from tests.harness import connect_when_up, prepare_queues
 from workflows.models import GatherResult, gather_id
 
 GATHERS = 200
@@ -64,7 +63,7 @@ async def _chaos(
     put: dict[bytes, list[bytes]] = {}
     try:
         stack.start("server")
-        client = await connect(f"localhost:{stack.port}")
+        client = await connect_when_up(f"localhost:{stack.port}")
         stack.start("worker")
         stack.start("bridge")
         with LocalQueueManager(path) as qm:

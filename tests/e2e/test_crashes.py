@@ -19,7 +19,14 @@ from bridge.mq.local_qm import LocalQueueManager
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import PROP_REASON
 from mqgather.runtime.temporal import dev_server_args
-from tests.harness import free_port, pipeline, processes_mentioning, status, until
+from tests.harness import (
+    connect_when_up,
+    free_port,
+    pipeline,
+    processes_mentioning,
+    status,
+    until,
+)
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
@@ -148,7 +155,7 @@ async def test_temporal_stopped_while_replies_arrive_loses_nothing(tmp_path):
     server_args = [binary, *dev_server_args(str(tmp_path / "t.db"), port, ui), "--headless"]
     server = subprocess.Popen(server_args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        client = await _connect_when_up(f"localhost:{port}")
+        client = await connect_when_up(f"localhost:{port}")
         spec = AggregateSpec(name="outage", legs=LEGS, timeout_seconds=300)
         async with pipeline(client, tmp_path, [spec], bothresh=5) as p:
             gathers = [await p.scatter(spec) for _ in range(3)]
@@ -169,15 +176,6 @@ async def test_temporal_stopped_while_replies_arrive_loses_nothing(tmp_path):
     finally:
         server.terminate()
         server.wait(30)
-
-
-async def _connect_when_up(address: str) -> Client:
-    for _ in range(200):
-        try:
-            return await Client.connect(address, data_converter=pydantic_data_converter)
-        except RuntimeError:
-            await asyncio.sleep(0.2)  # the server is starting
-    raise AssertionError(f"Temporal at {address} did not start")
 
 
 @pytest.mark.timeout(400)

@@ -21,12 +21,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def watched(tmp_path: Path) -> Iterator[tuple[Path, Doorbell]]:
+def _watch(tmp_path: Path) -> tuple[Path, Doorbell]:
+    """An empty log and a bell on it."""
     log = tmp_path / "qm.db-wal"
     log.write_bytes(b"")
     bell = open_doorbell(log)
     assert bell is not None
+    return log, bell
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[tuple[Path, Doorbell]]:
+    log, bell = _watch(tmp_path)
     yield log, bell
     bell.close()
 
@@ -59,10 +65,7 @@ def test_no_file_no_bell(tmp_path: Path) -> None:
 
 
 def test_a_bell_dropped_without_closing_releases_its_watch(tmp_path: Path) -> None:
-    log = tmp_path / "qm.db-wal"
-    log.write_bytes(b"")
-    bell = open_doorbell(log)
-    assert bell is not None
+    _, bell = _watch(tmp_path)  # not the fixture's: it would hold the bell
     fd = bell._fd
     os.fstat(fd)
     del bell

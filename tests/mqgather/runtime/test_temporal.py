@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
-import shutil
 import subprocess
 import urllib.request
 import uuid
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client
 from temporalio.service import GrpcCompression
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -22,8 +19,9 @@ from mqgather.runtime.temporal import (
     connect_config,
     dev_server_args,
     grpc_compression,
+    temporal_cli,
 )
-from tests.harness import free_port
+from tests.harness import connect_when_up, free_port
 
 
 def test_compression_is_off_unless_gzip_is_asked_for(monkeypatch):
@@ -62,15 +60,6 @@ class Nothing:
         return None
 
 
-async def _connect_when_up(address: str) -> Client:
-    for _ in range(200):
-        try:
-            return await Client.connect(address)
-        except RuntimeError:
-            await asyncio.sleep(0.2)  # the server is starting
-    raise AssertionError(f"Temporal at {address} did not start")
-
-
 def _partitions(metrics: str, task_queue: str) -> set[str]:
     """The numbered partitions of ``task_queue`` the server's matching metrics name."""
     label = f'taskqueue="{re.sub(r"[^A-Za-z0-9_]", "_", task_queue)}"'
@@ -82,14 +71,14 @@ def _partitions(metrics: str, task_queue: str) -> set[str]:
 
 
 async def test_the_dev_server_mqgather_starts_runs_one_partition_per_task_queue(tmp_path):
-    binary = shutil.which("temporal")
-    assert binary is not None
     port, metrics_port = free_port(), free_port()
     args = [*dev_server_args(str(tmp_path / "t.db"), port, free_port()), "--headless",
             "--metrics-port", str(metrics_port)]  # fmt: skip
-    server = subprocess.Popen([binary, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [temporal_cli(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
-        client = await _connect_when_up(f"localhost:{port}")
+        client = await connect_when_up(f"localhost:{port}")
         task_queue = f"partitions-{uuid.uuid4().hex[:10]}"
         async with Worker(client, task_queue=task_queue, workflows=[Nothing],
                           workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
