@@ -190,13 +190,13 @@ def trivial_worker(
 
 
 async def _start_trivial(
-    client: Client, workflow: str, workflow_id: str, **options: Any
+    client: Client, workflow: str, workflow_id: str, task_queue: str = "trivial", **options: Any
 ) -> WorkflowHandle:
     """Start one of ``bench.trivial``'s workflows by signal-with-start."""
     return await client.start_workflow(
         workflow,
         id=workflow_id,
-        task_queue="trivial",
+        task_queue=task_queue,
         start_signal="go",
         start_signal_args=["x"],
         **options,
@@ -256,18 +256,39 @@ def _at(event: HistoryEvent) -> float:
     return event.event_time.ToDatetime(UTC).timestamp()
 
 
-async def _signal_to_marker_ms(handle: WorkflowHandle) -> float:
-    stamps = {e.event_type: _at(e) for e in (await handle.fetch_history()).events}
-    signalled = stamps[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
-    return (stamps[EventType.EVENT_TYPE_MARKER_RECORDED] - signalled) * 1000
+#: The floor's span from the signal at the server to its task's completion, in the stages
+#: the gather's breakdown also has (its last two, the merge and PUT and the commit, as one:
+#: the floor's activity leaves no mark of its end).
+FLOOR_STAGES = ("workflow task pickup", "workflow code", "activity + commit")
+
+
+async def floor_stages(handle: WorkflowHandle) -> dict[str, float]:
+    """ms per stage of one floor workflow, read from its history."""
+    signal_at = started = scheduled = marker = None
+    for e in (await handle.fetch_history()).events:
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            signal_at = _at(e)
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and started is None:
+            started = _at(e)
+        elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            details = e.marker_recorded_event_attributes.details
+            data = CONVERTER.from_payloads(details["data"].payloads)[0]
+            scheduled, marker = _seconds(data["original_schedule_time"]), _at(e)
+    marks = (signal_at, started, scheduled, marker)
+    if None in marks:
+        raise RuntimeError(f"floor workflow {handle.id}: its history lacks a stage's event")
+    return {
+        name: (b - a) * 1000  # type: ignore[operator]
+        for name, (a, b) in zip(FLOOR_STAGES, itertools.pairwise(marks), strict=True)
+    }
 
 
 async def floor(
     client: Client, pid: int, n: int, rate: float, keep: int = 0
-) -> tuple[float, list[float], list[WorkflowHistory]]:
+) -> tuple[float, dict[str, list[float]], list[WorkflowHistory]]:
     """Start ``n`` TrivialLocal workflows at ``rate``/s: their worker's CPU ms per workflow,
-    per workflow the ms from the signal at the server to the task's completion, and the
-    histories of the first ``keep``."""
+    per stage the ms of each from the signal at the server to the task's completion
+    (:data:`FLOOR_STAGES`), and the histories of the first ``keep``."""
     run = f"{time.time_ns()}"
 
     async def one(i: int) -> WorkflowHandle:
@@ -280,8 +301,9 @@ async def floor(
     handles = await asyncio.gather(*runs)
     cpu_ms = 1000 * (_cpu_seconds(pid) - before) / n
     # Read once every run is done, as the gathers' are: reading would slow the server.
-    spans = [await _signal_to_marker_ms(handle) for handle in handles]
-    return cpu_ms, spans, [await h.fetch_history() for h in handles[:keep]]
+    spans = [await floor_stages(handle) for handle in handles]
+    stages = {name: [span[name] for span in spans] for name in FLOOR_STAGES}
+    return cpu_ms, stages, [await h.fetch_history() for h in handles[:keep]]
 
 
 def put_gathers(qm: LocalQueueManager, prefix: str, n: int, legs: tuple[str, ...]) -> None:
@@ -510,7 +532,8 @@ class Level:
     totals: list[float]
     stages: dict[str, list[float]]
     floor_cpu: float
-    floor_ms: list[float]
+    #: Per stage of :data:`FLOOR_STAGES`, ms per floor workflow.
+    floor_stages: dict[str, list[float]]
     #: Worker CPU ms per gather in (c), at the floor's rate and shape.
     paced_cpu: float
     #: (e): workflows/s of the floor's shape at full speed, without ("floor") and with
@@ -523,6 +546,21 @@ class Level:
         """Per gather, ms from the signal at the server to the task's completion."""
         spans = [self.stages[name] for name in STAGES[2:]]
         return [sum(parts) for parts in zip(*spans, strict=True)]
+
+    @property
+    def floor_ms(self) -> list[float]:
+        """Per floor workflow, ms from the signal at the server to the task's completion."""
+        spans = [self.floor_stages[name] for name in FLOOR_STAGES]
+        return [sum(parts) for parts in zip(*spans, strict=True)]
+
+    def gather_stages(self) -> dict[str, list[float]]:
+        """The gather's stages from the signal at the server on, as the floor's are cut."""
+        merged = zip(self.stages[STAGES[4]], self.stages[STAGES[5]], strict=True)
+        return {
+            FLOOR_STAGES[0]: self.stages[STAGES[2]],
+            FLOOR_STAGES[1]: self.stages[STAGES[3]],
+            FLOOR_STAGES[2]: [a + b for a, b in merged],
+        }
 
 
 def _q(values: list[float], pct: int) -> float:
@@ -626,7 +664,7 @@ async def main(
                     floor_n = min(n, 300)
                     # The worker's parts are measured once per level, with plain payloads.
                     parts_due = run == 0 and not ring
-                    floor_cpu, floor_ms, floor_sample = await floor(
+                    floor_cpu, floor_stages, floor_sample = await floor(
                         client, trivial, floor_n, bare / 2, SHAPE_SAMPLE if parts_due else 0
                     )
                     if floor_sampler:
@@ -663,7 +701,7 @@ async def main(
                             totals,
                             stages,
                             floor_cpu,
-                            floor_ms,
+                            floor_stages,
                             paced_cpu,
                             speeds,
                             server,
@@ -699,6 +737,11 @@ def record_level(r: Level, n: int) -> None:
                   _q(r.floor_ms, 99), "floor", target=TARGET_P99))  # fmt: skip
     record(Figure("gather", f"end to end gathers/s, {at}", r.e2e, "/s", r.bare, "ceiling",
                   better="higher", target=TARGET_E2E))  # fmt: skip
+    # Where the p99's gap to the floor's sits: each stage's p50 beside the floor's.
+    gather = r.gather_stages()
+    for name in FLOOR_STAGES:
+        record(Figure("gather", f"{name} p50 ms, {at}", _q(gather[name], 50), "ms",
+                      _q(r.floor_stages[name], 50), "floor's"))  # fmt: skip
     record(Figure("gather", f"bridge CPU ms per gather, {at}", 1000 * r.cpu["bridges"] / n,
                   "ms", target=TARGET_BRIDGE_MS))  # fmt: skip
     # Where end to end's gap to the ceiling goes: the floor's local activity, the server's
@@ -778,6 +821,7 @@ def report(results: list[Level], n: int, title: str) -> None:
             "signal -> done, floor": [
                 f"{_q(r.floor_ms, 50):.0f} / {_q(r.floor_ms, 99):.0f}" for r in results
             ],
+            **_stage_rows(results),
         },
     )
     _table(
@@ -795,6 +839,16 @@ def report(results: list[Level], n: int, title: str) -> None:
             "server CPU ms: gather (a)": [f"{1000 * r.cpu['server'] / n:.1f}" for r in results],
         },
     )
+
+
+def _stage_rows(results: list[Level]) -> dict[str, list[str]]:
+    """The floor's stages, p50 / p99 ms, each beside the gather's."""
+    rows: dict[str, list[str]] = {}
+    for name in FLOOR_STAGES:
+        for who, of in (("gather", [r.gather_stages() for r in results]),
+                        ("floor", [r.floor_stages for r in results])):  # fmt: skip
+            rows[f"{name}, {who}"] = [f"{_q(o[name], 50):.1f} / {_q(o[name], 99):.1f}" for o in of]
+    return rows
 
 
 def _table(results: list[Level], title: str, rows: dict[str, list[str]]) -> None:

@@ -13,7 +13,16 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from bench.gather_throughput import FLOOR_OPEN_PREFIX, open_floor, trivial_worker
+from bench.gather_throughput import (
+    FLOOR_OPEN_PREFIX,
+    FLOOR_STAGES,
+    STAGES,
+    Level,
+    _start_trivial,
+    floor_stages,
+    open_floor,
+    trivial_worker,
+)
 from bench.trivial import TrivialLocalWorkflow, nothing
 from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
 from mqgather.names import ENV_GRPC_COMPRESSION
@@ -73,3 +82,40 @@ async def test_the_floors_open_workflows_wait_past_their_first_task(temporal_env
             assert EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED in events
             # Waiting for its signal: no activity ran, nothing closed it.
             assert EventType.EVENT_TYPE_MARKER_RECORDED not in events
+
+
+async def test_a_floor_workflows_span_splits_into_the_stages_a_gathers_is_set_against(
+    temporal_env,
+):
+    client = temporal_env.client
+    queue = f"floor-stages-{uuid.uuid4()}"
+    async with Worker(
+        client, task_queue=queue, workflows=[TrivialLocalWorkflow], activities=[nothing],
+        activity_executor=ThreadPoolExecutor(1), workflow_runner=UnsandboxedWorkflowRunner(),
+    ):  # fmt: skip
+        handle = await _start_trivial(client, "TrivialLocal", f"stages-{queue}", queue)
+        await handle.result()
+    stages = await floor_stages(handle)
+    assert list(stages) == list(FLOOR_STAGES)
+    assert all(ms >= 0 for ms in stages.values())
+    # Together they are the span from the signal at the server to the marker's task.
+    at = {e.event_type: e.event_time.ToNanoseconds() async for e in handle.fetch_history_events()}
+    signalled = at[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+    span = (at[EventType.EVENT_TYPE_MARKER_RECORDED] - signalled) / 1e6
+    assert abs(sum(stages.values()) - span) < 0.01
+
+
+def test_a_gathers_stages_are_cut_as_the_floors_are():
+    # The breakdown's last two stages (merge and PUT, the commit) are one of the floor's.
+    gather = {name: [float(i + 1), 10.0 * (i + 1)] for i, name in enumerate(STAGES)}
+    floor = {name: [1.0, 2.0] for name in FLOOR_STAGES}
+    level = Level(0, 1, 1, {}, [], [], gather, 0, floor, 0, {}, {})
+    cut = level.gather_stages()
+    assert list(cut) == list(FLOOR_STAGES)
+    assert cut == {
+        "workflow task pickup": [3.0, 30.0],
+        "workflow code": [4.0, 40.0],
+        "activity + commit": [11.0, 110.0],
+    }
+    assert level.in_temporal() == [18.0, 180.0]
+    assert level.floor_ms == [3.0, 6.0]
