@@ -30,6 +30,7 @@ ANALYTICS_RELEASES = ("246f2c6", "a7d0c82")
 #: (name, module arguments): the order they run in.
 BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
     ("mq_throughput", ["bench.mq_throughput"]),
+    ("qm_commits", ["bench.qm_commits", "--rounds", "3"]),
     ("gather_throughput",
      ["bench.gather_throughput", "--gathers", "600", "--open", "0,10000", "--repeat", "3"]),
     ("worker_direct", ["bench.worker_direct", "--workflows", "300", "--rounds", "3"]),
