@@ -2,12 +2,10 @@
 
 One process commits a put of 3 KB under syncpoint every 20 ms, as a worker commits a
 gather's response; another puts and gets 1 KB messages at RATE a second, as a bridge
-takes replies off its queue. Each round is made three times: as shipped (the writers
-take turns on the queue manager's file lock, a thread checkpoints the log); with each
-write left to SQLite's own wait on a busy file, which sleeps 1, 2, 5, 10 ms and on; and
-with that wait and SQLite's own checkpoints, run inside the commit that takes the log
-past 1,000 pages. The floor is the same commits, as shipped, with no other writer, in
-the same run.
+takes replies off its queue. Each round is made twice: as shipped, the writers taking
+turns on the queue manager's file lock; and with each write left to SQLite's own wait
+on a busy file, which sleeps 1, 2, 5, 10 ms and on. The floor is the same commits, as
+shipped, with no other writer, in the same run.
 
     python -m bench.qm_commits [--commits N] [--rate R] [--rounds K]
 """
@@ -23,31 +21,23 @@ from pathlib import Path
 from typing import Any
 
 from bench.figures import Figure, exclusive, record
-from bridge.mq import checkpoints
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
 from tests.harness import prepare_queues
 
-#: The settings measured: whether the writers take turns, whether a thread checkpoints.
-KINDS = {
-    "as shipped": (True, True),
-    "SQLite's wait": (False, True),
-    "SQLite's wait and checkpoints": (False, False),
-}
+#: The settings measured: whether the writers take turns.
+KINDS = {"as shipped": True, "SQLite's wait": False}
 
 
-def _set(qm: LocalQueueManager, turns: bool, thread: bool) -> None:
-    """Switch this connection (and its process) to a kind's settings."""
+def _set(qm: LocalQueueManager, turns: bool) -> None:
+    """Switch this connection to a kind's setting."""
     if not turns:
         qm._writers_turn = lambda: False  # type: ignore[method-assign]
-    if not thread:
-        checkpoints.release(qm.path)  # this process's thread stops
-        qm._db.execute("PRAGMA wal_autocheckpoint = 1000")  # SQLite's default
 
 
 def _other_writer(path: Path, rate: float, kind: str, ready: Any, stop: Any) -> None:
     qm = LocalQueueManager(path)
-    _set(qm, *KINDS[kind])
+    _set(qm, KINDS[kind])
     ready.set()
     start, i = time.monotonic(), 0
     while not stop.is_set():
@@ -70,7 +60,7 @@ def commits(n: int, rate: float, kind: str, other: bool) -> list[float]:
             writer.start()
             ready.wait(30)
         qm = LocalQueueManager(path)
-        _set(qm, *KINDS[kind])
+        _set(qm, KINDS[kind])
         spent = []
         for i in range(n):
             response = MQMessage(correl_id=f"R{i}".encode(), body=b"x" * 3000)
@@ -106,7 +96,7 @@ def main() -> None:
             over = 100 * sum(ms > 1 for ms in spent) / len(spent)
             row = (_q(spent, 50), _q(spent, 90), _q(spent, 99), over)
             rows[name].append(row)
-            print(f"round {r + 1} {name:<30} p50 {row[0]:.2f}  p90 {row[1]:.2f}  "
+            print(f"round {r + 1} {name:<14} p50 {row[0]:.2f}  p90 {row[1]:.2f}  "
                   f"p99 {row[2]:.2f} ms  over 1 ms {row[3]:.1f} %", flush=True)  # fmt: skip
             if other:
                 record(Figure("qm_commits", f"commit p99 ms beside another writer, {name}",
@@ -116,7 +106,7 @@ def main() -> None:
     floor = statistics.median(row[2] for row in rows["alone"])
     for name, got in rows.items():
         p = [statistics.median(row[i] for row in got) for i in range(4)]
-        print(f"{name:<30} p50 {p[0]:.2f}  p90 {p[1]:.2f}  p99 {p[2]:.2f} ms "
+        print(f"{name:<14} p50 {p[0]:.2f}  p90 {p[1]:.2f}  p99 {p[2]:.2f} ms "
               f"({p[2] / floor:.1f} x alone)  over 1 ms {p[3]:.1f} %")  # fmt: skip
 
 

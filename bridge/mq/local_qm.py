@@ -34,7 +34,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bridge.mq import checkpoints
 from bridge.mq.doorbell import Doorbell, open_doorbell
 from bridge.mq.errors import (
     ConnectionBroken,
@@ -349,7 +348,6 @@ class LocalQueueManager(Transport):
             self._db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
-            self._db.execute(f"PRAGMA wal_autocheckpoint = {checkpoints.BACKSTOP_PAGES}")
             # executescript commits any open transaction, so the script carries its own.
             self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
             with self._write() as db:
@@ -379,7 +377,6 @@ class LocalQueueManager(Transport):
         except MQError:
             self._release_lock()
             raise
-        checkpoints.hold(self.path)
         self._sweep(force=True)
 
     # ------------------------------------------------------------------ plumbing
@@ -1043,7 +1040,6 @@ class LocalQueueManager(Transport):
                 self._call(self._recover_dead, self.conn_id)
             self._closed = True
             self._db.close()
-            checkpoints.release(self.path)
             self._release_lock()
             # A thread still waiting holds the doorbell and drops it as its wait ends.
             if self._bell_lock.acquire(blocking=False):
