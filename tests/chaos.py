@@ -22,7 +22,7 @@ from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.runtime.temporal import dev_server_args
-from tests.harness import free_port
+from tests.harness import free_ports
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
@@ -57,8 +57,8 @@ class Stack:
     def __init__(self, tmp: Path, path: Path) -> None:
         binary = shutil.which("temporal")
         assert binary
-        self.port = free_port()
-        self.server_args = [binary, *dev_server_args(str(tmp / "t.db"), self.port, free_port()),
+        self.port, ui_port = free_ports(2)
+        self.server_args = [binary, *dev_server_args(str(tmp / "t.db"), self.port, ui_port),
                             "--headless"]  # fmt: skip
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
         config = tmp / "mqgather.toml"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -196,9 +197,19 @@ async def connect_when_up(address: str, attempts: int = 300) -> Client:
 
 def free_port() -> int:
     """A TCP port nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` different TCP ports nothing listens on now (each held until all are found,
+    so that two of them cannot be the same)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(n):
+            s = held.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+        return ports
 
 
 def processes_mentioning(text: str) -> list[str]:

@@ -21,7 +21,7 @@ from mqgather.names import PROP_REASON
 from mqgather.runtime.temporal import dev_server_args
 from tests.harness import (
     connect_when_up,
-    free_port,
+    free_ports,
     pipeline,
     processes_mentioning,
     status,
@@ -151,7 +151,7 @@ async def test_message_backed_out_bothresh_times_goes_to_boqname(temporal_env, t
 async def test_temporal_stopped_while_replies_arrive_loses_nothing(tmp_path):
     binary = shutil.which("temporal")
     assert binary
-    port, ui = free_port(), free_port()
+    port, ui = free_ports(2)
     server_args = [binary, *dev_server_args(str(tmp_path / "t.db"), port, ui), "--headless"]
     server = subprocess.Popen(server_args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -184,9 +184,10 @@ def test_demo_from_a_shell(tmp_path):
     from workers.demo.driver import Rates, expected_counts, plan_requests, retrying_legs
 
     state = tmp_path / "state"
+    demo_port, demo_ui = free_ports(2)
     out = subprocess.run(
-        mqgather_cmd("demo", "--requests", "200", "--json", "--port", str(free_port()),
-                     "--ui-port", str(free_port()), "--state-dir", str(state)),
+        mqgather_cmd("demo", "--requests", "200", "--json", "--port", str(demo_port),
+                     "--ui-port", str(demo_ui), "--state-dir", str(state)),
         cwd=tmp_path, capture_output=True, timeout=360,
         env={k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))},
     )  # fmt: skip

@@ -20,7 +20,7 @@ from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key
 from mqgather.runtime.codec_server import CodecServer
 from mqgather.runtime.temporal import dev_server_args
 from tests.browser import browser
-from tests.harness import free_port, pipeline, until, with_keys
+from tests.harness import free_ports, pipeline, until, with_keys
 
 RING = KeyRing("ui1", {"ui1": new_key()})
 TOKEN = "ui-token-" + "7" * 24
@@ -32,7 +32,7 @@ DECODED = ("response_queue", "legs_received")
 @contextlib.asynccontextmanager
 async def _server_with_codec(tmp_path: Path) -> AsyncIterator[tuple[Client, str, CodecServer]]:
     """A dev server whose UI calls a codec server; (client, UI URL, codec server)."""
-    port, ui, codec_port = free_port(), free_port(), free_port()
+    port, ui, codec_port = free_ports(3)
     origins = [f"http://localhost:{ui}", f"http://127.0.0.1:{ui}"]
     codec = CodecServer(("127.0.0.1", codec_port), PayloadCipher(RING), [TOKEN], origins)
     codec.start()

@@ -14,7 +14,7 @@ import pytest
 
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import QueueAttributes
-from tests.harness import free_port, processes_mentioning
+from tests.harness import free_ports, processes_mentioning
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -60,11 +60,11 @@ class _Lines:
 def test_dev_runs_supervises_and_stops_everything(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))}
     (tmp_path / "mqgather.toml").write_text(SHORT_TIMEOUT_CONFIG)
-    port = free_port()
+    port, ui = free_ports(2)
     qm = tmp_path / ".mqgather" / "qm.db"
     cmd = [sys.executable, "-m", "mqgather.cli"]
     dev = subprocess.Popen(
-        [*cmd, "dev", "--port", str(port), "--ui-port", str(free_port())],
+        [*cmd, "dev", "--port", str(port), "--ui-port", str(ui)],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -136,7 +136,7 @@ def _pids(text: str, role: str) -> list[int]:
 @pytest.mark.timeout(240)
 def test_dev_killed_leaves_nothing_behind_and_a_new_dev_recovers(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))}
-    port, ui = free_port(), free_port()
+    port, ui = free_ports(2)
     cmd = [sys.executable, "-m", "mqgather.cli"]
 
     def start() -> subprocess.Popen[bytes]:

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from mqgather.runtime.temporal import dev_server_args
-from tests.harness import free_port
+from tests.harness import free_port, free_ports
 
 
 def _env(port: int | str) -> dict[str, str]:
@@ -49,9 +49,10 @@ def _dev_server(tmp_path, port: int) -> subprocess.Popen[bytes]:
     binary = shutil.which("temporal")
     assert binary is not None
     # Its output goes to a file a failing test can quote (a port taken meanwhile, say).
+    ui_port = next(p for p in free_ports(2) if p != port)
     with open(tmp_path / "server.log", "wb") as log:
         return subprocess.Popen(
-            [binary, *dev_server_args(str(tmp_path / "t.db"), port, free_port())],
+            [binary, *dev_server_args(str(tmp_path / "t.db"), port, ui_port)],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 

@@ -11,12 +11,16 @@ import time
 import pytest
 
 from mqgather.runtime.temporal import dev_server_args, temporal_cli
-from tests.harness import free_port
+from tests.harness import free_ports
 
 
-def _wait_for(lines: list[str], text: str, timeout: float) -> None:
+def _wait_for(
+    lines: list[str], text: str, timeout: float, server: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while not any(text in line for line in lines):
+        if server is not None and server.poll() is not None:
+            raise AssertionError(f"the dev server exited with {server.returncode} before {text!r}")
         if time.monotonic() > deadline:
             raise AssertionError(f"{text!r} not logged within {timeout}s: {''.join(lines)[-3000:]}")
         time.sleep(0.1)  # another process's output; nothing to await on
@@ -24,9 +28,9 @@ def _wait_for(lines: list[str], text: str, timeout: float) -> None:
 
 @pytest.mark.timeout(180)
 def test_a_worker_that_loses_the_server_logs_the_cores_warnings_without_escape_codes(tmp_path):
-    port = free_port()
+    port, ui_port = free_ports(2)
     server = subprocess.Popen(
-        [temporal_cli(), *dev_server_args(str(tmp_path / "t.db"), port, free_port())],
+        [temporal_cli(), *dev_server_args(str(tmp_path / "t.db"), port, ui_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))}
@@ -44,7 +48,7 @@ def test_a_worker_that_loses_the_server_logs_the_cores_warnings_without_escape_c
     )
     reader.start()
     try:
-        _wait_for(lines, "worker on task queue", 120)
+        _wait_for(lines, "worker on task queue", 120, server)
         server.kill()  # the worker's polls now fail: the SDK core warns
         _wait_for(lines, "temporalio.core", 60)
     finally:

@@ -23,7 +23,7 @@ from bridge.mq.models import MQMessage, PutOptions
 from mqgather.cli.options import DEFAULT_AGGREGATE
 from mqgather.config import load_config
 from mqgather.runtime.prometheus import render
-from tests.harness import free_port, prepare_queues, until
+from tests.harness import free_port, free_ports, prepare_queues, until
 from tests.test_deploy import dashboard_metrics
 
 
@@ -93,7 +93,7 @@ async def test_worker_and_bridge_serve_metrics_that_move_as_gathers_complete(
     spec = load_config(None).aggregate(DEFAULT_AGGREGATE)
     task_queue = f"test-{uuid.uuid4().hex[:10]}"
     env = dict(os.environ, TEMPORAL_ADDRESS=temporal_env.client.service_client.config.target_host)
-    ports = {"worker": free_port(), "bridge": free_port()}
+    ports = dict(zip(("worker", "bridge"), free_ports(2), strict=True))
     args = ["--mq", f"local:{path}", "--task-queue", task_queue, "--metrics-port"]
     procs = {}
     for role, port in ports.items():

@@ -21,7 +21,7 @@ from mqgather.runtime.temporal import (
     grpc_compression,
     temporal_cli,
 )
-from tests.harness import connect_when_up, free_port
+from tests.harness import connect_when_up, free_ports
 
 
 def test_compression_is_off_unless_gzip_is_asked_for(monkeypatch):
@@ -71,8 +71,8 @@ def _partitions(metrics: str, task_queue: str) -> set[str]:
 
 
 async def test_the_dev_server_mqgather_starts_runs_one_partition_per_task_queue(tmp_path):
-    port, metrics_port = free_port(), free_port()
-    args = [*dev_server_args(str(tmp_path / "t.db"), port, free_port()), "--headless",
+    port, metrics_port, ui_port = free_ports(3)
+    args = [*dev_server_args(str(tmp_path / "t.db"), port, ui_port), "--headless",
             "--metrics-port", str(metrics_port)]  # fmt: skip
     server = subprocess.Popen(
         [temporal_cli(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
