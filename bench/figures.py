@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import statistics
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,6 +76,13 @@ class Figure:
     def ratio(self) -> float | None:
         """value / floor."""
         return self.value / self.floor if self.floor else None
+
+
+def percentile(values: list[float], pct: int) -> float:
+    """The ``pct``-th percentile of ``values``, interpolated (NaN for none)."""
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
 
 
 def record(figure: Figure) -> None:

@@ -58,6 +58,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench import worker_parts
 from bench.figures import Figure, exclusive, record
+from bench.figures import percentile as _q
 from bench.profile import Sampler, table
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
@@ -262,6 +263,16 @@ def _at(event: HistoryEvent) -> float:
 FLOOR_STAGES = ("workflow task pickup", "workflow code", "activity + commit")
 
 
+def _activity_marks(event: HistoryEvent) -> tuple[float, float] | None:
+    """For a local activity's marker: when the activity was scheduled, and when the task
+    that ran it completed (the marker's own time); None for another marker."""
+    details = event.marker_recorded_event_attributes.details
+    if "data" not in details:
+        return None
+    data = CONVERTER.from_payloads(details["data"].payloads)[0]
+    return _seconds(data["original_schedule_time"]), _at(event)
+
+
 async def floor_stages(handle: WorkflowHandle) -> dict[str, float]:
     """ms per stage of one floor workflow, read from its history."""
     signal_at = started = scheduled = marker = None
@@ -271,9 +282,7 @@ async def floor_stages(handle: WorkflowHandle) -> dict[str, float]:
         elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and started is None:
             started = _at(e)
         elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
-            details = e.marker_recorded_event_attributes.details
-            data = CONVERTER.from_payloads(details["data"].payloads)[0]
-            scheduled, marker = _seconds(data["original_schedule_time"]), _at(e)
+            scheduled, marker = _activity_marks(e) or (scheduled, marker)
     marks = (signal_at, started, scheduled, marker)
     if None in marks:
         raise RuntimeError(f"floor workflow {handle.id}: its history lacks a stage's event")
@@ -428,12 +437,8 @@ async def breakdown(
             elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and started is None:
                 started = _at(e)
             elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
-                details = e.marker_recorded_event_attributes.details
-                if "data" in details:
-                    data = CONVERTER.from_payloads(details["data"].payloads)[0]
-                    scheduled = _seconds(data["original_schedule_time"])
-                    # The marker is written when the task that ran the PUT completes.
-                    completed = _at(e)
+                # The marker is written when the task that ran the PUT completes.
+                scheduled, completed = _activity_marks(e) or (scheduled, completed)
         if None in (signal_at, received, started, scheduled, completed):
             continue
         marks = (put, received, signal_at, started, scheduled, responses[correl], completed)
@@ -563,12 +568,6 @@ class Level:
         }
 
 
-def _q(values: list[float], pct: int) -> float:
-    if len(values) < 2:
-        return values[0] if values else float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
-
-
 async def main(
     n: int,
     levels: list[int],
@@ -664,7 +663,7 @@ async def main(
                     floor_n = min(n, 300)
                     # The worker's parts are measured once per level, with plain payloads.
                     parts_due = run == 0 and not ring
-                    floor_cpu, floor_stages, floor_sample = await floor(
+                    floor_cpu, floor_spans, floor_sample = await floor(
                         client, trivial, floor_n, bare / 2, SHAPE_SAMPLE if parts_due else 0
                     )
                     if floor_sampler:
@@ -701,7 +700,7 @@ async def main(
                             totals,
                             stages,
                             floor_cpu,
-                            floor_stages,
+                            floor_spans,
                             paced_cpu,
                             speeds,
                             server,

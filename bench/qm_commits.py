@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.figures import Figure, exclusive, record
+from bench.figures import Figure, exclusive, percentile, record
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
 from tests.harness import prepare_queues
@@ -55,10 +55,13 @@ def commits(n: int, rate: float, kind: str, other: bool) -> list[float]:
         path = Path(tmp) / "qm.db"
         prepare_queues(path, bothresh=0)
         ready, stop = mp.Event(), mp.Event()
-        writer = mp.Process(target=_other_writer, args=(path, rate, kind, ready, stop))
+        writer = None
         if other:
+            writer = mp.Process(target=_other_writer, args=(path, rate, kind, ready, stop))
             writer.start()
-            ready.wait(30)
+            if not ready.wait(30):
+                writer.kill()
+                raise RuntimeError("the other writer did not open the queue manager in 30 s")
         qm = LocalQueueManager(path)
         _set(qm, KINDS[kind])
         spent = []
@@ -70,14 +73,10 @@ def commits(n: int, rate: float, kind: str, other: bool) -> list[float]:
             spent.append((time.perf_counter() - began) * 1000)
             time.sleep(0.02)
         stop.set()
-        if other:
+        if writer is not None:
             writer.join(30)
         qm.close()
         return spent
-
-
-def _q(values: list[float], pct: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
 
 
 def main() -> None:
@@ -94,7 +93,7 @@ def main() -> None:
             with exclusive():
                 spent = commits(ns.commits, ns.rate, kind, other)
             over = 100 * sum(ms > 1 for ms in spent) / len(spent)
-            row = (_q(spent, 50), _q(spent, 90), _q(spent, 99), over)
+            row = (percentile(spent, 50), percentile(spent, 90), percentile(spent, 99), over)
             rows[name].append(row)
             print(f"round {r + 1} {name:<14} p50 {row[0]:.2f}  p90 {row[1]:.2f}  "
                   f"p99 {row[2]:.2f} ms  over 1 ms {row[3]:.1f} %", flush=True)  # fmt: skip

@@ -84,6 +84,9 @@ _BUSY_TIMEOUT_MS = 30_000
 #: the other's transaction had taken a tenth of one.
 _TURN_FIRST_PAUSE = 0.00005
 _TURN_MAX_PAUSE = 0.001
+#: The file in ``PATH.locks`` whose lock is the writers' turn (not a connection's lock,
+#: whose names the sweep derives from the connections table).
+TURN_FILE = "writers"
 
 # Message states.
 _AVAILABLE = 0
@@ -333,9 +336,7 @@ class LocalQueueManager(Transport):
             self._lock_dir = self.path.with_name(self.path.name + ".locks")
             self._lock_dir.mkdir(exist_ok=True)
             self._lock_file = open(self._lock_dir / f"{self.conn_id}.lock", "w")  # noqa: SIM115
-            # One file every connection's writes take turns on (not a connection's lock,
-            # whose names the sweep derives from the connections table).
-            self._turn_file = open(self._lock_dir / "writers", "a")  # noqa: SIM115
+            self._turn_file = open(self._lock_dir / TURN_FILE, "a")  # noqa: SIM115
         except OSError as exc:
             raise QueueManagerUnavailable(
                 f"cannot create the embedded queue manager at {self.path}: {exc.strerror}"

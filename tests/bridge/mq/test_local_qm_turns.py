@@ -4,12 +4,13 @@ about as long as the one before it takes, not SQLite's sleeps of 1, 2, 5 ms and 
 from __future__ import annotations
 
 import fcntl
+import multiprocessing
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -29,10 +30,14 @@ def qm(tmp_path: Path) -> Iterator[LocalQueueManager]:
     qm.close()
 
 
+def _turn_path(tmp_path: Path) -> Path:
+    return tmp_path / "qm.db.locks" / local_qm.TURN_FILE
+
+
 @pytest.fixture
 def turn(tmp_path: Path) -> Iterator[IO[str]]:
     """The writers' turn, held as another connection's write holds it."""
-    with open(tmp_path / "qm.db.locks" / "writers", "a") as held:
+    with open(_turn_path(tmp_path), "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         yield held
 
@@ -74,25 +79,49 @@ def test_a_write_waits_for_the_writers_turn_and_goes_on_once_it_passes(
     assert not writing.is_alive() and _depth(reader) == 1
 
 
-def test_a_write_passes_its_turn_on_when_it_ends_well_or_badly(qm, tmp_path):
-    def turn_is_free() -> bool:
-        with open(tmp_path / "qm.db.locks" / "writers", "a") as other:
-            try:
-                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            fcntl.flock(other, fcntl.LOCK_UN)
-            return True
+def _turn_is_free(tmp_path: Path) -> bool:
+    with open(_turn_path(tmp_path), "a") as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(other, fcntl.LOCK_UN)
+        return True
 
+
+def test_a_write_passes_its_turn_on_when_it_ends_well_or_badly(qm, tmp_path):
     qm.put("OUT", MQMessage(body=b"x"), NO_SYNCPOINT)
-    assert turn_is_free()
+    assert _turn_is_free(tmp_path)
     with pytest.raises(MQError, match="MQRC_UNKNOWN_OBJECT_NAME"):
         qm.put("NO.SUCH.QUEUE", MQMessage(body=b"x"), NO_SYNCPOINT)
-    assert turn_is_free()
+    assert _turn_is_free(tmp_path)
     # Under syncpoint the write is the commit's.
     qm.put("OUT", MQMessage(body=b"y"), PutOptions(syncpoint=True))
     qm.commit()
-    assert turn_is_free() and _depth(qm) == 2
+    assert _turn_is_free(tmp_path) and _depth(qm) == 2
+
+
+def _hold_the_turn(path: str, holding: Any) -> None:
+    with open(path, "a") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        holding.set()
+        time.sleep(3600)  # until killed
+
+
+def test_a_turn_held_by_a_process_that_dies_passes_on_with_it(qm, tmp_path):
+    # A writer killed in the middle of its write (SIGKILL, no finally) frees the turn.
+    holding = multiprocessing.Event()
+    holder = multiprocessing.Process(
+        target=_hold_the_turn, args=(str(_turn_path(tmp_path)), holding), daemon=True
+    )
+    holder.start()
+    assert holding.wait(30)
+    assert not _turn_is_free(tmp_path)
+    holder.kill()
+    holder.join(30)
+    assert _turn_is_free(tmp_path)
+    qm.put("OUT", MQMessage(body=b"x"), NO_SYNCPOINT)
+    assert _depth(qm) == 1
 
 
 def test_a_turn_that_never_comes_leaves_the_write_to_sqlites_own_wait(qm, turn, monkeypatch):
