@@ -18,7 +18,9 @@ the gathers' worker keeps gathers, so that at a level both workers hold and evic
 (d) the floor at the same rate: workflows of the gather's shape without MQ and without
     mqgather's code (signal-with-start, one local activity that does nothing, done), their
     worker's CPU per workflow and their time from the signal at the server to the task's
-    completion, the same span as stages 3 to 6 of the gather;
+    completion, the same span as stages 3 to 6 of the gather; for (c) and (d), the full
+    garbage collections that stopped each worker meanwhile, and the longest (the workers
+    run under ``bench.gcwatch``);
 (e) the floor's shape as fast as the server takes it, then again with the gather's
     visibility (its search attributes, summary and details at start, the upsert of its
     close): with the ceiling, what the platform alone can do for a gather the operators
@@ -46,7 +48,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -56,7 +58,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bench import worker_parts
+from bench import gcwatch, worker_parts
 from bench.figures import Figure, exclusive, record
 from bench.figures import percentile as _q
 from bench.profile import Sampler, table
@@ -546,6 +548,9 @@ class Level:
     speeds: dict[str, float]
     #: The server's CPU ms per workflow in (b) ("ceiling") and (e) ("floor", "visible").
     server: dict[str, float]
+    #: The pauses (ms) of the full garbage collections of the gathers' workers during
+    #: (c) ("gather") and of the floor's worker during (d) ("floor").
+    full_collections: dict[str, list[float]] = field(default_factory=dict)
 
     def in_temporal(self) -> list[float]:
         """Per gather, ms from the signal at the server to the task's completion."""
@@ -591,16 +596,21 @@ async def main(
             me = [sys.executable, "-m", "mqgather.cli"]
             server_pid = bench.procs[0].pid
             roles: dict[str, list[int]] = {"server": [server_pid], "workers": [], "bridges": []}
-            for _ in range(workers):
-                args = [*me, "worker",
+            # The workers run under bench.gcwatch: each measure reports the full garbage
+            # collections that stopped them while it ran.
+            logs = Path(tmp) / "gc"
+            logs.mkdir()
+            worker_logs = [logs / f"worker-{i}.log" for i in range(workers)]
+            floor_log = logs / "floor.log"
+            for log in worker_logs:
+                args = [sys.executable, "-m", "bench.gcwatch", str(log), "mqgather.cli", "worker",
                         "--max-cached-gathers", str(cache),
                         "--sandbox" if sandbox else "--no-sandbox"]  # fmt: skip
                 roles["workers"].append(bench.spawn(args, bench.env).pid)
             for _ in range(bridges):
                 roles["bridges"].append(bench.spawn([*me, "bridge"], bench.env).pid)
-            trivial = bench.spawn(
-                [sys.executable, "-m", *trivial_worker(bench.address, sandbox, cache)]
-            ).pid
+            watched = [sys.executable, "-m", "bench.gcwatch", str(floor_log)]
+            trivial = bench.spawn([*watched, *trivial_worker(bench.address, sandbox, cache)]).pid
             qm = LocalQueueManager(bench.qm_path)
             print(f"{workers} worker(s), {bridges} bridge(s), cache {cache} gathers, "
                   f"sandbox {'on' if sandbox else 'off'}, payloads "
@@ -649,7 +659,9 @@ async def main(
                     print(f"[{level:,} open] (c) latency at {bare / 2:.0f} gathers/s …", flush=True)
                     workers_before = sum(_cpu_seconds(pid) for pid in roles["workers"])
                     paced_n = min(n, 300)
+                    paced_from = time.time()
                     last_put = await latency(qm, f"LAT-{level}-{run}-", paced_n, bare / 2)
+                    paced_to = time.time()
                     totals, stages = await breakdown(client, qm, last_put, PayloadCipher(ring))
                     paced_cpu = (
                         1000
@@ -663,9 +675,15 @@ async def main(
                     floor_n = min(n, 300)
                     # The worker's parts are measured once per level, with plain payloads.
                     parts_due = run == 0 and not ring
+                    floor_from = time.time()
                     floor_cpu, floor_spans, floor_sample = await floor(
                         client, trivial, floor_n, bare / 2, SHAPE_SAMPLE if parts_due else 0
                     )
+                    full_collections = {
+                        "gather": [p for log in worker_logs
+                                   for p in gcwatch.pauses(log, paced_from, paced_to)],
+                        "floor": gcwatch.pauses(floor_log, floor_from, time.time()),
+                    }  # fmt: skip
                     if floor_sampler:
                         print(f"[{level:,} open] where the floor's worker CPU went "
                               f"({floor_cpu:.2f} ms per workflow):\n"
@@ -704,6 +722,7 @@ async def main(
                             paced_cpu,
                             speeds,
                             server,
+                            full_collections,
                         )
                     )
                     print(f"[{level:,} open] " + row(results[-1], results[0].e2e, n), flush=True)
@@ -821,6 +840,12 @@ def report(results: list[Level], n: int, title: str) -> None:
                 f"{_q(r.floor_ms, 50):.0f} / {_q(r.floor_ms, 99):.0f}" for r in results
             ],
             **_stage_rows(results),
+            **{
+                f"full collections, {who}": [
+                    _collections(r.full_collections.get(who, [])) for r in results
+                ]
+                for who in ("gather", "floor")
+            },
         },
     )
     _table(
@@ -838,6 +863,11 @@ def report(results: list[Level], n: int, title: str) -> None:
             "server CPU ms: gather (a)": [f"{1000 * r.cpu['server'] / n:.1f}" for r in results],
         },
     )
+
+
+def _collections(pauses: list[float]) -> str:
+    """How many full collections stopped a worker during a measure, and the longest."""
+    return f"{len(pauses)}, {max(pauses):.0f} ms" if pauses else "0"
 
 
 def _stage_rows(results: list[Level]) -> dict[str, list[str]]:

@@ -18,6 +18,7 @@ from bench.gather_throughput import (
     FLOOR_STAGES,
     STAGES,
     Level,
+    _collections,
     _start_trivial,
     floor_stages,
     open_floor,
@@ -119,3 +120,8 @@ def test_a_gathers_stages_are_cut_as_the_floors_are():
     }
     assert level.in_temporal() == [18.0, 180.0]
     assert level.floor_ms == [3.0, 6.0]
+
+
+def test_a_measure_reports_its_full_collections_and_the_longest() -> None:
+    assert _collections([]) == "0"
+    assert _collections([39.2, 176.4, 88.0]) == "3, 176 ms"
