@@ -34,6 +34,7 @@ BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
     ("gather_throughput",
      ["bench.gather_throughput", "--gathers", "600", "--open", "0,10000", "--repeat", "3"]),
     ("worker_direct", ["bench.worker_direct", "--workflows", "300", "--rounds", "3"]),
+    ("evictions", ["bench.evictions", "-n", "300"]),
     ("collector_throughput", ["bench.collector_throughput"]),
     ("analytics_scale",
      ["bench.analytics_scale", "--repeat", "3", "--plan",

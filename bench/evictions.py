@@ -1,0 +1,200 @@
+"""What an open workflow leaves for the garbage collector when its worker evicts it:
+gathers against the floor's workflows.
+
+At 10,000 open gathers every new gather evicts an open one from the worker's cache. What
+the evicted workflow leaves in reference cycles only a full collection frees, and each
+full collection stops the worker for as long as it walks the worker's objects (see
+docs/performance.md, "Full collections at 10,000 open"). In this process, against a dev
+server, each kind's worker runs with a cache of ``--cache`` workflows while ``-n`` of
+them are opened, each past its first task and then evicted by the ones after it:
+
+- gathers holding one leg of three (started as the bridge starts them: their input,
+  search attributes, summary and details, one reply in the start signal), on the
+  gathers' worker with the data converter every mqgather process uses;
+- the visible floor's workflows (the floor's shape with a gather's search attributes,
+  summary and details), started without their signal, so they wait;
+- the floor's workflows, started without their signal, so they wait.
+
+The collector is switched off while they open; then one collection frees what they left,
+and every object it frees is counted by type. Per workflow: the objects, the ratio to the
+floor's, and the types where a gather leaves most beyond the floor.
+
+    python -m bench.evictions [-n 300] [--cache 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import gc
+import tempfile
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from bench.figures import Figure, exclusive, record
+from bench.gather_throughput import BODY, CONFIG, Bench, _first_task_done
+from bench.trivial import TrivialLocalWorkflow, TrivialVisibleWorkflow, nothing
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQMessage
+from mqgather.config import AggregateSpec, parse_config
+from mqgather.names import SIGNAL_REPLIES
+from mqgather.runtime.codec import data_converter
+from mqgather.runtime.temporal import ensure_search_attributes, grpc_compression
+from workers.worker import build_worker
+from workflows.gather import GatherWorkflow
+from workflows.models import Reply, ReplyBatch, gather_id, start_input, start_options
+
+KINDS = ("gather", "visible floor", "floor")
+
+
+async def cyclic_garbage(run: Callable[[], Awaitable[None]]) -> Counter[str]:
+    """The objects in reference cycles that ``run`` leaves unreachable, by type
+    (``module.qualname``): the collector is off while it runs, and the one collection
+    after it keeps what it frees for counting. The collector's state is restored."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        await run()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        found = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()
+    return found
+
+
+def _one_leg(correl: bytes, tag: str) -> ReplyBatch:
+    message = MQMessage(
+        msg_id=f"{tag}m".encode(), correl_id=correl, properties={"leg": "CREDIT"}, body=BODY
+    )
+    reply = Reply(message=message, leg="CREDIT", source_queue="GATHER.IN",
+                  received_at=datetime.now(UTC), size=len(BODY))  # fmt: skip
+    return ReplyBatch(replies=[reply])
+
+
+def openers(
+    client: Client, spec: AggregateSpec, task_queue: str
+) -> dict[str, Callable[[str], Awaitable[WorkflowHandle]]]:
+    """For each kind, how one workflow of it opens (given a tag of 12 characters or
+    fewer)."""
+
+    def correl(tag: str) -> bytes:
+        return tag.encode().ljust(24, b"\0")
+
+    async def gather(tag: str) -> WorkflowHandle:
+        return await client.start_workflow(
+            GatherWorkflow.run,
+            start_input(spec, correl(tag)),
+            id=gather_id(spec.name, correl(tag)),
+            task_queue=task_queue,
+            start_signal=SIGNAL_REPLIES,
+            start_signal_args=[_one_leg(correl(tag), tag)],
+            **start_options(spec, correl(tag)),
+        )
+
+    async def visible(tag: str) -> WorkflowHandle:
+        return await client.start_workflow(
+            "TrivialVisible",
+            id=f"visible-{tag}",
+            task_queue=task_queue,
+            **start_options(spec, correl(tag)),
+        )
+
+    async def floor(tag: str) -> WorkflowHandle:
+        # As the bench opens the floor's level: started without its signal, it waits.
+        return await client.start_workflow("TrivialLocal", id=f"floor-{tag}", task_queue=task_queue)
+
+    return {"gather": gather, "visible floor": visible, "floor": floor}
+
+
+async def open_all(open_one: Callable[[str], Awaitable[WorkflowHandle]], tags: list[str]) -> None:
+    """Open a workflow per tag, each past its first task before the next opens."""
+    for tag in tags:
+        handle = await open_one(tag)
+        while not await _first_task_done(handle):
+            await asyncio.sleep(0.02)
+
+
+def report(found: dict[str, Counter[str]], n: int, top: int = 12) -> str:
+    """Objects per workflow of each kind, the ratio to the floor's, and where the
+    gather's differ most from the floor's."""
+    per = {kind: sum(c.values()) / n for kind, c in found.items()}
+    lines = ["objects left in cycles per evicted workflow:"]
+    for kind, objects in per.items():
+        lines.append(f"  {kind:<14} {objects:7.1f}   / floor {objects / per['floor']:.2f}")
+    gap = Counter({t: found["gather"][t] - found["floor"][t] for t in found["gather"]})
+    lines.append(f"\nwhere a gather leaves more than a floor workflow (per workflow, top {top}):")
+    for name, extra in gap.most_common(top):
+        lines.append(f"  {extra / n:+7.1f}  {name}")
+    return "\n".join(lines)
+
+
+async def main(n: int, cache: int) -> None:
+    """Open ``n`` workflows of each kind on a worker caching ``cache``, and report."""
+    with tempfile.TemporaryDirectory() as tmp:
+        bench = Bench(Path(tmp))
+        try:
+            client = await bench.client()
+            # The gathers' worker converts as every mqgather process does.
+            worker_client = await Client.connect(
+                bench.address, data_converter=data_converter(None),
+                grpc_compression=grpc_compression(),
+            )  # fmt: skip
+            spec = parse_config(tomllib.loads(CONFIG), "bench").aggregates["bench"]
+            await ensure_search_attributes(client)
+            run = f"{time.time_ns() % 10**6:06d}"
+            found: dict[str, Counter[str]] = {}
+            for kind in KINDS:
+                queue = f"evictions-{kind.replace(' ', '-')}-{run}"
+                if kind == "gather":
+                    worker = build_worker(
+                        worker_client, lambda: LocalQueueManager(bench.qm_path),
+                        task_queue=queue, max_cached_gathers=cache, sandboxed=False,
+                    )  # fmt: skip
+                else:
+                    worker = Worker(
+                        client, task_queue=queue,
+                        workflows=[TrivialLocalWorkflow, TrivialVisibleWorkflow],
+                        activities=[nothing], activity_executor=ThreadPoolExecutor(4),
+                        max_cached_workflows=cache, workflow_runner=UnsandboxedWorkflowRunner(),
+                    )  # fmt: skip
+                open_one = openers(client, spec, queue)[kind]
+                async with worker:
+                    # Warm-up: the cache fills, and evicting starts, before the count.
+                    await open_all(open_one, [f"w{run}{i}" for i in range(2 * cache)])
+                    tags = [f"{run}{kind[0]}{i}" for i in range(n)]
+                    found[kind] = await cyclic_garbage(functools.partial(open_all, open_one, tags))
+                print(f"  {kind}: {sum(found[kind].values()) / n:.1f} objects per workflow",
+                      flush=True)  # fmt: skip
+        finally:
+            bench.close()
+    print()
+    print(report(found, n))
+    per = {kind: sum(c.values()) / n for kind, c in found.items()}
+    for kind in ("visible floor", "floor"):
+        record(Figure("evictions", "objects left in cycles per evicted gather", per["gather"],
+                      "objects", per[kind], f"a {kind} workflow"))  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("-n", type=int, default=300, help="workflows of each kind counted")
+    parser.add_argument("--cache", type=int, default=10, help="workflows each worker caches")
+    ns = parser.parse_args()
+    with exclusive():
+        asyncio.run(main(ns.n, ns.cache))
