@@ -34,24 +34,21 @@ import tomllib
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from bench.figures import Figure, exclusive, record
-from bench.gather_throughput import BODY, CONFIG, Bench, _first_task_done
+from bench.gather_throughput import CONFIG, Bench, _first_task_done
 from bench.trivial import TrivialLocalWorkflow, TrivialVisibleWorkflow, nothing
+from bench.worker_direct import starters
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, parse_config
-from mqgather.names import SIGNAL_REPLIES
 from mqgather.runtime.codec import data_converter
 from mqgather.runtime.temporal import ensure_search_attributes, grpc_compression
 from workers.worker import build_worker
-from workflows.gather import GatherWorkflow
-from workflows.models import Reply, ReplyBatch, gather_id, start_input, start_options
+from workflows.models import start_options
 
 KINDS = ("gather", "visible floor", "floor")
 
@@ -76,15 +73,6 @@ async def cyclic_garbage(run: Callable[[], Awaitable[None]]) -> Counter[str]:
     return found
 
 
-def _one_leg(correl: bytes, tag: str) -> ReplyBatch:
-    message = MQMessage(
-        msg_id=f"{tag}m".encode(), correl_id=correl, properties={"leg": "CREDIT"}, body=BODY
-    )
-    reply = Reply(message=message, leg="CREDIT", source_queue="GATHER.IN",
-                  received_at=datetime.now(UTC), size=len(BODY))  # fmt: skip
-    return ReplyBatch(replies=[reply])
-
-
 def openers(
     client: Client, spec: AggregateSpec, task_queue: str
 ) -> dict[str, Callable[[str], Awaitable[WorkflowHandle]]]:
@@ -93,17 +81,6 @@ def openers(
 
     def correl(tag: str) -> bytes:
         return tag.encode().ljust(24, b"\0")
-
-    async def gather(tag: str) -> WorkflowHandle:
-        return await client.start_workflow(
-            GatherWorkflow.run,
-            start_input(spec, correl(tag)),
-            id=gather_id(spec.name, correl(tag)),
-            task_queue=task_queue,
-            start_signal=SIGNAL_REPLIES,
-            start_signal_args=[_one_leg(correl(tag), tag)],
-            **start_options(spec, correl(tag)),
-        )
 
     async def visible(tag: str) -> WorkflowHandle:
         return await client.start_workflow(
@@ -117,6 +94,8 @@ def openers(
         # As the bench opens the floor's level: started without its signal, it waits.
         return await client.start_workflow("TrivialLocal", id=f"floor-{tag}", task_queue=task_queue)
 
+    # A gather as the bridge starts it, with one reply of its three legs: it waits.
+    gather = starters(client, spec, task_queue, legs=("CREDIT",))["gather"]
     return {"gather": gather, "visible floor": visible, "floor": floor}
 
 

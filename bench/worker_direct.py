@@ -278,7 +278,7 @@ class Sampler:
         return Sampled.read(samples.stdout, pid)
 
 
-def _replies(correl: bytes, tag: str) -> ReplyBatch:
+def _replies(correl: bytes, tag: str, legs: tuple[str, ...] = LEGS) -> ReplyBatch:
     now = datetime.now(UTC)
     return ReplyBatch(
         replies=[
@@ -294,16 +294,17 @@ def _replies(correl: bytes, tag: str) -> ReplyBatch:
                 received_at=now,
                 size=len(BODY),
             )
-            for leg in LEGS
+            for leg in legs
         ]
     )
 
 
 def starters(
-    client: Client, spec: AggregateSpec
+    client: Client, spec: AggregateSpec, task_queue: str = TASK_QUEUE, legs: tuple[str, ...] = LEGS
 ) -> dict[str, Callable[[str], Awaitable[WorkflowHandle]]]:
     """For each kind, how one workflow of it starts (given a unique tag of 12 characters
-    or fewer)."""
+    or fewer); a gather on ``task_queue`` with a reply of each of ``legs`` in its start
+    signal."""
 
     def correl(tag: str) -> bytes:
         return tag.encode().ljust(24, b"\0")
@@ -314,9 +315,9 @@ def starters(
             GatherWorkflow.run,
             start_input(spec, correl(tag)),
             id=gather_id(spec.name, correl(tag)),
-            task_queue=TASK_QUEUE,
+            task_queue=task_queue,
             start_signal=SIGNAL_REPLIES,
-            start_signal_args=[_replies(correl(tag), tag)],
+            start_signal_args=[_replies(correl(tag), tag, legs)],
             **start_options(spec, correl(tag)),
         )
 
