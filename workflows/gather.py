@@ -58,6 +58,22 @@ PATCH_REREQUEST = "rerequest-lost-legs"
 
 # The versioning behavior (pinned) is the versioned worker's default, not set here: the
 # SDK refuses a behavior on the definition when the worker runs unversioned.
+def unwound(exc: BaseException) -> BaseException:
+    """``exc`` without its traceback and the exception it was raised during, to be raised
+    again where it was caught.
+
+    Evicting a gather that waits under its durable timer, the SDK cancels the wait, and
+    the cancelled timer asks for a command the SDK refuses while it evicts. Its refusal,
+    raised deep in asyncio's ``wait_for``, would keep every frame of the gather's
+    coroutines alive in a reference cycle until a full collection, which at 10,000 open
+    gathers stops the worker for 0.2-0.4 s (``bench.evictions``: 156 objects left per
+    evicted gather with them, 115 without).
+    """
+    exc.__context__ = None
+    exc.__cause__ = None
+    return exc.with_traceback(None)
+
+
 @workflow.defn(name=names.GATHER_WORKFLOW)
 class GatherWorkflow:
     """Collects the replies of one CorrelId and PUTs one merged response."""
@@ -125,6 +141,15 @@ class GatherWorkflow:
     @workflow.run
     async def run(self, inp: GatherInput) -> GatherResult:
         """Wait for every leg under the durable timer, then merge and PUT."""
+        try:
+            return await self._run()
+        except (Exception, asyncio.CancelledError):
+            raise  # a failure, or an operator's cancel: as it came, traceback and all
+        # The worker evicting the gather from its cache: raised again at once, lighter.
+        except BaseException as exc:  # noqa: BLE001 - raised again, never swallowed
+            raise unwound(exc) from None
+
+    async def _run(self) -> GatherResult:
         if self.s.started_at is None:
             self.s.started_at = workflow.now()
             # Through the SDK's meter: not counted again when the history is replayed.

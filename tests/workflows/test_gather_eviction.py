@@ -1,0 +1,71 @@
+"""A gather evicted from its worker's cache while it waits under its durable timer
+leaves none of its coroutines' frames for the garbage collector: the SDK's refusal to
+cancel the timer while evicting is raised again from ``run`` without them."""
+
+import asyncio
+import gc
+import sys
+import types
+
+from mqgather.config import AggregateSpec, LegSpec
+from tests.harness import pipeline, status, until
+from workers.worker import build_worker
+from workflows.gather import unwound
+
+LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
+        LegSpec(name="TAX", sequence=30))  # fmt: skip
+
+
+def _raised_during_another() -> BaseException:
+    try:
+        try:
+            raise asyncio.CancelledError
+        except asyncio.CancelledError as first:
+            raise KeyboardInterrupt from first
+    except KeyboardInterrupt as exc:
+        return exc
+
+
+def test_unwound_is_the_same_exception_without_its_traceback_or_what_it_was_raised_during():
+    exc = _raised_during_another()
+    assert exc.__traceback__ is not None and exc.__context__ is not None
+    assert exc.__cause__ is not None
+    assert unwound(exc) is exc
+    assert exc.__traceback__ is None and exc.__context__ is None and exc.__cause__ is None
+
+
+async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines(temporal_env, tmp_path):
+    spec = AggregateSpec(name="evicted", legs=LEGS, timeout_seconds=3600)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_worker=False) as p:
+        # Room for one gather: each gather opened evicts the one before it while it waits
+        # under its timer for two legs.
+        worker = build_worker(temporal_env.client, p.connect, task_queue=p.task_queue,
+                              max_cached_gathers=1, sandboxed=False)  # fmt: skip
+        async with worker:
+            gathers = []
+            gc.collect()
+            gc.disable()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                for _ in range(4):
+                    g = await p.scatter(spec)
+                    p.reply(spec, g.correl_id, "CREDIT", b"{}")
+                    await until(lambda g=g: status(p.handle(spec, g.correl_id)),
+                                lambda s: len(s.legs_received) == 1)  # fmt: skip
+                    gathers.append(g)
+                gc.collect()
+                frames = [o for o in gc.garbage if isinstance(o, types.FrameType)]
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+                gc.enable()
+            for g in gathers:
+                await p.handle(spec, g.correl_id).terminate("test over")
+    left = {f.f_code.co_name for f in frames if f.f_code.co_filename == _gather_file()}
+    # The run method's own frame starts the traceback it is raised again with; none of
+    # the coroutines below it (the waits, the timer's cancel) stays.
+    assert left <= {"run"}, left
+
+
+def _gather_file() -> str:
+    return sys.modules["workflows.gather"].__file__ or ""
