@@ -145,7 +145,8 @@ class GatherWorkflow:
             return await self._run()
         except (Exception, asyncio.CancelledError):
             raise  # a failure, or an operator's cancel: as it came, traceback and all
-        # The worker evicting the gather from its cache: raised again at once, lighter.
+        # The SDK's own flow (an eviction from the worker's cache, a continue-as-new):
+        # raised again at once, lighter.
         except BaseException as exc:  # noqa: BLE001 - raised again, never swallowed
             raise unwound(exc) from None
 
