@@ -42,7 +42,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from bench.figures import Figure, exclusive, record
 from bench.gather_throughput import CONFIG, Bench, _first_task_done
 from bench.trivial import TrivialLocalWorkflow, TrivialVisibleWorkflow, nothing
-from bench.worker_direct import starters
+from bench.worker_direct import correl_of, starters
 from bridge.mq.local_qm import LocalQueueManager
 from mqgather.config import AggregateSpec, parse_config
 from mqgather.runtime.codec import data_converter
@@ -79,15 +79,12 @@ def openers(
     """For each kind, how one workflow of it opens (given a tag of 12 characters or
     fewer)."""
 
-    def correl(tag: str) -> bytes:
-        return tag.encode().ljust(24, b"\0")
-
     async def visible(tag: str) -> WorkflowHandle:
         return await client.start_workflow(
             "TrivialVisible",
             id=f"visible-{tag}",
             task_queue=task_queue,
-            **start_options(spec, correl(tag)),
+            **start_options(spec, correl_of(tag)),
         )
 
     async def floor(tag: str) -> WorkflowHandle:
@@ -107,10 +104,15 @@ async def open_all(open_one: Callable[[str], Awaitable[WorkflowHandle]], tags: l
             await asyncio.sleep(0.02)
 
 
+def per_workflow(found: dict[str, Counter[str]], n: int) -> dict[str, float]:
+    """Objects left per workflow of each kind, from the counts of ``n`` of each."""
+    return {kind: sum(c.values()) / n for kind, c in found.items()}
+
+
 def report(found: dict[str, Counter[str]], n: int, top: int = 12) -> str:
     """Objects per workflow of each kind, the ratio to the floor's, and where the
     gather's differ most from the floor's."""
-    per = {kind: sum(c.values()) / n for kind, c in found.items()}
+    per = per_workflow(found, n)
     lines = ["objects left in cycles per evicted workflow:"]
     for kind, objects in per.items():
         lines.append(f"  {kind:<14} {objects:7.1f}   / floor {objects / per['floor']:.2f}")
@@ -156,13 +158,13 @@ async def main(n: int, cache: int) -> None:
                     await open_all(open_one, [f"w{run}{i}" for i in range(2 * cache)])
                     tags = [f"{run}{kind[0]}{i}" for i in range(n)]
                     found[kind] = await cyclic_garbage(functools.partial(open_all, open_one, tags))
-                print(f"  {kind}: {sum(found[kind].values()) / n:.1f} objects per workflow",
+                print(f"  {kind}: {per_workflow(found, n)[kind]:.1f} objects per workflow",
                       flush=True)  # fmt: skip
         finally:
             bench.close()
     print()
     print(report(found, n))
-    per = {kind: sum(c.values()) / n for kind, c in found.items()}
+    per = per_workflow(found, n)
     for kind in ("visible floor", "floor"):
         record(Figure("evictions", "objects left in cycles per evicted gather", per["gather"],
                       "objects", per[kind], f"a {kind} workflow"))  # fmt: skip

@@ -299,6 +299,11 @@ def _replies(correl: bytes, tag: str, legs: tuple[str, ...] = LEGS) -> ReplyBatc
     )
 
 
+def correl_of(tag: str) -> bytes:
+    """The CorrelId of the workflow a bench starts for ``tag`` (12 characters or fewer)."""
+    return tag.encode().ljust(24, b"\0")
+
+
 def starters(
     client: Client, spec: AggregateSpec, task_queue: str = TASK_QUEUE, legs: tuple[str, ...] = LEGS
 ) -> dict[str, Callable[[str], Awaitable[WorkflowHandle]]]:
@@ -306,23 +311,20 @@ def starters(
     or fewer); a gather on ``task_queue`` with a reply of each of ``legs`` in its start
     signal."""
 
-    def correl(tag: str) -> bytes:
-        return tag.encode().ljust(24, b"\0")
-
     async def gather(tag: str) -> WorkflowHandle:
         # As the bridge starts a gather (bridge/inbound.py).
         return await client.start_workflow(
             GatherWorkflow.run,
-            start_input(spec, correl(tag)),
-            id=gather_id(spec.name, correl(tag)),
+            start_input(spec, correl_of(tag)),
+            id=gather_id(spec.name, correl_of(tag)),
             task_queue=task_queue,
             start_signal=SIGNAL_REPLIES,
-            start_signal_args=[_replies(correl(tag), tag, legs)],
-            **start_options(spec, correl(tag)),
+            start_signal_args=[_replies(correl_of(tag), tag, legs)],
+            **start_options(spec, correl_of(tag)),
         )
 
     def visible(tag: str) -> Awaitable[WorkflowHandle]:
-        options = start_options(spec, correl(tag))
+        options = start_options(spec, correl_of(tag))
         return _start_trivial(client, "TrivialVisible", f"visible-{tag}", **options)
 
     def floor(tag: str) -> Awaitable[WorkflowHandle]:

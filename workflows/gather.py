@@ -56,8 +56,6 @@ ACTIVITY_TIMEOUT = timedelta(seconds=60)
 PATCH_REREQUEST = "rerequest-lost-legs"
 
 
-# The versioning behavior (pinned) is the versioned worker's default, not set here: the
-# SDK refuses a behavior on the definition when the worker runs unversioned.
 def unwound(exc: BaseException) -> BaseException:
     """``exc`` without its traceback and the exception it was raised during, to be raised
     again where it was caught.
@@ -67,13 +65,15 @@ def unwound(exc: BaseException) -> BaseException:
     raised deep in asyncio's ``wait_for``, would keep every frame of the gather's
     coroutines alive in a reference cycle until a full collection, which at 10,000 open
     gathers stops the worker for 0.2-0.4 s (``bench.evictions``: 156 objects left per
-    evicted gather with them, 115 without).
+    evicted gather with them, 114 without).
     """
     exc.__context__ = None
     exc.__cause__ = None
     return exc.with_traceback(None)
 
 
+# The versioning behavior (pinned) is the versioned worker's default, not set here: the
+# SDK refuses a behavior on the definition when the worker runs unversioned.
 @workflow.defn(name=names.GATHER_WORKFLOW)
 class GatherWorkflow:
     """Collects the replies of one CorrelId and PUTs one merged response."""
