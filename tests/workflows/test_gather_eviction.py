@@ -1,6 +1,7 @@
 """A gather evicted from its worker's cache while it waits under its durable timer
-leaves none of its coroutines' frames for the garbage collector: the SDK's refusal to
-cancel the timer while evicting is raised again from ``run`` without them."""
+leaves none of its coroutines' frames for the garbage collector (the SDK's refusal to
+cancel the timer while evicting is raised again from ``run`` without them), nor its
+state: what only the state holds is freed when the gather is evicted."""
 
 import asyncio
 import gc
@@ -11,6 +12,7 @@ from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline, status, until
 from workers.worker import build_worker
 from workflows.gather import unwound
+from workflows.models import GatherState, Reply
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
@@ -34,7 +36,9 @@ def test_unwound_is_the_same_exception_without_its_traceback_or_what_it_was_rais
     assert exc.__traceback__ is None and exc.__context__ is None and exc.__cause__ is None
 
 
-async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines(temporal_env, tmp_path):
+async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines_nor_its_state(
+    temporal_env, tmp_path
+):
     spec = AggregateSpec(name="evicted", legs=LEGS, timeout_seconds=3600)
     async with pipeline(temporal_env.client, tmp_path, [spec], run_worker=False) as p:
         # Room for one gather: each gather opened evicts the one before it while it waits
@@ -55,6 +59,7 @@ async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines(temporal_env,
                     gathers.append(g)
                 gc.collect()
                 frames = [o for o in gc.garbage if isinstance(o, types.FrameType)]
+                states = [o for o in gc.garbage if isinstance(o, GatherState | Reply)]
             finally:
                 gc.set_debug(0)
                 gc.garbage.clear()
@@ -65,6 +70,9 @@ async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines(temporal_env,
     # The run method's own frame starts the traceback it is raised again with; none of
     # the coroutines below it (the waits, the timer's cancel) stays.
     assert left <= {"run"}, left
+    # Each evicted gather held its state and the CREDIT reply in it; neither waited for
+    # the collector.
+    assert not states, [type(o).__name__ for o in states]
 
 
 def _gather_file() -> str:
