@@ -25,7 +25,16 @@ from pyspark.sql.types import StructType
 
 from analytics.advisor import leg_deadlines, timeout_advice
 from analytics.histories import collect
-from analytics.report import ReportData, batch_charts, charts, html_report, millis, percent, when
+from analytics.report import (
+    ReportData,
+    batch_charts,
+    charts,
+    html_report,
+    millis,
+    percent,
+    when,
+    write_csv,
+)
 from analytics.transforms import (
     BATCH_FACTS_SCHEMA,
     BATCH_TREND_KEYS,
@@ -408,11 +417,11 @@ def analyze(
     advice_df: pd.DataFrame = done["advice"]
     destination_df: pd.DataFrame = done["destinations"]
     batch_trend_df: pd.DataFrame = done["batch_trends"]
-    destination_df.to_csv(out / "destinations.csv", index=False)
-    batch_trend_df.to_csv(out / "batch_trends.csv", index=False)
-    trend_df.to_csv(out / "trends.csv", index=False)
-    leg_df.to_csv(out / "leg_trends.csv", index=False)
-    advice_df.to_csv(out / "advice.csv", index=False)
+    write_csv(destination_df, out / "destinations.csv")
+    write_csv(batch_trend_df, out / "batch_trends.csv")
+    write_csv(trend_df, out / "trends.csv")
+    write_csv(leg_df, out / "leg_trends.csv")
+    write_csv(advice_df, out / "advice.csv")
     outcomes = {str(k): int(v) for k, v in outcome_df.groupby("outcome")["count"].sum().items()}
     trends_done = time.perf_counter()
     gathers = int(totals["gathers"] or 0)

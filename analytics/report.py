@@ -155,11 +155,23 @@ def _collector_section(collector: str, data: ReportData, images: list[Path]) -> 
     )
 
 
+#: How the tables and their CSV files write a time (a window's start): always with the
+#: time of day, which pandas leaves out of a CSV column whose times all fall at midnight.
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """Write ``frame`` as the CSV file the report's table of it shows, times included."""
+    frame.to_csv(path, index=False, date_format=TIME_FORMAT)
+
+
 def _cell(value: Any) -> str:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return ""
     if isinstance(value, float):
         return f"{value:.3f}"
+    if isinstance(value, pd.Timestamp):
+        return value.strftime(TIME_FORMAT)
     return str(value)
 
 
