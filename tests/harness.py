@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec, default_queues
+from mqgather.runtime.temporal import temporal_cli
 from workers.worker import build_worker
 from workflows.models import GatherResult, gather_id
 
@@ -193,6 +195,44 @@ async def connect_when_up(address: str, attempts: int = 300) -> Client:
         except RuntimeError:
             await asyncio.sleep(0.2)  # the server is starting
     raise AssertionError(f"Temporal at {address} did not start")
+
+
+async def start_dev_server(
+    log_dir: Path, args_for: Callable[[list[int]], list[str]], ports: int, tries: int = 3
+) -> tuple[subprocess.Popen[bytes], Client, list[int]]:
+    """A dev server of its own, ``temporal`` run with ``args_for(ports)`` on ``ports`` free
+    ports, and a client of it once it answers.
+
+    A port found free can be taken before the server binds it (the server picks ports of
+    its own as it starts), and the server then exits: it is started again on new ports,
+    up to ``tries`` times. Its output goes to ``log_dir``, and a failure quotes it.
+    """
+    log = log_dir / "dev-server-0.log"
+    for attempt in range(tries):
+        chosen = free_ports(ports)
+        log = log_dir / f"dev-server-{attempt}.log"
+        with log.open("wb") as out:
+            server = subprocess.Popen(
+                [temporal_cli(), *args_for(chosen)], stdout=out, stderr=subprocess.STDOUT
+            )
+        for _ in range(300):
+            if server.poll() is not None:
+                break  # it exited while starting: try again on other ports
+            try:
+                client = await Client.connect(
+                    f"localhost:{chosen[0]}", data_converter=pydantic_data_converter
+                )
+            except RuntimeError:
+                await asyncio.sleep(0.2)  # the server is starting
+                continue
+            return server, client, chosen
+        else:
+            server.kill()
+            server.wait(30)
+            said = log.read_text()[-2000:]
+            raise AssertionError(f"the dev server did not answer in 60 s: {said}")
+    said = log.read_text()[-2000:]
+    raise AssertionError(f"the dev server exited {tries} times as it started: {said}")
 
 
 def free_port() -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import urllib.request
 import uuid
 
@@ -19,9 +18,8 @@ from mqgather.runtime.temporal import (
     connect_config,
     dev_server_args,
     grpc_compression,
-    temporal_cli,
 )
-from tests.harness import connect_when_up, free_ports
+from tests.harness import start_dev_server
 
 
 def test_compression_is_off_unless_gzip_is_asked_for(monkeypatch):
@@ -71,14 +69,13 @@ def _partitions(metrics: str, task_queue: str) -> set[str]:
 
 
 async def test_the_dev_server_mqgather_starts_runs_one_partition_per_task_queue(tmp_path):
-    port, metrics_port, ui_port = free_ports(3)
-    args = [*dev_server_args(str(tmp_path / "t.db"), port, ui_port), "--headless",
-            "--metrics-port", str(metrics_port)]  # fmt: skip
-    server = subprocess.Popen(
-        [temporal_cli(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    def args_for(ports: list[int]) -> list[str]:
+        port, metrics_port, ui_port = ports
+        return [*dev_server_args(str(tmp_path / "t.db"), port, ui_port), "--headless",
+                "--metrics-port", str(metrics_port)]  # fmt: skip
+
+    server, client, (_, metrics_port, _) = await start_dev_server(tmp_path, args_for, 3)
     try:
-        client = await connect_when_up(f"localhost:{port}")
         task_queue = f"partitions-{uuid.uuid4().hex[:10]}"
         async with Worker(client, task_queue=task_queue, workflows=[Nothing],
                           workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
