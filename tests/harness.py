@@ -187,9 +187,18 @@ async def until(get: Any, check: Any, timeout: float = 20.0) -> Any:
     raise AssertionError(f"condition not met within {timeout}s; last seen {last}")
 
 
-async def connect_when_up(address: str, attempts: int = 300) -> Client:
-    """A client (the pydantic converter) of a dev server that may still be starting."""
+class ServerExited(AssertionError):
+    """The dev server being waited for exited before it answered."""
+
+
+async def connect_when_up(
+    address: str, attempts: int = 300, server: subprocess.Popen[bytes] | None = None
+) -> Client:
+    """A client (the pydantic converter) of a dev server that may still be starting;
+    :class:`ServerExited` as soon as ``server``, when given, has exited."""
     for _ in range(attempts):
+        if server is not None and server.poll() is not None:
+            raise ServerExited(f"Temporal at {address} exited as it started")
         try:
             return await Client.connect(address, data_converter=pydantic_data_converter)
         except RuntimeError:
@@ -217,22 +226,17 @@ async def start_dev_server(
             server = subprocess.Popen(
                 [cli, *args_for(chosen)], stdout=out, stderr=subprocess.STDOUT
             )
-        for _ in range(300):
-            if server.poll() is not None:
-                break  # it exited while starting: try again on other ports
-            try:
-                client = await Client.connect(
-                    f"localhost:{chosen[0]}", data_converter=pydantic_data_converter
-                )
-            except RuntimeError:
-                await asyncio.sleep(0.2)  # the server is starting
-                continue
-            return server, client, chosen
-        else:
+        try:
+            client = await connect_when_up(f"localhost:{chosen[0]}", server=server)
+        except ServerExited:
+            continue  # try again on other ports
+        except AssertionError:
             server.kill()
             server.wait(30)
-            said = log.read_text()[-2000:]
-            raise AssertionError(f"the dev server did not answer in 60 s: {said}")
+            raise AssertionError(
+                f"the dev server did not answer: {log.read_text()[-2000:]}"
+            ) from None
+        return server, client, chosen
     said = log.read_text()[-2000:]
     raise AssertionError(f"the dev server exited {tries} times as it started: {said}")
 
