@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,10 +19,10 @@ from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import PROP_REASON
 from mqgather.runtime.temporal import dev_server_args
 from tests.harness import (
-    connect_when_up,
     free_ports,
     pipeline,
     processes_mentioning,
+    start_dev_server,
     status,
     until,
 )
@@ -149,13 +148,12 @@ async def test_message_backed_out_bothresh_times_goes_to_boqname(temporal_env, t
 
 
 async def test_temporal_stopped_while_replies_arrive_loses_nothing(tmp_path):
-    binary = shutil.which("temporal")
-    assert binary
-    port, ui = free_ports(2)
-    server_args = [binary, *dev_server_args(str(tmp_path / "t.db"), port, ui), "--headless"]
-    server = subprocess.Popen(server_args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def args_for(ports: list[int]) -> list[str]:
+        return [*dev_server_args(str(tmp_path / "t.db"), *ports), "--headless"]
+
+    server, client, ports = await start_dev_server(tmp_path, args_for, 2)
+    server_args = [server.args[0], *args_for(ports)]
     try:
-        client = await connect_when_up(f"localhost:{port}")
         spec = AggregateSpec(name="outage", legs=LEGS, timeout_seconds=300)
         async with pipeline(client, tmp_path, [spec], bothresh=5) as p:
             gathers = [await p.scatter(spec) for _ in range(3)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -10,8 +11,8 @@ import time
 
 import pytest
 
-from mqgather.runtime.temporal import dev_server_args, temporal_cli
-from tests.harness import free_ports
+from mqgather.runtime.temporal import dev_server_args
+from tests.harness import start_dev_server
 
 
 def _wait_for(
@@ -28,11 +29,12 @@ def _wait_for(
 
 @pytest.mark.timeout(180)
 def test_a_worker_that_loses_the_server_logs_the_cores_warnings_without_escape_codes(tmp_path):
-    port, ui_port = free_ports(2)
-    server = subprocess.Popen(
-        [temporal_cli(), *dev_server_args(str(tmp_path / "t.db"), port, ui_port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    def args_for(ports: list[int]) -> list[str]:
+        return dev_server_args(str(tmp_path / "t.db"), *ports)
+
+    # Up and answering before the worker starts: a server that exits as it starts (a
+    # port taken meanwhile) is started again on other ports.
+    server, _, (port, _) = asyncio.run(start_dev_server(tmp_path, args_for, 2))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))}
     env["TEMPORAL_ADDRESS"] = f"localhost:{port}"
     worker = subprocess.Popen(
