@@ -199,8 +199,18 @@ async def connect_when_up(
     for _ in range(attempts):
         if server is not None and server.poll() is not None:
             raise ServerExited(f"Temporal at {address} exited as it started")
+        connecting = asyncio.ensure_future(
+            Client.connect(address, data_converter=pydantic_data_converter)
+        )
+        # Another process listening on the port would hold the connection for as long as
+        # the client waits: the server's exit ends the wait.
+        while server is not None and not connecting.done():
+            await asyncio.wait({connecting}, timeout=0.2)
+            if not connecting.done() and server.poll() is not None:
+                connecting.cancel()
+                raise ServerExited(f"Temporal at {address} exited as it started")
         try:
-            return await Client.connect(address, data_converter=pydantic_data_converter)
+            return await connecting
         except RuntimeError:
             await asyncio.sleep(0.2)  # the server is starting
     raise AssertionError(f"Temporal at {address} did not start")

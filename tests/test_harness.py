@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
 import tests.harness as harness
 from mqgather.runtime.temporal import dev_server_args
 
 
+@pytest.mark.parametrize("listening", [False, True], ids=["bound", "listening"])
+@pytest.mark.timeout(20)  # a client left waiting on the listener waits 30 s
 async def test_a_dev_server_whose_port_is_taken_as_it_starts_is_started_on_others(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, listening
 ):
     # The first ports handed out are taken before the server binds them, as another
-    # process can take a port found free; the second are free. (Bound, not listening: a
-    # client's connection is refused at once instead of waiting on a peer that never
-    # answers.)
+    # process can take a port found free; the second are free. A process listening on
+    # the port never answers the client: the wait ends when the server exits, not when
+    # the client gives up.
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
+    if listening:
+        taken.listen()
     found = harness.free_ports
     handed: list[list[int]] = []
 
