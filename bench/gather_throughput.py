@@ -20,7 +20,9 @@ the gathers' worker keeps gathers, so that at a level both workers hold and evic
     worker's CPU per workflow and their time from the signal at the server to the task's
     completion, the same span as stages 3 to 6 of the gather; for (c) and (d), the full
     garbage collections that stopped each worker meanwhile, and the longest (the workers
-    run under ``bench.gcwatch``);
+    run under ``bench.gcwatch``), and how long each process waited for a core per ms it
+    ran on one (the kernel's schedstat): the two measures share two cores with the
+    server, and what mqgather's processes add lengthens every process's waits;
 (e) the floor's shape as fast as the server takes it, then again with the gather's
     visibility (its search attributes, summary and details at start, the upsert of its
     close): with the ceiling, what the platform alone can do for a gather the operators
@@ -105,6 +107,36 @@ def cpu_times(pid: int) -> tuple[float, float]:
 
 def _cpu_seconds(pid: int) -> float:
     return sum(cpu_times(pid))
+
+
+#: A process's threads: per thread id, ms it has run on a core and ms it has waited
+#: runnable for one (the kernel's schedstat).
+Threads = dict[str, tuple[float, float]]
+
+
+def threads_scheduled(pid: int) -> Threads:
+    """Per thread of ``pid`` alive now, ms on a core and ms waiting for one."""
+    found: Threads = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            on, waited, _ = (task / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue  # the thread ended while the others were read
+        found[task.name] = (int(on) / 1e6, int(waited) / 1e6)
+    return found
+
+
+def waits_per_run(before: list[Threads], after: list[Threads]) -> float:
+    """ms the processes' threads waited for a core per ms they ran on one, between two
+    readings of each process (:func:`threads_scheduled`). A thread started in between
+    counts from its start; one that ended in between is left out."""
+    run = waited = 0.0
+    for was, now in zip(before, after, strict=True):
+        for tid, (on, queued) in now.items():
+            on0, queued0 = was.get(tid, (0.0, 0.0))
+            run += on - on0
+            waited += queued - queued0
+    return waited / run if run > 0 else 0.0
 
 
 async def settle(pid: int, below: float = 0.15, limit: float = 180) -> None:
@@ -551,6 +583,10 @@ class Level:
     #: The pauses (ms) of the full garbage collections of the gathers' workers during
     #: (c) ("gather") and of the floor's worker during (d) ("floor").
     full_collections: dict[str, list[float]] = field(default_factory=dict)
+    #: ms waiting for a core per ms on one (:func:`waits_per_run`): during (c) the
+    #: server's, the workers' and the bridges' ("server (c)"...), during (d) the server's
+    #: and the floor's worker's ("server (d)", "floor (d)").
+    waits: dict[str, float] = field(default_factory=dict)
 
     def in_temporal(self) -> list[float]:
         """Per gather, ms from the signal at the server to the task's completion."""
@@ -660,7 +696,18 @@ async def main(
                     workers_before = sum(_cpu_seconds(pid) for pid in roles["workers"])
                     paced_n = min(n, 300)
                     paced_from = time.time()
+                    # How long the processes wait for a core while the gathers are paced:
+                    # the two cores are shared by the server, mqgather's processes and
+                    # this bench.
+                    queued = {who: [threads_scheduled(p) for p in ps]
+                              for who, ps in roles.items()}  # fmt: skip
                     last_put = await latency(qm, f"LAT-{level}-{run}-", paced_n, bare / 2)
+                    waits = {
+                        f"{who} (c)": waits_per_run(
+                            queued[who], [threads_scheduled(p) for p in roles[who]]
+                        )
+                        for who in roles
+                    }
                     paced_to = time.time()
                     totals, stages = await breakdown(client, qm, last_put, PayloadCipher(ring))
                     paced_cpu = (
@@ -676,9 +723,13 @@ async def main(
                     # The worker's parts are measured once per level, with plain payloads.
                     parts_due = run == 0 and not ring
                     floor_from = time.time()
+                    queued = {"server": [threads_scheduled(server_pid)],
+                              "floor": [threads_scheduled(trivial)]}  # fmt: skip
                     floor_cpu, floor_spans, floor_sample = await floor(
                         client, trivial, floor_n, bare / 2, SHAPE_SAMPLE if parts_due else 0
                     )
+                    for who, pid in (("server", server_pid), ("floor", trivial)):
+                        waits[f"{who} (d)"] = waits_per_run(queued[who], [threads_scheduled(pid)])
                     full_collections = {
                         "gather": [p for log in worker_logs
                                    for p in gcwatch.pauses(log, paced_from, paced_to)],
@@ -723,6 +774,7 @@ async def main(
                             speeds,
                             server,
                             full_collections,
+                            waits,
                         )
                     )
                     print(f"[{level:,} open] " + row(results[-1], results[0].e2e, n), flush=True)
@@ -760,6 +812,13 @@ def record_level(r: Level, n: int) -> None:
     for name in FLOOR_STAGES:
         record(Figure("gather", f"{name} p50 ms, {at}", _q(gather[name], 50), "ms",
                       _q(r.floor_stages[name], 50), "floor's"))  # fmt: skip
+    # How crowded the two cores were: each process's wait for a core, gathers' measure
+    # beside the floor's.
+    for who, paced, floor_ in (("server", "server (c)", "server (d)"),
+                               ("worker", "workers (c)", "floor (d)")):  # fmt: skip
+        if paced in r.waits and floor_ in r.waits:
+            record(Figure("gather", f"{who}'s ms waiting for a core per ms run, {at}",
+                          r.waits[paced], "ms", r.waits[floor_], "floor's measure"))  # fmt: skip
     record(Figure("gather", f"bridge CPU ms per gather, {at}", 1000 * r.cpu["bridges"] / n,
                   "ms", target=TARGET_BRIDGE_MS))  # fmt: skip
     # Where end to end's gap to the ceiling goes: the floor's local activity, the server's
@@ -846,6 +905,7 @@ def report(results: list[Level], n: int, title: str) -> None:
                 ]
                 for who in ("gather", "floor")
             },
+            **_wait_rows(results),
         },
     )
     _table(
@@ -863,6 +923,26 @@ def report(results: list[Level], n: int, title: str) -> None:
             "server CPU ms: gather (a)": [f"{1000 * r.cpu['server'] / n:.1f}" for r in results],
         },
     )
+
+
+#: The rows of :func:`_wait_rows`: label, and the key in :attr:`Level.waits`.
+_WAIT_ROWS = (
+    ("queued per ms run, server (c)", "server (c)"),
+    ("queued per ms run, server (d)", "server (d)"),
+    ("queued per ms run, worker (c)", "workers (c)"),
+    ("queued per ms run, floor (d)", "floor (d)"),
+    ("queued per ms run, bridge (c)", "bridges (c)"),
+)
+
+
+def _wait_rows(results: list[Level]) -> dict[str, list[str]]:
+    """ms each process waited for a core per ms it ran on one: in the gathers' measure
+    (c) the server, the gathers' workers and the bridges; in the floor's (d) the server
+    and the floor's worker."""
+    return {
+        label: [f"{r.waits[key]:.2f}" if key in r.waits else "-" for r in results]
+        for label, key in _WAIT_ROWS
+    }
 
 
 def _collections(pauses: list[float]) -> str:

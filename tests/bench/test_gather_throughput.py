@@ -4,8 +4,11 @@ and at a level of open gathers holds as many open workflows of its own."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,9 +23,12 @@ from bench.gather_throughput import (
     Level,
     _collections,
     _start_trivial,
+    _wait_rows,
     floor_stages,
     open_floor,
+    threads_scheduled,
     trivial_worker,
+    waits_per_run,
 )
 from bench.trivial import TrivialLocalWorkflow, nothing
 from mqgather.constants import DEFAULT_MAX_CACHED_GATHERS
@@ -125,3 +131,39 @@ def test_a_gathers_stages_are_cut_as_the_floors_are():
 def test_a_measure_reports_its_full_collections_and_the_longest() -> None:
     assert _collections([]) == "0"
     assert _collections([39.2, 176.4, 88.0]) == "3, 176 ms"
+
+
+def test_a_process_threads_time_on_a_core_is_read_per_thread() -> None:
+    def spin() -> None:
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+
+    before = threads_scheduled(os.getpid())
+    spin()
+    after = threads_scheduled(os.getpid())
+    main = str(threading.get_native_id())
+    assert after[main][0] - before[main][0] >= 40  # ms on a core, this thread's spin
+    assert all(run >= 0 and waited >= 0 for run, waited in after.values())
+
+
+def test_waits_are_per_ms_run_over_the_threads_alive_at_both_readings_or_started_between() -> None:
+    before = [{"1": (100.0, 50.0), "2": (10.0, 10.0)}, {"9": (0.0, 0.0)}]
+    after = [
+        # Thread 2 ended between the readings; thread 3 started: it counts from its start.
+        {"1": (140.0, 70.0), "3": (20.0, 30.0)},
+        {"9": (40.0, 20.0)},
+    ]
+    assert waits_per_run(before, after) == (20 + 30 + 20) / (40 + 20 + 40)
+    assert waits_per_run([{}], [{}]) == 0.0
+
+
+def test_the_floor_table_shows_each_wait_and_a_dash_where_none_was_measured() -> None:
+    level = Level(0, 1.0, 1.0, {}, [], [], {}, 1.0, {}, 1.0, {}, {},
+                  waits={"server (c)": 0.72, "server (d)": 0.6, "workers (c)": 1.8,
+                         "floor (d)": 1.7, "bridges (c)": 1.234})  # fmt: skip
+    older = Level(0, 1.0, 1.0, {}, [], [], {}, 1.0, {}, 1.0, {}, {})
+    rows = _wait_rows([level, older])
+    assert rows["queued per ms run, server (c)"] == ["0.72", "-"]
+    assert rows["queued per ms run, floor (d)"] == ["1.70", "-"]
+    assert rows["queued per ms run, bridge (c)"] == ["1.23", "-"]
