@@ -818,7 +818,7 @@ def record_level(r: Level, n: int) -> None:
                                ("worker", "workers (c)", "floor (d)")):  # fmt: skip
         if paced in r.waits and floor_ in r.waits:
             record(Figure("gather", f"{who}'s ms waiting for a core per ms run, {at}",
-                          r.waits[paced], "ms", r.waits[floor_], "floor's measure"))  # fmt: skip
+                          r.waits[paced], "ms/ms", r.waits[floor_], "floor's measure"))  # fmt: skip
     record(Figure("gather", f"bridge CPU ms per gather, {at}", 1000 * r.cpu["bridges"] / n,
                   "ms", target=TARGET_BRIDGE_MS))  # fmt: skip
     # Where end to end's gap to the ceiling goes: the floor's local activity, the server's
