@@ -139,6 +139,21 @@ def waits_per_run(before: list[Threads], after: list[Threads]) -> float:
     return waited / run if run > 0 else 0.0
 
 
+class CoreWaits:
+    """:func:`waits_per_run` of each group of processes, from now until :meth:`stop`."""
+
+    def __init__(self, groups: dict[str, list[int]]) -> None:
+        self.groups = groups
+        self.before = {who: [threads_scheduled(p) for p in pids] for who, pids in groups.items()}
+
+    def stop(self) -> dict[str, float]:
+        """Per group, ms its processes' threads waited for a core per ms on one."""
+        return {
+            who: waits_per_run(self.before[who], [threads_scheduled(p) for p in pids])
+            for who, pids in self.groups.items()
+        }
+
+
 async def settle(pid: int, below: float = 0.15, limit: float = 180) -> None:
     """Wait until the server's CPU stays under ``below`` of a core for 2 s (or ``limit``
     s pass), so that no level is measured while the server still works off the opening
@@ -327,11 +342,17 @@ async def floor_stages(handle: WorkflowHandle) -> dict[str, float]:
 
 
 async def floor(
-    client: Client, pid: int, n: int, rate: float, keep: int = 0
-) -> tuple[float, dict[str, list[float]], list[WorkflowHistory]]:
+    client: Client,
+    pid: int,
+    n: int,
+    rate: float,
+    keep: int = 0,
+    watch: dict[str, list[int]] | None = None,
+) -> tuple[float, dict[str, list[float]], list[WorkflowHistory], dict[str, float]]:
     """Start ``n`` TrivialLocal workflows at ``rate``/s: their worker's CPU ms per workflow,
     per stage the ms of each from the signal at the server to the task's completion
-    (:data:`FLOOR_STAGES`), and the histories of the first ``keep``."""
+    (:data:`FLOOR_STAGES`), the histories of the first ``keep``, and the :class:`CoreWaits`
+    of the ``watch`` processes while the workflows ran."""
     run = f"{time.time_ns()}"
 
     async def one(i: int) -> WorkflowHandle:
@@ -340,13 +361,15 @@ async def floor(
         return handle
 
     before = _cpu_seconds(pid)
+    waiting = CoreWaits(watch or {})
     runs = [asyncio.create_task(one(i)) async for i in paced(n, rate)]
     handles = await asyncio.gather(*runs)
+    waits = waiting.stop()
     cpu_ms = 1000 * (_cpu_seconds(pid) - before) / n
     # Read once every run is done, as the gathers' are: reading would slow the server.
     spans = [await floor_stages(handle) for handle in handles]
     stages = {name: [span[name] for span in spans] for name in FLOOR_STAGES}
-    return cpu_ms, stages, [await h.fetch_history() for h in handles[:keep]]
+    return cpu_ms, stages, [await h.fetch_history() for h in handles[:keep]], waits
 
 
 def put_gathers(qm: LocalQueueManager, prefix: str, n: int, legs: tuple[str, ...]) -> None:
@@ -699,15 +722,9 @@ async def main(
                     # How long the processes wait for a core while the gathers are paced:
                     # the two cores are shared by the server, mqgather's processes and
                     # this bench.
-                    queued = {who: [threads_scheduled(p) for p in ps]
-                              for who, ps in roles.items()}  # fmt: skip
+                    waiting = CoreWaits(roles)
                     last_put = await latency(qm, f"LAT-{level}-{run}-", paced_n, bare / 2)
-                    waits = {
-                        f"{who} (c)": waits_per_run(
-                            queued[who], [threads_scheduled(p) for p in roles[who]]
-                        )
-                        for who in roles
-                    }
+                    waits = {f"{who} (c)": w for who, w in waiting.stop().items()}
                     paced_to = time.time()
                     totals, stages = await breakdown(client, qm, last_put, PayloadCipher(ring))
                     paced_cpu = (
@@ -723,13 +740,15 @@ async def main(
                     # The worker's parts are measured once per level, with plain payloads.
                     parts_due = run == 0 and not ring
                     floor_from = time.time()
-                    queued = {"server": [threads_scheduled(server_pid)],
-                              "floor": [threads_scheduled(trivial)]}  # fmt: skip
-                    floor_cpu, floor_spans, floor_sample = await floor(
-                        client, trivial, floor_n, bare / 2, SHAPE_SAMPLE if parts_due else 0
+                    floor_cpu, floor_spans, floor_sample, floor_waits = await floor(
+                        client,
+                        trivial,
+                        floor_n,
+                        bare / 2,
+                        SHAPE_SAMPLE if parts_due else 0,
+                        watch={"server": [server_pid], "floor": [trivial]},
                     )
-                    for who, pid in (("server", server_pid), ("floor", trivial)):
-                        waits[f"{who} (d)"] = waits_per_run(queued[who], [threads_scheduled(pid)])
+                    waits.update({f"{who} (d)": w for who, w in floor_waits.items()})
                     full_collections = {
                         "gather": [p for log in worker_logs
                                    for p in gcwatch.pauses(log, paced_from, paced_to)],
