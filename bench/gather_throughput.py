@@ -126,17 +126,19 @@ def threads_scheduled(pid: int) -> Threads:
     return found
 
 
-def waits_per_run(before: list[Threads], after: list[Threads]) -> float:
+def waits_per_run(before: list[Threads], after: list[Threads]) -> float | None:
     """ms the processes' threads waited for a core per ms they ran on one, between two
     readings of each process (:func:`threads_scheduled`). A thread started in between
-    counts from its start; one that ended in between is left out."""
+    counts from its start; one that ended in between is left out. None when no thread
+    ran at all between the readings (or the kernel keeps no schedstat): nothing to
+    divide, shown as not measured rather than as no wait."""
     run = waited = 0.0
     for was, now in zip(before, after, strict=True):
         for tid, (on, queued) in now.items():
             on0, queued0 = was.get(tid, (0.0, 0.0))
             run += on - on0
             waited += queued - queued0
-    return waited / run if run > 0 else 0.0
+    return waited / run if run > 0 else None
 
 
 class CoreWaits:
@@ -147,11 +149,13 @@ class CoreWaits:
         self.before = {who: [threads_scheduled(p) for p in pids] for who, pids in groups.items()}
 
     def stop(self) -> dict[str, float]:
-        """Per group, ms its processes' threads waited for a core per ms on one."""
-        return {
+        """Per group, ms its processes' threads waited for a core per ms on one; a group
+        none of whose threads ran is left out (:func:`waits_per_run`)."""
+        waits = {
             who: waits_per_run(self.before[who], [threads_scheduled(p) for p in pids])
             for who, pids in self.groups.items()
         }
+        return {who: w for who, w in waits.items() if w is not None}
 
 
 async def settle(pid: int, below: float = 0.15, limit: float = 180) -> None:

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
@@ -20,6 +21,7 @@ from bench.gather_throughput import (
     FLOOR_OPEN_PREFIX,
     FLOOR_STAGES,
     STAGES,
+    CoreWaits,
     Level,
     _collections,
     _start_trivial,
@@ -155,7 +157,32 @@ def test_waits_are_per_ms_run_over_the_threads_alive_at_both_readings_or_started
         {"9": (40.0, 20.0)},
     ]
     assert waits_per_run(before, after) == (20 + 30 + 20) / (40 + 20 + 40)
-    assert waits_per_run([{}], [{}]) == 0.0
+    # Nothing ran (or no schedstat): not measured, so the table shows a dash, not 0.00.
+    assert waits_per_run([{}], [{}]) is None
+    assert waits_per_run([{"1": (5.0, 5.0)}], [{"1": (5.0, 9.0)}]) is None
+
+
+async def test_a_group_that_did_not_run_between_the_readings_is_left_out_not_shown_as_zero() -> (
+    None
+):
+    asleep = subprocess.Popen(["sleep", "30"])
+    try:
+        stat = Path(f"/proc/{asleep.pid}/stat")
+
+        async def state() -> str:
+            return stat.read_text().rsplit(")", 1)[1].split()[0]
+
+        await until(state, lambda s: s == "S", timeout=10)  # asleep, done starting
+        waiting = CoreWaits({"busy": [os.getpid()], "idle": [asleep.pid]})
+        end = time.thread_time() + 0.02
+        while time.thread_time() < end:
+            pass
+        waits = waiting.stop()
+    finally:
+        asleep.kill()
+        asleep.wait()
+    assert set(waits) == {"busy"}
+    assert waits["busy"] >= 0
 
 
 def test_the_floor_table_shows_each_wait_and_a_dash_where_none_was_measured() -> None:
