@@ -40,6 +40,60 @@ log = logging.getLogger("mqgather.codec")
 #: A request body larger than this is refused: the UI sends one event's payloads at once.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 _PATH = re.compile(r"^(?:/(?P<namespace>[A-Za-z0-9._-]+))?/(?P<op>encode|decode)/?$")
+# Proto JSON's bytes: the standard or the URL-safe alphabet, padded or not.
+_BASE64 = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
+
+
+class BadRequest(ValueError):
+    """A request the server refuses, with the HTTP status and why (said to the client)."""
+
+    def __init__(self, status: HTTPStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+def is_base64(text: object) -> bool:
+    """Whether ``text`` is base64 as proto JSON writes bytes, whole: protobuf's own parser
+    takes ``"!!!"`` as no bytes and stops at the first padding, so a payload mangled on
+    its way would be sealed or opened short without a word."""
+    if not isinstance(text, str) or _BASE64.fullmatch(text) is None:
+        return False
+    unpadded = text.rstrip("=")
+    if len(unpadded) % 4 == 1:
+        return False
+    return text == unpadded or len(text) % 4 == 0
+
+
+def parse_payloads(body: bytes) -> list[Payload]:
+    """The payloads of a request body, ``{"payloads": [<proto-JSON Payload>, ...]}``.
+
+    Raises:
+        BadRequest: naming what is wrong and, for a payload, its index.
+    """
+    try:
+        document = json.loads(body or b"{}")
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(HTTPStatus.BAD_REQUEST, f"not a payloads document ({exc})") from None
+    if not isinstance(document, dict):
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "not a payloads document (not a JSON object)")
+    items = document.get("payloads", [])
+    if not isinstance(items, list):
+        raise BadRequest(HTTPStatus.BAD_REQUEST, '"payloads" must be a list')
+    payloads = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise BadRequest(HTTPStatus.BAD_REQUEST, f"payload {index} is not a JSON object")
+        metadata = item.get("metadata", {})
+        values = list(metadata.values()) if isinstance(metadata, dict) else [None]
+        if not all(is_base64(v) for v in [*values, item.get("data", "")]):
+            raise BadRequest(
+                HTTPStatus.BAD_REQUEST, f"payload {index}: its data or metadata is not base64"
+            )
+        try:
+            payloads.append(json_format.ParseDict(item, Payload()))
+        except json_format.ParseError as exc:
+            raise BadRequest(HTTPStatus.BAD_REQUEST, f"payload {index}: {exc}") from None
+    return payloads
 
 
 def server_tls(cert: Path, key: Path) -> ssl.SSLContext:
@@ -126,15 +180,39 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Access-Control-Max-Age", "600")
             self.send_header("Vary", "Origin")
 
-    def _answer(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+    def _answer(self, status: HTTPStatus, body: dict[str, Any], close: bool = False) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self._cors()
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")
+        if close:
+            # The request's body may be unread: on a kept connection its bytes would be
+            # taken for the next request.
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(data)
+
+    def _body(self) -> bytes:
+        """The request's body, read whole once its length is known to be acceptable.
+
+        Raises:
+            BadRequest: a chunked body, or a length that is not a whole number of bytes
+                or is over :data:`MAX_BODY_BYTES` (nothing read).
+        """
+        if self.headers.get("Transfer-Encoding"):
+            raise BadRequest(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length")
+        given = (self.headers.get("Content-Length") or "0").strip()
+        if not (given.isascii() and given.isdigit()):
+            raise BadRequest(HTTPStatus.BAD_REQUEST, f"Content-Length {given!r} is not a length")
+        length = int(given)
+        if length > MAX_BODY_BYTES:
+            raise BadRequest(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY_BYTES} bytes"
+            )
+        return self.rfile.read(length)
 
     def do_OPTIONS(self) -> None:
         """The CORS preflight: no credentials are sent with it, so none are asked for."""
@@ -147,26 +225,26 @@ class _Handler(BaseHTTPRequestHandler):
         """``/encode`` or ``/decode``, optionally under ``/<namespace>``."""
         match = _PATH.match(self.path.split("?", 1)[0])
         if match is None:
-            self._answer(HTTPStatus.NOT_FOUND, {"error": "POST /encode or /decode"})
+            self._answer(HTTPStatus.NOT_FOUND, {"error": "POST /encode or /decode"}, close=True)
             return
         if not self.server.authorised(self.headers.get("Authorization")):
-            self._answer(HTTPStatus.UNAUTHORIZED, {"error": "a valid bearer token is required"})
+            error = {"error": "a valid bearer token is required"}
+            self._answer(HTTPStatus.UNAUTHORIZED, error, close=True)
             return
         namespace = match["namespace"] or self.headers.get("X-Namespace") or ""
         if self.server.namespaces and namespace not in self.server.namespaces:
-            self._answer(HTTPStatus.FORBIDDEN, {"error": f"namespace {namespace!r} not served"})
-            return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            self._answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
+            error = {"error": f"namespace {namespace!r} not served"}
+            self._answer(HTTPStatus.FORBIDDEN, error, close=True)
             return
         try:
-            document = json.loads(self.rfile.read(length) or b"{}")
-            payloads = [
-                json_format.ParseDict(item, Payload()) for item in document.get("payloads", [])
-            ]
-        except (ValueError, AttributeError, json_format.ParseError) as exc:
-            self._answer(HTTPStatus.BAD_REQUEST, {"error": f"not a payloads document ({exc})"})
+            body = self._body()
+        except BadRequest as exc:
+            self._answer(exc.status, {"error": str(exc)}, close=True)
+            return
+        try:
+            payloads = parse_payloads(body)
+        except BadRequest as exc:
+            self._answer(exc.status, {"error": str(exc)})
             return
         cipher = self.server.cipher
         try:

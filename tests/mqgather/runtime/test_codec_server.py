@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
 
 from mqgather.runtime.codec import KeyRing, PayloadCipher, is_sealed, new_key
-from mqgather.runtime.codec_server import CodecServer
+from mqgather.runtime.codec_server import MAX_BODY_BYTES, CodecServer, is_base64
 
 RING = KeyRing("k1", {"k1": new_key()})
 TOKEN = "t" * 32
@@ -113,3 +114,110 @@ def test_short_or_missing_tokens_are_refused_at_start():
         CodecServer(("127.0.0.1", 0), PayloadCipher(RING), ["short"])
     with pytest.raises(ValueError):
         CodecServer(("127.0.0.1", 0), PayloadCipher(RING), [])
+
+
+def _raw(srv: CodecServer, request: bytes) -> tuple[bytes, bool]:
+    """What the server sends back on one connection, and whether it closed it (within
+    5 s: a server that waits for more holds the connection open)."""
+    host, port = srv.server_address[:2]
+    with socket.create_connection((str(host), port), timeout=5) as conn:
+        conn.sendall(request)
+        got = b""
+        try:
+            while chunk := conn.recv(65536):
+                got += chunk
+        except TimeoutError:
+            return got, False
+    return got, True
+
+
+def _post(
+    body: bytes,
+    length: bytes | None = None,
+    token: str = TOKEN,
+    extra: bytes = b"",
+    op: bytes = b"decode",
+    last: bool = False,
+) -> bytes:
+    """A request as bytes; ``last`` asks the server to close the connection after it."""
+    length = str(len(body)).encode() if length is None else length
+    return (
+        b"POST /default/" + op + b" HTTP/1.1\r\nHost: codec\r\nContent-Length: " + length
+        + b"\r\n" + (b"Connection: close\r\n" if last else b"")
+        + b"Authorization: Bearer " + token.encode() + b"\r\n\r\n" + body + extra
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("length", [b"-1", b"abc", b"1e3", str(MAX_BODY_BYTES + 1).encode()])
+def test_a_length_that_is_not_a_whole_acceptable_number_is_refused_and_nothing_read(server, length):
+    # -1 once read to the end of the stream: past the size limit, and a thread held open.
+    got, closed = _raw(server, _post(b'{"payloads": []}', length=length))
+    assert closed, got
+    status = b"413" if length.isdigit() else b"400"
+    assert got.startswith(b"HTTP/1.1 " + status) and b"Connection: close" in got
+    assert got.count(b"HTTP/1.1") == 1
+
+
+def test_a_chunked_body_is_refused_as_needing_a_length(server):
+    request = (
+        b"POST /default/decode HTTP/1.1\r\nHost: codec\r\nTransfer-Encoding: chunked\r\n"
+        b"Authorization: Bearer " + TOKEN.encode() + b"\r\n\r\n10\r\n" + b'{"payloads": []}'
+        b"\r\n0\r\n\r\n"
+    )
+    got, closed = _raw(server, request)
+    assert closed and got.startswith(b"HTTP/1.1 411") and b"Content-Length" in got
+
+
+def test_a_refused_requests_unread_body_is_not_taken_for_the_next_request(server):
+    second = _post(b'{"payloads": []}')
+    got, closed = _raw(server, _post(b'{"payloads": []}', token="x" * 32, extra=second))
+    # Answered once, then closed: its body's bytes never parsed as a request line.
+    assert closed and got.startswith(b"HTTP/1.1 401") and got.count(b"HTTP/1.1") == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"payloads": 5}', b"must be a list"),
+        (b'{"payloads": [5]}', b"payload 0 is not a JSON object"),
+        (b'{"payloads": [{"data": "YQ=="}, null]}', b"payload 1 is not a JSON object"),
+        (b'"payloads"', b"not a JSON object"),
+        (b"[" * 100_000 + b"]" * 100_000, b"not a payloads document"),
+        (b'{"payloads": [{"data": "!!!"}]}', b"payload 0: its data or metadata is not base64"),
+        (b'{"payloads": [{"data": "YQ==YQ=="}]}', b"not base64"),
+        (b'{"payloads": [{"metadata": {"encoding": "!!"}}]}', b"not base64"),
+        (b'{"payloads": [{"metadata": 5}]}', b"not base64"),
+        (b'{"payloads": [{"data": 5}]}', b"not base64"),
+    ],
+)
+def test_a_malformed_document_is_refused_with_its_reason_and_the_server_keeps_serving(
+    server, body, reason
+):
+    # protobuf alone takes "!!!" as no bytes and "YQ==YQ==" as b"a": sealed or opened
+    # short, without a word.
+    got, closed = _raw(server, _post(body, last=True))
+    assert closed and got.startswith(b"HTTP/1.1 400") and reason in got, got[:300]
+    status, _, _ = _call(f"{server.url}/encode", [Payload(data=b"y")], **AUTH)
+    assert status == 200
+
+
+def test_bytes_in_either_base64_alphabet_padded_or_not_are_taken_whole(server):
+    # b"\xfb\xff" is "+/8=" in the standard alphabet and "-_8" URL-safe, unpadded.
+    for text in ("+/8=", "-_8"):
+        body = json.dumps({"payloads": [{"metadata": {"encoding": "YQ"}, "data": text}]})
+        got, closed = _raw(server, _post(body.encode(), op=b"encode", last=True))
+        assert closed and got.startswith(b"HTTP/1.1 200"), got[:300]
+        [sealed] = _payloads(got.split(b"\r\n\r\n", 1)[1])
+        assert is_sealed(sealed)
+        opened = PayloadCipher(RING).open(sealed)
+        assert opened.data == b"\xfb\xff" and opened.metadata["encoding"] == b"a"
+
+
+@pytest.mark.parametrize(
+    ("text", "whole"),
+    [("", True), ("YQ==", True), ("YQ", True), ("YWI=", True), ("YWI", True), ("-_8", True),
+     ("Y", False), ("YQ=", False), ("YQ==YQ==", False), ("!!!", False), ("a b", False),
+     (None, False), (5, False)],
+)  # fmt: skip
+def test_base64_is_whole_or_refused(text, whole):
+    assert is_base64(text) is whole
