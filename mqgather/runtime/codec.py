@@ -52,6 +52,8 @@ META_COMPRESSION = "encryption-compression"
 COMPRESSION_NONE = b"none"
 COMPRESSION_ZLIB = b"zlib"
 NONCE_BYTES = 12
+#: AES-GCM's authentication tag, at the end of every ciphertext.
+TAG_BYTES = 16
 KEY_BYTES = 32
 #: Key ids travel in every payload's metadata and in ``keys status``: short and plain.
 KEY_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -268,6 +270,12 @@ class PayloadCipher:
                 "and restart it"
             )
         data = payload.data
+        if len(data) < NONCE_BYTES + TAG_BYTES:
+            # Shorter than a nonce the cipher takes a ValueError, not a failed tag.
+            raise PayloadTampered(
+                f"a payload sealed with key id {name!r} holds {len(data)} bytes, too few to "
+                f"be sealed (a nonce and a tag take {NONCE_BYTES + TAG_BYTES}): it was altered"
+            )
         try:
             plain = aead.decrypt(
                 data[:NONCE_BYTES], data[NONCE_BYTES:], _associated(key_id, compression)

@@ -82,6 +82,15 @@ def test_the_metadata_is_bound_to_the_ciphertext():
         cipher.open(flipped)
 
 
+@pytest.mark.parametrize("length", [0, 5, 11, 12, 27])
+def test_a_sealed_payload_cut_short_is_refused_as_altered(length):
+    # Under 8 bytes the cipher itself raises a ValueError about its nonce.
+    cut = PayloadCipher(A).seal(_payload())
+    cut.data = cut.data[:length]
+    with pytest.raises(PayloadTampered, match="altered"):
+        PayloadCipher(A).open(cut)
+
+
 def test_a_missing_key_is_named_and_a_wrong_key_under_its_id_refused():
     sealed = PayloadCipher(A).seal(_payload())
     with pytest.raises(UnknownKey, match=r"key id 'a'.*\(b\)"):

@@ -89,6 +89,14 @@ def test_a_key_it_lacks_is_named_and_the_server_keeps_serving(server):
     assert status == 200
 
 
+def test_a_sealed_payload_cut_short_is_named_altered_and_the_server_keeps_serving(server):
+    cut = PayloadCipher(RING).seal(Payload(data=b"x"))
+    cut.data = cut.data[:5]  # under a nonce's length the cipher raised a bare ValueError
+    status, _, raw = _call(f"{server.url}/decode", [cut], **AUTH)
+    assert status == 422 and b"altered" in raw
+    assert _call(f"{server.url}/encode", [Payload(data=b"y")], **AUTH)[0] == 200
+
+
 def test_cors_answers_the_configured_ui_origin_only(server):
     status, headers, _ = _call(f"{server.url}/decode", [], method="OPTIONS", Origin=UI,
                                **{"Access-Control-Request-Method": "POST"})  # fmt: skip
