@@ -451,6 +451,19 @@ def _json_bytes(text: str) -> bytes:
 _URL_SAFE = str.maketrans("-_", "+/")
 
 
+def is_json_bytes(value: object) -> bool:
+    """Whether ``value`` is proto-JSON bytes whole. protobuf's own parser reads ``"!!!"``
+    as no bytes and stops at the first padding: a payload mangled on its way would be
+    sealed or opened short without a word."""
+    if not isinstance(value, str):
+        return False
+    try:
+        _json_bytes(value)
+    except binascii.Error:
+        return False
+    return True
+
+
 def _json_payload(payload: Payload) -> dict[str, Any]:
     """``payload`` as ``json_format.MessageToDict`` writes it."""
     if payload.external_payloads:

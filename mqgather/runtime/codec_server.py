@@ -33,15 +33,13 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
 
 from mqgather.errors import ConfigError
-from mqgather.runtime.codec import PayloadCipher, SealedPayloadError
+from mqgather.runtime.codec import PayloadCipher, SealedPayloadError, is_json_bytes
 
 log = logging.getLogger("mqgather.codec")
 
 #: A request body larger than this is refused: the UI sends one event's payloads at once.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 _PATH = re.compile(r"^(?:/(?P<namespace>[A-Za-z0-9._-]+))?/(?P<op>encode|decode)/?$")
-# Proto JSON's bytes: the standard or the URL-safe alphabet, padded or not.
-_BASE64 = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
 
 
 class BadRequest(ValueError):
@@ -50,18 +48,6 @@ class BadRequest(ValueError):
     def __init__(self, status: HTTPStatus, reason: str) -> None:
         super().__init__(reason)
         self.status = status
-
-
-def is_base64(text: object) -> bool:
-    """Whether ``text`` is base64 as proto JSON writes bytes, whole: protobuf's own parser
-    takes ``"!!!"`` as no bytes and stops at the first padding, so a payload mangled on
-    its way would be sealed or opened short without a word."""
-    if not isinstance(text, str) or _BASE64.fullmatch(text) is None:
-        return False
-    unpadded = text.rstrip("=")
-    if len(unpadded) % 4 == 1:
-        return False
-    return text == unpadded or len(text) % 4 == 0
 
 
 def parse_payloads(body: bytes) -> list[Payload]:
@@ -85,7 +71,7 @@ def parse_payloads(body: bytes) -> list[Payload]:
             raise BadRequest(HTTPStatus.BAD_REQUEST, f"payload {index} is not a JSON object")
         metadata = item.get("metadata", {})
         values = list(metadata.values()) if isinstance(metadata, dict) else [None]
-        if not all(is_base64(v) for v in [*values, item.get("data", "")]):
+        if not all(is_json_bytes(v) for v in [*values, item.get("data", "")]):
             raise BadRequest(
                 HTTPStatus.BAD_REQUEST, f"payload {index}: its data or metadata is not base64"
             )

@@ -24,6 +24,7 @@ from mqgather.runtime.codec import (
     SharedPydanticPayloadConverter,
     UnknownKey,
     data_converter,
+    is_json_bytes,
     key_ids_in,
     load_key_ring,
     new_key,
@@ -257,3 +258,13 @@ def test_a_bad_key_ring_is_named_without_its_keys(ring, says):
     assert says in str(info.value)
     for value in ring["keys"].values():
         assert value not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "whole"),
+    [("", True), ("YQ==", True), ("YQ", True), ("YWI=", True), ("YWI", True), ("-_8", True),
+     ("YQ=", True), ("Y", False), ("YQ==YQ==", False), ("!!!", False), ("a b", False),
+     (None, False), (5, False)],
+)  # fmt: skip
+def test_base64_is_whole_or_refused(text, whole):
+    assert is_json_bytes(text) is whole
