@@ -22,6 +22,7 @@ import os
 import re
 import secrets
 import stat
+import tempfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -169,12 +170,26 @@ def read_key_ring_file(path: Path) -> KeyRing:
 
 
 def write_key_ring_file(path: Path, ring: KeyRing) -> None:
-    """Store ``ring`` in ``path`` (mode 600), replacing the file in one step."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(ring.to_file_model().model_dump_json(indent=1) + "\n")
-    tmp.replace(path)
+    """Store ``ring`` in ``path`` (mode 600), replacing the file in one step, on disk
+    before it replaces the old one (a ring lost in a crash leaves every sealed payload
+    unreadable)."""
+    # A file of its own, made 600 and exclusively: a fixed name could be a file left
+    # readable by others, or a link to elsewhere, which opening it would write through.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(ring.to_file_model().model_dump_json(indent=1) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def load_key_ring(env: Mapping[str, str] | None = None) -> KeyRing | None:

@@ -242,6 +242,23 @@ def test_the_key_ring_comes_from_the_environment_or_a_private_file(tmp_path):
         read_key_ring_file(path)
 
 
+def test_a_key_ring_is_written_through_a_file_of_its_own_never_a_name_left_there(tmp_path):
+    path = tmp_path / "keys.json"
+    # What the fixed name once used could find: a file readable by others, and a link.
+    left = tmp_path / ".keys.json.tmp"
+    left.write_text("left")
+    left.chmod(0o644)
+    write_key_ring_file(path, A)
+    assert oct(path.stat().st_mode & 0o777) == "0o600" and read_key_ring_file(path) == A
+    assert left.read_text() == "left"
+    left.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    left.symlink_to(elsewhere)
+    write_key_ring_file(path, KeyRing("b", {"b": new_key()}))
+    assert not elsewhere.exists() and read_key_ring_file(path).active == "b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".keys.json.tmp", "keys.json"]
+
+
 @pytest.mark.parametrize(
     ("ring", "says"),
     [
