@@ -39,6 +39,9 @@ log = logging.getLogger("mqgather.codec")
 
 #: A request body larger than this is refused: the UI sends one event's payloads at once.
 MAX_BODY_BYTES = 16 * 1024 * 1024
+#: A connection that sends nothing for this long (a request, its body, a TLS handshake)
+#: is closed: each holds a thread, so one left open would hold it for good.
+IDLE_SECONDS = 30.0
 _PATH = re.compile(r"^(?:/(?P<namespace>[A-Za-z0-9._-]+))?/(?P<op>encode|decode)/?$")
 
 
@@ -110,6 +113,7 @@ class CodecServer(ThreadingHTTPServer):
         origins: Sequence[str] = (),
         namespaces: Sequence[str] = (),
         tls: ssl.SSLContext | None = None,
+        idle_seconds: float = IDLE_SECONDS,
     ) -> None:
         if not tokens or any(len(t) < 16 for t in tokens):
             raise ValueError("the codec server needs tokens of at least 16 characters")
@@ -117,6 +121,7 @@ class CodecServer(ThreadingHTTPServer):
         self.tokens = [t.encode() for t in tokens]
         self.origins = frozenset(o.rstrip("/") for o in origins)
         self.namespaces = frozenset(namespaces)
+        self.idle_seconds = idle_seconds
         super().__init__(address, _Handler)
         self.tls = tls is not None
         if tls is not None:
@@ -150,6 +155,12 @@ class CodecServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: CodecServer
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        # The socket's timeout: the request line, the headers, the body and (over TLS)
+        # the handshake each wait at most this long; the handler then closes.
+        super().setup()
+        self.connection.settimeout(self.server.idle_seconds)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.client_address[0], *args)

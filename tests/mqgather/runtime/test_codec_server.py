@@ -219,3 +219,20 @@ def test_bytes_in_either_base64_alphabet_padded_or_not_are_taken_whole(server):
         assert is_sealed(sealed)
         opened = PayloadCipher(RING).open(sealed)
         assert opened.data == b"\xfb\xff" and opened.metadata["encoding"] == b"a"
+
+
+def test_a_connection_that_sends_nothing_or_stops_mid_body_is_closed_not_held():
+    srv = CodecServer(("127.0.0.1", 0), PayloadCipher(RING), [TOKEN], idle_seconds=0.5)
+    srv.start()
+    try:
+        # Each such connection held a thread for as long as the client kept it open.
+        for request in (b"", _post(b'{"payloads": []}')[:-5]):
+            got, closed = _raw(srv, request)
+            assert closed and got == b""
+        assert (
+            _call(f"{srv.url}/encode", [Payload(data=b"y")], Authorization=f"Bearer {TOKEN}")[0]
+            == 200
+        )
+    finally:
+        srv.shutdown()
+        srv.server_close()
