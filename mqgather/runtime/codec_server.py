@@ -42,6 +42,9 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 #: A connection that sends nothing for this long (a request, its body, a TLS handshake)
 #: is closed: each holds a thread, so one left open would hold it for good.
 IDLE_SECONDS = 30.0
+#: Connections served at once; one more is closed at once. A client that sends a byte
+#: now and then keeps its connection past the idle limit: this bounds the threads held.
+MAX_CONNECTIONS = 64
 _PATH = re.compile(r"^(?:/(?P<namespace>[A-Za-z0-9._-]+))?/(?P<op>encode|decode)/?$")
 
 
@@ -114,6 +117,7 @@ class CodecServer(ThreadingHTTPServer):
         namespaces: Sequence[str] = (),
         tls: ssl.SSLContext | None = None,
         idle_seconds: float = IDLE_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         if not tokens or any(len(t) < 16 for t in tokens):
             raise ValueError("the codec server needs tokens of at least 16 characters")
@@ -122,6 +126,8 @@ class CodecServer(ThreadingHTTPServer):
         self.origins = frozenset(o.rstrip("/") for o in origins)
         self.namespaces = frozenset(namespaces)
         self.idle_seconds = idle_seconds
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__(address, _Handler)
         self.tls = tls is not None
         if tls is not None:
@@ -130,6 +136,24 @@ class CodecServer(ThreadingHTTPServer):
             self.socket = tls.wrap_socket(
                 self.socket, server_side=True, do_handshake_on_connect=False
             )
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve a connection in a thread of its own, or close it when all are taken."""
+        if not self._slots.acquire(blocking=False):
+            log.warning(
+                "%d connections open, the most served at once: closed one from %s",
+                self.max_connections, client_address[0],
+            )  # fmt: skip
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Serve one connection, then give its place back."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     @property
     def url(self) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ RING = KeyRing("k1", {"k1": new_key()})
 TOKEN = "t" * 32
 UI = "http://localhost:8233"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "X-Namespace": "default"}
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
@@ -221,6 +224,14 @@ def test_bytes_in_either_base64_alphabet_padded_or_not_are_taken_whole(server):
         assert opened.data == b"\xfb\xff" and opened.metadata["encoding"] == b"a"
 
 
+def _encodes(srv: CodecServer) -> bool:
+    """Whether an encode request is answered 200 now."""
+    try:
+        return _call(f"{srv.url}/encode", [Payload(data=b"y")], **BEARER)[0] == 200
+    except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
+        return False  # closed without an answer
+
+
 def test_a_connection_that_sends_nothing_or_stops_mid_body_is_closed_not_held():
     srv = CodecServer(("127.0.0.1", 0), PayloadCipher(RING), [TOKEN], idle_seconds=0.5)
     srv.start()
@@ -229,10 +240,27 @@ def test_a_connection_that_sends_nothing_or_stops_mid_body_is_closed_not_held():
         for request in (b"", _post(b'{"payloads": []}')[:-5]):
             got, closed = _raw(srv, request)
             assert closed and got == b""
-        assert (
-            _call(f"{srv.url}/encode", [Payload(data=b"y")], Authorization=f"Bearer {TOKEN}")[0]
-            == 200
-        )
+        assert _encodes(srv)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_past_the_most_connections_at_once_one_more_is_closed_and_places_come_back():
+    srv = CodecServer(("127.0.0.1", 0), PayloadCipher(RING), [TOKEN], max_connections=2)
+    srv.start()
+    try:
+        host, port = srv.server_address[:2]
+        held = [socket.create_connection((str(host), port), timeout=5) for _ in range(2)]
+        # Accepted in turn: the two before it hold both places, so this one is closed.
+        got, closed = _raw(srv, b"")
+        assert closed and got == b""
+        for conn in held:
+            conn.close()
+        # A place comes back once its thread sees its connection closed.
+        deadline = time.monotonic() + 10
+        while not _encodes(srv):
+            assert time.monotonic() < deadline, "the places were not given back"
     finally:
         srv.shutdown()
         srv.server_close()
