@@ -34,6 +34,9 @@ log = logging.getLogger("mqgather.metrics")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: How long a scrape waits for the Temporal SDK's own endpoint.
 SDK_SCRAPE_SECONDS = 2.0
+#: A scraper's connection that sends nothing for this long is closed: each holds a
+#: thread of the worker's or the bridge's process.
+SCRAPE_IDLE_SECONDS = 30.0
 
 
 def metric_name(name: str, unit: str = "") -> str:
@@ -114,9 +117,12 @@ class MetricsEndpoint:
     """One process's ``/metrics``: install :attr:`reader` in the meter provider, let the
     Temporal runtime serve the SDK's metrics at :attr:`sdk_address`, then :meth:`start`."""
 
-    def __init__(self, port: int, host: str = DEFAULT_METRICS_HOST) -> None:
+    def __init__(
+        self, port: int, host: str = DEFAULT_METRICS_HOST, idle_seconds: float = SCRAPE_IDLE_SECONDS
+    ) -> None:
         self.port = port
         self.host = host
+        self.idle_seconds = idle_seconds
         self.reader = InMemoryMetricReader()
         self.sdk_address = f"127.0.0.1:{_free_loopback_port()}"
         self._server: ThreadingHTTPServer | None = None
@@ -142,6 +148,8 @@ class MetricsEndpoint:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = endpoint.idle_seconds
+
             def do_GET(self) -> None:
                 if self.path.split("?")[0] not in ("/metrics", "/"):
                     self.send_error(404, "metrics are on /metrics")

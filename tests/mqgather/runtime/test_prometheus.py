@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -168,6 +169,21 @@ def test_metrics_listen_on_loopback_unless_told_otherwise():
     try:
         assert endpoint._server is not None
         assert endpoint._server.server_address[0] == "127.0.0.1"
+    finally:
+        endpoint.stop()
+
+
+def test_a_scrape_connection_that_sends_nothing_is_closed_not_held():
+    from mqgather.runtime.prometheus import MetricsEndpoint
+
+    endpoint = MetricsEndpoint(free_port(), idle_seconds=0.5)
+    endpoint.start()
+    try:
+        # It held a thread of the worker's or the bridge's process for as long as it stayed.
+        with socket.create_connection(("127.0.0.1", endpoint.port), timeout=5) as conn:
+            assert conn.recv(1024) == b""  # closed by the endpoint (a hold would time out)
+        with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/metrics", timeout=10) as r:
+            assert r.status == 200
     finally:
         endpoint.stop()
 
