@@ -23,6 +23,7 @@ import logging
 import re
 import ssl
 import threading
+import time
 from collections.abc import Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,6 +46,8 @@ IDLE_SECONDS = 30.0
 #: Connections served at once; one more is closed at once. A client that sends a byte
 #: now and then keeps its connection past the idle limit: this bounds the threads held.
 MAX_CONNECTIONS = 64
+#: Seconds between two warnings that connections were closed for want of a place.
+REFUSALS_LOGGED_EVERY = 60.0
 _PATH = re.compile(r"^(?:/(?P<namespace>[A-Za-z0-9._-]+))?/(?P<op>encode|decode)/?$")
 
 
@@ -128,6 +131,10 @@ class CodecServer(ThreadingHTTPServer):
         self.idle_seconds = idle_seconds
         self.max_connections = max_connections
         self._slots = threading.BoundedSemaphore(max_connections)
+        # Connections closed for want of a place since the last warning, and when it was
+        # (only the accepting thread touches them).
+        self._refused = 0
+        self._warned_at: float | None = None
         super().__init__(address, _Handler)
         self.tls = tls is not None
         if tls is not None:
@@ -140,11 +147,17 @@ class CodecServer(ThreadingHTTPServer):
     def process_request(self, request: Any, client_address: Any) -> None:
         """Serve a connection in a thread of its own, or close it when all are taken."""
         if not self._slots.acquire(blocking=False):
-            log.warning(
-                "%d connections open, the most served at once: closed one from %s",
-                self.max_connections, client_address[0],
-            )  # fmt: skip
             self.shutdown_request(request)
+            self._refused += 1
+            # At most one line a minute: a flood of connections is no flood of log lines.
+            now = time.monotonic()
+            if self._warned_at is None or now - self._warned_at >= REFUSALS_LOGGED_EVERY:
+                log.warning(
+                    "%d connections open, the most served at once: closed %d more since the "
+                    "last warning (the latest from %s)",
+                    self.max_connections, self._refused, client_address[0],
+                )  # fmt: skip
+                self._warned_at, self._refused = now, 0
             return
         super().process_request(request, client_address)
 

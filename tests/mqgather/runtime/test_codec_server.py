@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
 import time
 import urllib.error
@@ -246,15 +247,21 @@ def test_a_connection_that_sends_nothing_or_stops_mid_body_is_closed_not_held():
         srv.server_close()
 
 
-def test_past_the_most_connections_at_once_one_more_is_closed_and_places_come_back():
+def test_past_the_most_connections_at_once_one_more_is_closed_and_places_come_back(caplog):
     srv = CodecServer(("127.0.0.1", 0), PayloadCipher(RING), [TOKEN], max_connections=2)
     srv.start()
     try:
         host, port = srv.server_address[:2]
         held = [socket.create_connection((str(host), port), timeout=5) for _ in range(2)]
-        # Accepted in turn: the two before it hold both places, so this one is closed.
-        got, closed = _raw(srv, b"")
-        assert closed and got == b""
+        # Accepted in turn: the two before it hold both places, so these are closed, and
+        # the log says so once, not once each.
+        with caplog.at_level(logging.WARNING, logger="mqgather.codec"):
+            for _ in range(3):
+                got, closed = _raw(srv, b"")
+                assert closed and got == b""
+        assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+            "2 connections open, the most served at once"
+        ]
         for conn in held:
             conn.close()
         # A place comes back once its thread sees its connection closed.
