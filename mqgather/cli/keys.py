@@ -18,6 +18,7 @@ from mqgather.runtime.codec import (
     KEY_ID_PATTERN,
     KeyRing,
     PayloadCipher,
+    key_ring_changes,
     load_key_ring,
     new_key,
     read_key_ring_file,
@@ -54,6 +55,11 @@ def keys() -> None:
               help="Seal new payloads with it.")  # fmt: skip
 def add(path: Path, key_id: str | None, activate: bool) -> None:
     """Add a fresh random key to the ring (the file is created, mode 600, if missing)."""
+    with key_ring_changes(path):
+        _add(path, key_id, activate)
+
+
+def _add(path: Path, key_id: str | None, activate: bool) -> None:
     ring = read_key_ring_file(path) if path.exists() else None
     held = dict(ring.keys) if ring else {}
     if key_id is None:
@@ -78,12 +84,13 @@ def add(path: Path, key_id: str | None, activate: bool) -> None:
 def init(path: Path, token_file: Path | None) -> None:
     """Make a key ring with one key, unless the file exists (for a stack's first start;
     run again, it changes nothing)."""
-    if path.exists():
-        ring = read_key_ring_file(path)
-        click.echo(f"{path}: key ring present (active key {ring.active}); unchanged")
-    else:
-        write_key_ring_file(path, KeyRing("k1", {"k1": new_key()}))
-        click.echo(f"{path}: key ring made (active key k1)")
+    with key_ring_changes(path):
+        if path.exists():
+            ring = read_key_ring_file(path)
+            click.echo(f"{path}: key ring present (active key {ring.active}); unchanged")
+        else:
+            write_key_ring_file(path, KeyRing("k1", {"k1": new_key()}))
+            click.echo(f"{path}: key ring made (active key k1)")
     if token_file is not None and not token_file.exists():
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -96,8 +103,9 @@ def init(path: Path, token_file: Path | None) -> None:
 @click.argument("key_id")
 def activate(path: Path, key_id: str) -> None:
     """Seal new payloads with KEY_ID (already in the ring)."""
-    ring = _ring_holding(path, key_id)
-    write_key_ring_file(path, KeyRing(key_id, ring.keys))
+    with key_ring_changes(path):
+        ring = _ring_holding(path, key_id)
+        write_key_ring_file(path, KeyRing(key_id, ring.keys))
     click.echo(f"active key: {key_id}; restart the processes with this ring")
 
 
@@ -162,17 +170,20 @@ def status(query: str | None) -> None:
 @click.option("--force", is_flag=True, help="Retire it even though open workflows use it.")
 def retire(path: Path, key_id: str, force: bool) -> None:
     """Take KEY_ID out of the ring, once no open gather or collector uses it."""
-    ring = _ring_holding(path, key_id)
-    if key_id == ring.active:
-        raise MQGatherError(f"{key_id} is the active key: activate another one first")
-    using = _usage(None).workflows_by_key.get(key_id, 0)
-    if using and not force:
-        raise MQGatherError(
-            f"refused: {using} open workflow(s) hold payloads sealed with {key_id}; without "
-            "it they cannot go on. Wait until `mqgather keys status` shows none (or --force)"
-        )
-    write_key_ring_file(path, KeyRing(ring.active, {k: v for k, v in ring.keys.items()
-                                                    if k != key_id}))  # fmt: skip
+    # Held while the open histories are read: a key activated meanwhile is not lost.
+    with key_ring_changes(path):
+        ring = _ring_holding(path, key_id)
+        if key_id == ring.active:
+            raise MQGatherError(f"{key_id} is the active key: activate another one first")
+        using = _usage(None).workflows_by_key.get(key_id, 0)
+        if using and not force:
+            raise MQGatherError(
+                f"refused: {using} open workflow(s) hold payloads sealed with {key_id}; "
+                "without it they cannot go on. Wait until `mqgather keys status` shows none "
+                "(or --force)"
+            )
+        kept = {k: v for k, v in ring.keys.items() if k != key_id}
+        write_key_ring_file(path, KeyRing(ring.active, kept))
     click.echo(f"retired {key_id}; restart the processes with this ring")
 
 

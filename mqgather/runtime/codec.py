@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
+import fcntl
 import os
 import re
 import secrets
@@ -190,6 +192,20 @@ def write_key_ring_file(path: Path, ring: KeyRing) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+@contextlib.contextmanager
+def key_ring_changes(path: Path) -> Iterator[None]:
+    """One change of the ring in ``path`` at a time, from reading it to writing it: two
+    commands run at once would each write what they read, and the first one's key would
+    be lost (with it every payload sealed under it). An exclusive lock on a file beside
+    the ring (``.<name>.lock``), dropped by the kernel if the holder dies."""
+    lock = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)  # and with it the lock
 
 
 def load_key_ring(env: Mapping[str, str] | None = None) -> KeyRing | None:

@@ -1,11 +1,22 @@
-"""``mqgather keys`` on files: init, add, activate, retire's refusals that need no server."""
+"""``mqgather keys`` on files: init, add, activate, retire's refusals that need no server,
+one change of the ring at a time."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 from click.testing import CliRunner
 
+from mqgather.cli import keys as keys_cli
 from mqgather.cli.main import cli
-from mqgather.runtime.codec import read_key_ring_file
+from mqgather.runtime.codec import (
+    KeyRing,
+    key_ring_changes,
+    new_key,
+    read_key_ring_file,
+    write_key_ring_file,
+)
 
 
 def _run(*args: str):
@@ -59,3 +70,24 @@ def test_the_codec_server_refuses_to_start_without_a_token_or_a_ring(tmp_path, m
     monkeypatch.setenv("MQGATHER_CODEC_TOKEN", "short")
     short = _run("codec-server")
     assert short.exit_code != 0 and "16 characters" in short.output
+
+
+def test_a_key_command_waits_for_a_change_under_way_so_neither_key_is_lost(tmp_path, monkeypatch):
+    path = tmp_path / "keys.json"
+    write_key_ring_file(path, KeyRing("a", {"a": new_key()}))
+    read = threading.Event()
+
+    def watched(p: Path) -> KeyRing:
+        read.set()
+        return read_key_ring_file(p)
+
+    monkeypatch.setattr(keys_cli, "read_key_ring_file", watched)
+    added = threading.Thread(target=keys_cli.add.callback, args=(path, "b", False))
+    with key_ring_changes(path):  # another command's change, under way
+        added.start()
+        # Not read until that change is written: it would write back what it read.
+        assert not read.wait(0.5)
+        ring = read_key_ring_file(path)
+        write_key_ring_file(path, KeyRing(ring.active, {**ring.keys, "c": new_key()}))
+    added.join(10)
+    assert read.is_set() and set(read_key_ring_file(path).keys) == {"a", "b", "c"}
