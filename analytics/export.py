@@ -28,6 +28,7 @@ from analytics.histories import history_line
 from mqgather.errors import MQGatherError
 from mqgather.names import AGGREGATE_NAME, COLLECT_WORKFLOW, GATHER_WORKFLOW
 from mqgather.runtime.codec import PayloadCipher, open_all
+from mqgather.runtime.files import PRIVATE_DIR, write_whole
 
 STATE_FILE = "_export_state.json"
 
@@ -95,7 +96,7 @@ async def export_histories(
     Raises:
         SealedPayloadError: a payload is sealed with a key ``cipher`` does not hold.
     """
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
     state_path = out / STATE_FILE
     state = _load_state(state_path)
     watermark = datetime.fromisoformat(state["watermark"]) if state["watermark"] else None
@@ -118,11 +119,11 @@ async def export_histories(
         if not lines:
             return
         folder = out / f"date={day}"
-        folder.mkdir(exist_ok=True)
+        folder.mkdir(mode=PRIVATE_DIR, exist_ok=True)
         path = folder / f"histories-{stamp}-{len(files):05d}.ndjson"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.rename(path)  # a reader never sees half a file
+        # Whole and on disk before the watermark passes it (a reader never sees half a
+        # file), and only for its owner: it holds the messages' bodies, opened.
+        write_whole(path, "\n".join(lines) + "\n")
         files.append(path)
 
     async def fetch(workflow_id: str, run_id: str) -> str:
@@ -172,7 +173,5 @@ async def export_histories(
         horizon = newest - overlap - timedelta(minutes=1)
         recent = {k: v for k, v in recent.items() if datetime.fromisoformat(v) >= horizon}
         state = {"watermark": newest.isoformat(), "recent": recent}
-        tmp = state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        tmp.rename(state_path)
+        write_whole(state_path, json.dumps(state, indent=1))
     return ExportResult(exported, skipped, files, newest)

@@ -31,6 +31,7 @@ from mqgather.runtime.codec import (
     open_all,
     open_all_json,
 )
+from mqgather.runtime.files import PRIVATE_DIR
 from workflows.models import GatherInput, gather_id
 
 EXPORT_SUFFIXES = (".ndjson", ".jsonl")
@@ -216,7 +217,10 @@ def collect(
             files.append(path)
         else:
             found.skipped[str(path)] = "no such file or directory"
-    staging.mkdir(parents=True, exist_ok=True)
+    # Staged files hold opened payloads: the directory is its owner's alone, even one
+    # left by an earlier run.
+    staging.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    staging.chmod(PRIVATE_DIR)
     seen: set[tuple[str, str]] = set()
     staged = staging / "converted.ndjson"
     wrote = False

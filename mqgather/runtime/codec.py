@@ -24,7 +24,6 @@ import os
 import re
 import secrets
 import stat
-import tempfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -47,6 +46,7 @@ from temporalio.converter import (
 from mqgather.constants import COMPRESS_PAYLOADS_ABOVE_BYTES
 from mqgather.errors import ConfigError, MQGatherError
 from mqgather.names import ENV_KEYS, ENV_KEYS_FILE
+from mqgather.runtime.files import write_whole
 
 ENCODING = b"binary/encrypted"
 META_ENCODING = "encoding"
@@ -174,24 +174,8 @@ def read_key_ring_file(path: Path) -> KeyRing:
 def write_key_ring_file(path: Path, ring: KeyRing) -> None:
     """Store ``ring`` in ``path`` (mode 600), replacing the file in one step, on disk
     before it replaces the old one (a ring lost in a crash leaves every sealed payload
-    unreadable)."""
-    # A file of its own, made 600 and exclusively: a fixed name could be a file left
-    # readable by others, or a link to elsewhere, which opening it would write through.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(ring.to_file_model().model_dump_json(indent=1) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    unreadable): :func:`~mqgather.runtime.files.write_whole`."""
+    write_whole(path, ring.to_file_model().model_dump_json(indent=1) + "\n")
 
 
 @contextlib.contextmanager

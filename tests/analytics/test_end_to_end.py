@@ -387,6 +387,13 @@ async def test_export_again_adds_nothing_then_only_the_new(temporal_env, recorde
     assert more.exported == 1 and len(more.files) == 1
     line = json.loads(more.files[0].read_text())
     assert line["workflowId"] == new.gather_id
+    # The files hold the messages' bodies: their owner's alone, in directories only the
+    # owner enters (as the export made them), and no half-written file left beside them.
+    made = recorded.export_dir
+    assert made.stat().st_mode & 0o777 == 0o700
+    assert {f.parent.stat().st_mode & 0o777 for f in made.rglob("*.ndjson")} == {0o700}
+    assert {f.stat().st_mode & 0o777 for f in export_dir.rglob("*") if f.is_file()} == {0o600}
+    assert not [f for f in export_dir.rglob("*") if f.name.endswith(".tmp")]
 
 
 def test_corrupt_and_truncated_inputs_are_named_and_skipped(spark, recorded, tmp_path):

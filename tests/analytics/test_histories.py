@@ -58,6 +58,8 @@ def test_sealed_exports_are_staged_opened_each_under_its_own_name(tmp_path, work
     staged = [Path(name) for name in found.ndjson]
     assert [p.name for p in staged] == [f"{i:05d}-h-{i}.ndjson" for i in range(3)]
     assert all(p.parent == tmp_path / "staging" / "opened" for p in staged)
+    # The staged files hold opened payloads: the staging directory is its owner's alone.
+    assert (tmp_path / "staging").stat().st_mode & 0o777 == 0o700
     for opened, original in zip(staged, plain, strict=True):
         assert SEALED_MARK not in opened.read_text()
         assert _records(opened) == _records(original)
