@@ -11,8 +11,8 @@ from pathlib import Path
 PRIVATE_DIR = 0o700
 
 
-def write_whole(path: Path, text: str) -> None:
-    """Store ``text`` in ``path``, mode 600, whole or not at all.
+def write_whole(path: Path, data: str | bytes) -> None:
+    """Store ``data`` (text as UTF-8) in ``path``, mode 600, whole or not at all.
 
     Written to a file of its own beside ``path`` (made 600 and exclusively, so neither a
     file left there readable by others nor a link planted there is written through),
@@ -21,8 +21,8 @@ def write_whole(path: Path, text: str) -> None:
     """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data.encode() if isinstance(data, str) else data)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)

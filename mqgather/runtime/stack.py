@@ -24,6 +24,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from mqgather.runtime.files import PRIVATE_DIR, write_whole
+
 #: The secrets ``docker-compose.yml`` requires, each a random value in ``.env``.
 SECRET_NAMES = (
     "MQ_APP_PASSWORD",
@@ -62,12 +64,11 @@ class Made:
 
 
 def _private(path: Path, data: bytes) -> None:
-    """Write ``data`` readable by its owner only (created so, never widened)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.chmod(path, 0o600)
+    """Write ``data`` readable by its owner only: a new file, never one found there (an
+    old one readable by others held the secret until a chmod; a link was written
+    through)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+    write_whole(path, data)
 
 
 def _public(path: Path, data: bytes) -> None:

@@ -113,6 +113,20 @@ def test_a_run_that_died_halfway_is_made_again(tmp_path):
     assert (tmp_path / "temporal" / "tls.key").exists()
 
 
+def test_a_private_key_is_written_as_a_new_file_never_through_one_found_there(tmp_path):
+    init_certs(tmp_path, UI_PASSWORD)
+    key = tmp_path / "ca" / "ca.key"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("not a key")
+    elsewhere.chmod(0o644)
+    key.unlink()
+    key.symlink_to(elsewhere)  # a link where the key goes: once written through
+    init_certs(tmp_path, UI_PASSWORD, force=True)
+    assert elsewhere.read_text() == "not a key"
+    assert not key.is_symlink() and _mode(key) == 0o600
+    load_pem_private_key(key.read_bytes(), None)
+
+
 def test_certs_refuse_to_run_without_a_ui_password(tmp_path, monkeypatch):
     monkeypatch.delenv("UI_PASSWORD", raising=False)
     got = CliRunner().invoke(cli, ["stack", "certs", "--dir", str(tmp_path)])
