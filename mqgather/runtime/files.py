@@ -1,4 +1,4 @@
-"""Files written whole: what the key ring and the exports are stored with."""
+"""Files written whole and private: the key ring, the stack's secrets, the exports."""
 
 from __future__ import annotations
 

@@ -20,6 +20,6 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_other(tmp_path):
     path = tmp_path / "state.json"
     path.write_text("old")
     with pytest.raises(UnicodeEncodeError):
-        write_whole(path, "half \udcff")  # fails partway through the write
+        write_whole(path, "half \udcff")  # fails after its file is made, before the swap
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
