@@ -174,8 +174,17 @@ def read_key_ring_file(path: Path) -> KeyRing:
 def write_key_ring_file(path: Path, ring: KeyRing) -> None:
     """Store ``ring`` in ``path`` (mode 600), replacing the file in one step, on disk
     before it replaces the old one (a ring lost in a crash leaves every sealed payload
-    unreadable): :func:`~mqgather.runtime.files.write_whole`."""
-    write_whole(path, ring.to_file_model().model_dump_json(indent=1) + "\n")
+    unreadable): :func:`~mqgather.runtime.files.write_whole`.
+
+    Raises:
+        ConfigError: the file cannot be written, naming it and why.
+    """
+    try:
+        write_whole(path, ring.to_file_model().model_dump_json(indent=1) + "\n")
+    except OSError as exc:
+        raise ConfigError(
+            f"{ENV_KEYS_FILE} ({path})", f"cannot write the key ring ({exc.strerror})"
+        ) from exc
 
 
 @contextlib.contextmanager
@@ -184,7 +193,16 @@ def key_ring_changes(path: Path) -> Iterator[None]:
     commands run at once would each write what they read, and the first one's key would
     be lost (with it every payload sealed under it). An exclusive lock on a file beside
     the ring (``.<name>.lock``), dropped by the kernel if the holder dies."""
-    lock = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    where = path.with_name(f".{path.name}.lock")
+    try:
+        # Never through a link planted at its name (opening one would create its target).
+        lock = os.open(where, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise ConfigError(
+            f"{ENV_KEYS_FILE} ({path})",
+            f"cannot take the key ring's lock {where} ({exc.strerror}): the directory must "
+            "be writable, and the lock a plain file (remove a link there)",
+        ) from exc
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield

@@ -91,3 +91,12 @@ def test_a_key_command_waits_for_a_change_under_way_so_neither_key_is_lost(tmp_p
         write_key_ring_file(path, KeyRing(ring.active, {**ring.keys, "c": new_key()}))
     added.join(10)
     assert read.is_set() and set(read_key_ring_file(path).keys) == {"a", "b", "c"}
+
+
+def test_the_rings_lock_is_never_opened_through_a_link(tmp_path):
+    path = tmp_path / "keys.json"
+    target = tmp_path / "made-through-the-link"
+    (tmp_path / ".keys.json.lock").symlink_to(target)
+    result = _run("keys", "init", "--file", str(path))
+    assert result.exit_code == 1 and not target.exists() and not path.exists()
+    assert "remove a link there" in result.output and "Traceback" not in result.output
