@@ -60,6 +60,23 @@ def visibility_query(aggregate: str | None, since: datetime | None, until: datet
     return " AND ".join(parts)
 
 
+def _writable(path: Path, write: Callable[[], None]) -> None:
+    """Run ``write``; an OS error (a full disk, a directory not writable) as an error
+    naming ``path``, nothing half-written left behind (:func:`write_whole`).
+
+    Raises:
+        MQGatherError: naming ``path`` and why.
+    """
+    try:
+        write()
+    except OSError as exc:
+        raise MQGatherError(
+            f"{path}: cannot be written ({exc.strerror}); the export stopped with its state "
+            "as it was: run it again once that is fixed (`analyze` reads a history exported "
+            "twice once)"
+        ) from exc
+
+
 def _load_state(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"watermark": None, "recent": {}}
@@ -96,7 +113,7 @@ async def export_histories(
     Raises:
         SealedPayloadError: a payload is sealed with a key ``cipher`` does not hold.
     """
-    out.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    _writable(out, lambda: out.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True))
     state_path = out / STATE_FILE
     state = _load_state(state_path)
     watermark = datetime.fromisoformat(state["watermark"]) if state["watermark"] else None
@@ -119,11 +136,15 @@ async def export_histories(
         if not lines:
             return
         folder = out / f"date={day}"
-        folder.mkdir(mode=PRIVATE_DIR, exist_ok=True)
         path = folder / f"histories-{stamp}-{len(files):05d}.ndjson"
-        # Whole and on disk before the watermark passes it (a reader never sees half a
-        # file), and only for its owner: it holds the messages' bodies, opened.
-        write_whole(path, "\n".join(lines) + "\n")
+
+        def write() -> None:
+            folder.mkdir(mode=PRIVATE_DIR, exist_ok=True)
+            # Whole and on disk before the watermark passes it (a reader never sees half
+            # a file), and only for its owner: it holds the messages' bodies, opened.
+            write_whole(path, "\n".join(lines) + "\n")
+
+        _writable(path, write)
         files.append(path)
 
     async def fetch(workflow_id: str, run_id: str) -> str:
@@ -173,5 +194,5 @@ async def export_histories(
         horizon = newest - overlap - timedelta(minutes=1)
         recent = {k: v for k, v in recent.items() if datetime.fromisoformat(v) >= horizon}
         state = {"watermark": newest.isoformat(), "recent": recent}
-        write_whole(state_path, json.dumps(state, indent=1))
+        _writable(state_path, lambda: write_whole(state_path, json.dumps(state, indent=1)))
     return ExportResult(exported, skipped, files, newest)

@@ -23,6 +23,7 @@ from temporalio.api.history.v1 import History
 from analytics.export import export_histories
 from bridge.mq.models import parse_id
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.errors import MQGatherError
 from tests.harness import pipeline
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
@@ -394,6 +395,14 @@ async def test_export_again_adds_nothing_then_only_the_new(temporal_env, recorde
     assert {f.parent.stat().st_mode & 0o777 for f in made.rglob("*.ndjson")} == {0o700}
     assert {f.stat().st_mode & 0o777 for f in export_dir.rglob("*") if f.is_file()} == {0o600}
     assert not [f for f in export_dir.rglob("*") if f.name.endswith(".tmp")]
+
+
+async def test_an_export_that_cannot_write_says_which_path_and_why(temporal_env, tmp_path):
+    blocked = tmp_path / "export"
+    blocked.write_text("a file where the export's directory goes")
+    with pytest.raises(MQGatherError, match=r"export: cannot be written \(File exists\)"):
+        await export_histories(temporal_env.client, blocked)
+    assert blocked.read_text() == "a file where the export's directory goes"
 
 
 def test_corrupt_and_truncated_inputs_are_named_and_skipped(spark, recorded, tmp_path):
