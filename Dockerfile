@@ -35,10 +35,13 @@ ENTRYPOINT ["mqgather"]
 CMD ["--help"]
 
 FROM base AS analytics
+# The Spark the cluster runs (docker-compose.yml's spark-master and spark-worker): a
+# driver and its executors of different versions do not work together.
+ARG SPARK_VERSION=4.3.0
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
  && rm -rf /var/lib/apt/lists/* \
- && pip install --no-cache-dir '.[analytics]' \
+ && pip install --no-cache-dir '.[analytics]' "pyspark==${SPARK_VERSION}" \
  && useradd --uid 1001 --create-home mqgather \
  && install -d -o 1001 -m 700 /var/lib/mqgather/keys
 USER 1001

@@ -209,6 +209,27 @@ def test_without_an_env_file_compose_stops_naming_the_first_missing_secret():
     assert "make stack-secrets" in first[3]
 
 
+def test_the_spark_workers_read_the_exports_where_and_as_whom_the_analytics_job_wrote_them():
+    services = _compose()["services"]
+    job, worker = services["analytics"], services["spark-worker"]
+    # The export's files are its user's alone: an executor reads them as that user.
+    analytics_stage = (ROOT / "Dockerfile").read_text().split("AS analytics", 1)[1]
+    uid = re.search(r"^USER (\d+)", analytics_stage, re.M)
+    assert uid is not None and worker["user"] == f"{uid[1]}:{uid[1]}"
+    # Where the job's driver names a file, an executor finds the same one.
+    data = [v for v in job["volumes"] if isinstance(v, str) and v.endswith(":/data")]
+    assert data and set(data) <= set(worker["volumes"])
+    assert "/data/exports" in job["command"][0] and "spark://spark-master" in job["command"][0]
+
+
+def test_the_spark_cluster_runs_the_spark_of_the_analytics_jobs_driver():
+    services = _compose()["services"]
+    tags = {services[n]["image"].split(":", 1)[1] for n in ("spark-master", "spark-worker")}
+    pinned = re.search(r"^ARG SPARK_VERSION=(\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    assert pinned is not None and tags == {pinned[1]}
+    assert '"pyspark==${SPARK_VERSION}"' in (ROOT / "Dockerfile").read_text()
+
+
 def test_only_loopback_is_published():
     for name, service in _compose()["services"].items():
         for port in service.get("ports", []):
