@@ -219,7 +219,7 @@ def collect(
             found.skipped[str(path)] = "no such file or directory"
     # Staged files hold opened payloads: the directory is its owner's alone, even one
     # left by an earlier run.
-    staging.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    staging.mkdir(parents=True, exist_ok=True)
     staging.chmod(PRIVATE_DIR)
     seen: set[tuple[str, str]] = set()
     staged = staging / "converted.ndjson"

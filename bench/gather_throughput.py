@@ -141,6 +141,12 @@ def waits_per_run(before: list[Threads], after: list[Threads]) -> float | None:
     return waited / run if run > 0 else None
 
 
+def wait_key(who: str, measure: str) -> str:
+    """The key in :attr:`Level.waits` of ``who``'s waits during ``measure`` ("c": the
+    gathers' paced measure, "d": the floor's)."""
+    return f"{who} ({measure})"
+
+
 class CoreWaits:
     """:func:`waits_per_run` of each group of processes, from now until :meth:`stop`."""
 
@@ -728,7 +734,7 @@ async def main(
                     # this bench.
                     waiting = CoreWaits(roles)
                     last_put = await latency(qm, f"LAT-{level}-{run}-", paced_n, bare / 2)
-                    waits = {f"{who} (c)": w for who, w in waiting.stop().items()}
+                    waits = {wait_key(who, "c"): w for who, w in waiting.stop().items()}
                     paced_to = time.time()
                     totals, stages = await breakdown(client, qm, last_put, PayloadCipher(ring))
                     paced_cpu = (
@@ -752,7 +758,7 @@ async def main(
                         SHAPE_SAMPLE if parts_due else 0,
                         watch={"server": [server_pid], "floor": [trivial]},
                     )
-                    waits.update({f"{who} (d)": w for who, w in floor_waits.items()})
+                    waits.update({wait_key(who, "d"): w for who, w in floor_waits.items()})
                     full_collections = {
                         "gather": [p for log in worker_logs
                                    for p in gcwatch.pauses(log, paced_from, paced_to)],
@@ -837,8 +843,11 @@ def record_level(r: Level, n: int) -> None:
                       _q(r.floor_stages[name], 50), "floor's"))  # fmt: skip
     # How crowded the two cores were: each process's wait for a core, gathers' measure
     # beside the floor's.
-    for who, paced, floor_ in (("server", "server (c)", "server (d)"),
-                               ("worker", "workers (c)", "floor (d)")):  # fmt: skip
+    for who, in_gathers, in_floor in (
+        ("server", "server", "server"),
+        ("worker", "workers", "floor"),
+    ):
+        paced, floor_ = wait_key(in_gathers, "c"), wait_key(in_floor, "d")
         if paced in r.waits and floor_ in r.waits:
             record(Figure("gather", f"{who}'s ms waiting for a core per ms run, {at}",
                           r.waits[paced], "ms/ms", r.waits[floor_], "floor's measure"))  # fmt: skip
@@ -949,13 +958,12 @@ def report(results: list[Level], n: int, title: str) -> None:
 
 
 #: The rows of :func:`_wait_rows`: label, and the key in :attr:`Level.waits`.
-_WAIT_ROWS = (
-    ("queued per ms run, server (c)", "server (c)"),
-    ("queued per ms run, server (d)", "server (d)"),
-    ("queued per ms run, worker (c)", "workers (c)"),
-    ("queued per ms run, floor (d)", "floor (d)"),
-    ("queued per ms run, bridge (c)", "bridges (c)"),
-)
+_WAIT_ROWS = tuple(
+    (f"queued per ms run, {label} ({measure})", wait_key(who, measure))
+    for label, who, measure in (("server", "server", "c"), ("server", "server", "d"),
+                                ("worker", "workers", "c"), ("floor", "floor", "d"),
+                                ("bridge", "bridges", "c"))
+)  # fmt: skip
 
 
 def _wait_rows(results: list[Level]) -> dict[str, list[str]]:

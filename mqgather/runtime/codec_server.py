@@ -23,10 +23,9 @@ import logging
 import re
 import ssl
 import threading
-import time
 from collections.abc import Sequence
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +34,12 @@ from temporalio.api.common.v1 import Payload
 
 from mqgather.errors import ConfigError
 from mqgather.runtime.codec import PayloadCipher, SealedPayloadError, is_json_bytes
+from mqgather.runtime.httpserve import IDLE_SECONDS, MAX_CONNECTIONS, GuardedHTTPServer
 
 log = logging.getLogger("mqgather.codec")
 
 #: A request body larger than this is refused: the UI sends one event's payloads at once.
 MAX_BODY_BYTES = 16 * 1024 * 1024
-#: A connection that sends nothing for this long (a request, its body, a TLS handshake)
-#: is closed: each holds a thread, so one left open would hold it for good.
-IDLE_SECONDS = 30.0
-#: Connections served at once; one more is closed at once. A client that sends a byte
-#: now and then keeps its connection past the idle limit: this bounds the threads held.
-MAX_CONNECTIONS = 64
-#: Seconds between two warnings that connections were closed for want of a place.
-REFUSALS_LOGGED_EVERY = 60.0
 _PATH = re.compile(r"^(?:/(?P<namespace>[A-Za-z0-9._-]+))?/(?P<op>encode|decode)/?$")
 
 
@@ -106,10 +98,8 @@ def server_tls(cert: Path, key: Path) -> ssl.SSLContext:
     return context
 
 
-class CodecServer(ThreadingHTTPServer):
+class CodecServer(GuardedHTTPServer):
     """The HTTP server; ``handle_request`` threads share the cipher (it is stateless)."""
-
-    daemon_threads = True
 
     def __init__(
         self,
@@ -128,14 +118,7 @@ class CodecServer(ThreadingHTTPServer):
         self.tokens = [t.encode() for t in tokens]
         self.origins = frozenset(o.rstrip("/") for o in origins)
         self.namespaces = frozenset(namespaces)
-        self.idle_seconds = idle_seconds
-        self.max_connections = max_connections
-        self._slots = threading.BoundedSemaphore(max_connections)
-        # Connections closed for want of a place since the last warning, and when it was
-        # (only the accepting thread touches them).
-        self._refused = 0
-        self._warned_at: float | None = None
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, log, idle_seconds, max_connections)
         self.tls = tls is not None
         if tls is not None:
             # The handshake happens in each request's thread, not in accept(): a client
@@ -143,30 +126,6 @@ class CodecServer(ThreadingHTTPServer):
             self.socket = tls.wrap_socket(
                 self.socket, server_side=True, do_handshake_on_connect=False
             )
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve a connection in a thread of its own, or close it when all are taken."""
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            self._refused += 1
-            # At most one line a minute: a flood of connections is no flood of log lines.
-            now = time.monotonic()
-            if self._warned_at is None or now - self._warned_at >= REFUSALS_LOGGED_EVERY:
-                log.warning(
-                    "%d connections open, the most served at once: closed %d more since the "
-                    "last warning (the latest from %s)",
-                    self.max_connections, self._refused, client_address[0],
-                )  # fmt: skip
-                self._warned_at, self._refused = now, 0
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        """Serve one connection, then give its place back."""
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
 
     @property
     def url(self) -> str:
@@ -192,12 +151,6 @@ class CodecServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: CodecServer
     protocol_version = "HTTP/1.1"
-
-    def setup(self) -> None:
-        # The socket's timeout: the request line, the headers, the body and (over TLS)
-        # the handshake each wait at most this long; the handler then closes.
-        super().setup()
-        self.connection.settimeout(self.server.idle_seconds)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.client_address[0], *args)

@@ -16,7 +16,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import (
@@ -28,15 +28,13 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from mqgather.constants import DEFAULT_METRICS_HOST
+from mqgather.runtime.httpserve import IDLE_SECONDS, GuardedHTTPServer
 
 log = logging.getLogger("mqgather.metrics")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: How long a scrape waits for the Temporal SDK's own endpoint.
 SDK_SCRAPE_SECONDS = 2.0
-#: A scraper's connection that sends nothing for this long is closed: each holds a
-#: thread of the worker's or the bridge's process.
-SCRAPE_IDLE_SECONDS = 30.0
 
 
 def metric_name(name: str, unit: str = "") -> str:
@@ -118,14 +116,15 @@ class MetricsEndpoint:
     Temporal runtime serve the SDK's metrics at :attr:`sdk_address`, then :meth:`start`."""
 
     def __init__(
-        self, port: int, host: str = DEFAULT_METRICS_HOST, idle_seconds: float = SCRAPE_IDLE_SECONDS
+        self, port: int, host: str = DEFAULT_METRICS_HOST, idle_seconds: float = IDLE_SECONDS
     ) -> None:
         self.port = port
         self.host = host
         self.idle_seconds = idle_seconds
         self.reader = InMemoryMetricReader()
         self.sdk_address = f"127.0.0.1:{_free_loopback_port()}"
-        self._server: ThreadingHTTPServer | None = None
+        # Each connection holds a thread of the worker's or the bridge's process.
+        self._server: GuardedHTTPServer | None = None
 
     def text(self) -> str:
         """Everything one scrape returns."""
@@ -148,8 +147,6 @@ class MetricsEndpoint:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
-            timeout = endpoint.idle_seconds
-
             def do_GET(self) -> None:
                 if self.path.split("?")[0] not in ("/metrics", "/"):
                     self.send_error(404, "metrics are on /metrics")
@@ -165,7 +162,9 @@ class MetricsEndpoint:
                 log.debug("scrape: " + format, *args)
 
         try:
-            self._server = ThreadingHTTPServer((self.host, self.port), Handler)
+            self._server = GuardedHTTPServer(
+                (self.host, self.port), Handler, log, idle_seconds=self.idle_seconds
+            )
         except OSError as exc:
             raise OSError(
                 f"--metrics-port {self.port}: cannot listen ({exc.strerror}); choose a free port"
