@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -72,6 +73,42 @@ def _kept(spec: AggregateSpec, leg: LegSpec, message: MQMessage) -> LegRequest:
     return LegRequest(queue=leg.queue(), message=message)
 
 
+def _put_requests(
+    transport: Transport,
+    spec: AggregateSpec,
+    chosen: tuple[LegSpec, ...],
+    correl: bytes,
+    bodies: Mapping[str, bytes] | None,
+    leg_properties: Mapping[str, Mapping[str, PropertyValue]] | None,
+) -> dict[str, LegRequest]:
+    """PUT one request per leg under syncpoint; the requests kept for re-requests."""
+    requests: dict[str, LegRequest] = {}
+    for index, leg in enumerate(chosen, start=1):
+        props: dict[str, PropertyValue] = {
+            spec.leg_property: leg.name,
+            PROP_AGGREGATE: spec.name,
+        }
+        props.update((leg_properties or {}).get(leg.name, {}))
+        msg_id = leg_correl_id(correl, index) if spec.leg_identification == "correlid" else correl
+        message = MQMessage(
+            msg_id=msg_id,
+            correl_id=msg_id,
+            reply_to_q=spec.reply_queue,
+            properties=props,
+            body=(bodies or {}).get(leg.name, b"{}"),
+        )
+        if leg.retries or spec.keep_requests:
+            requests[leg.name] = _kept(spec, leg, message)
+        transport.put(leg.queue(), message, PutOptions(syncpoint=True))
+    return requests
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first failed check of a model as ``field: reason``."""
+    err = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}"
+
+
 async def scatter(
     client: Client,
     transport: Transport,
@@ -136,35 +173,21 @@ async def scatter(
     correl = correl.ljust(ID_LENGTH, b"\x00")
     if spec.leg_identification == "correlid":
         _check_layout(spec, correl, len(chosen))
-    requests: dict[str, LegRequest] = {}
-    for index, leg in enumerate(chosen, start=1):
-        props: dict[str, PropertyValue] = {
-            spec.leg_property: leg.name,
-            PROP_AGGREGATE: spec.name,
-        }
-        props.update((leg_properties or {}).get(leg.name, {}))
-        msg_id = leg_correl_id(correl, index) if spec.leg_identification == "correlid" else correl
-        message = MQMessage(
-            msg_id=msg_id,
-            correl_id=msg_id,
-            reply_to_q=spec.reply_queue,
-            properties=props,
-            body=(bodies or {}).get(leg.name, b"{}"),
-        )
-        if leg.retries or spec.keep_requests:
-            requests[leg.name] = _kept(spec, leg, message)
-        transport.put(leg.queue(), message, PutOptions(syncpoint=True))
-    registration = Registration(
-        legs=list(chosen),
-        count=len(chosen) if spec.leg_identification == "count" else 0,
-        request_msg_id=request_msg_id or correl,
-        reply_to_q=reply_to_q,
-        reply_to_qmgr=reply_to_qmgr,
-        timeout_seconds=timeout_seconds,
-        requests=requests,
-    )
     gid = gather_id(spec.name, correl)
+    # From the first request put to the start, one unit of work: a request refused, a
+    # registration that does not validate or a start Temporal refuses backs out every
+    # request already put (never left for a later commit to send without its gather).
     try:
+        requests = _put_requests(transport, spec, chosen, correl, bodies, leg_properties)
+        registration = Registration(
+            legs=list(chosen),
+            count=len(chosen) if spec.leg_identification == "count" else 0,
+            request_msg_id=request_msg_id or correl,
+            reply_to_q=reply_to_q,
+            reply_to_qmgr=reply_to_qmgr,
+            timeout_seconds=timeout_seconds,
+            requests=requests,
+        )
         await client.start_workflow(
             GatherWorkflow.run,
             start_input(spec, correl),
@@ -178,6 +201,9 @@ async def scatter(
     except WorkflowAlreadyStartedError as exc:
         transport.backout()
         raise ScatterError(f"gather {gid} is already closed; use a new CorrelId") from exc
+    except ValidationError as exc:
+        transport.backout()
+        raise ScatterError(f"gather {gid} not registered: {_first_problem(exc)}") from exc
     except BaseException:
         transport.backout()
         raise

@@ -58,18 +58,33 @@ def _default(info: Any) -> str:
     return f"`{value!r}`".replace("True", "true").replace("False", "false").replace("None", "unset")
 
 
+def _limits(info: Any) -> str:
+    """A key's bounds as the model checks them: ``> 0``, ``≤ 48 characters``..."""
+    marks = {"gt": ">", "ge": "≥", "lt": "<", "le": "≤"}
+    found = []
+    for bound in info.metadata:
+        for attr, mark in marks.items():
+            value = getattr(bound, attr, None)
+            if value is not None:
+                whole = isinstance(value, float) and value.is_integer()
+                found.append(f"{mark} {int(value) if whole else value:,}")
+        if getattr(bound, "max_length", None) is not None:
+            found.append(f"≤ {bound.max_length} characters")
+    return ", ".join(found)
+
+
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
 def _table(model: type[BaseModel], skip: tuple[str, ...] = ()) -> list[str]:
-    rows = ["| key | type | default | what it is |", "|---|---|---|---|"]
+    rows = ["| key | type | default | limits | what it is |", "|---|---|---|---|---|"]
     for name, info in model.model_fields.items():
         if name in skip:
             continue
         rows.append(
             f"| `{name}` | {_cell(_type(info.annotation))} | {_default(info)} | "
-            f"{_cell(info.description or '')} |"
+            f"{_limits(info)} | {_cell(info.description or '')} |"
         )
     return rows
 

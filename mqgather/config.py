@@ -58,6 +58,7 @@ class LegSpec(BaseModel):
     timeout_seconds: float | None = Field(
         default=None,
         gt=0,
+        le=k.MAX_WAIT_SECONDS,
         description="the leg's own deadline, from the registration; past it the leg "
         "counts as missing for the completion rule",
     )
@@ -66,16 +67,32 @@ class LegSpec(BaseModel):
         ge=0,
         le=k.MAX_LEG_RETRIES,
         description="how many times the gather PUTs the leg's request again (the request "
-        "scatter sent, new MsgId, same CorrelId) when no reply came",
+        "scatter sent, new MsgId, same CorrelId) when no reply came; the last wait, "
+        "retry_after_seconds × retry_backoff^(retries − 1), is at most 366 days",
     )
     retry_after_seconds: float = Field(
         default=k.DEFAULT_RETRY_AFTER_SECONDS,
         gt=0,
+        le=k.MAX_WAIT_SECONDS,
         description="wait after the request before the first re-request",
     )
     retry_backoff: float = Field(
         default=2.0, ge=1.0, le=10.0, description="each later wait is this many times longer"
     )
+
+    @model_validator(mode="after")
+    def _waits(self) -> LegSpec:
+        # Each re-request waits retry_backoff times longer than the one before: the last
+        # must still be a wait a timer keeps.
+        if self.retries:
+            last = self.retry_after_seconds * self.retry_backoff ** (self.retries - 1)
+            if last > k.MAX_WAIT_SECONDS:
+                raise ValueError(
+                    f"retries: the last re-request would wait {last:.3g} s, more than "
+                    f"{k.MAX_WAIT_SECONDS:g} s; lower retries, retry_backoff or "
+                    "retry_after_seconds"
+                )
+        return self
 
     def queue(self) -> str:
         """The leg's request queue (default ``BACKEND.<name>``)."""
@@ -121,7 +138,9 @@ class AggregateSpec(BaseModel):
         description="group identification: a reply with a higher MsgSeqNumber goes to the "
         "failure queue (a gather's state must stay small)",
     )
-    timeout_seconds: float = Field(default=30.0, ge=0, description="ReplyTimeoutSeconds/Timeout")
+    timeout_seconds: float = Field(
+        default=30.0, ge=0, le=k.MAX_WAIT_SECONDS, description="ReplyTimeoutSeconds/Timeout"
+    )
     complete_when: str = Field(
         default=ALL,
         description='when the gather has what it needs: "all" (every required leg), '
@@ -136,7 +155,9 @@ class AggregateSpec(BaseModel):
     timer: Literal["first", "restart"] = Field(
         default="first", description="first: from the first registration (ACE); restart: IA72"
     )
-    unknown_timeout_seconds: float = Field(default=30.0, ge=0, description="Unknown Msg Timeout")
+    unknown_timeout_seconds: float = Field(
+        default=30.0, ge=0, le=k.MAX_WAIT_SECONDS, description="Unknown Msg Timeout"
+    )
     merge: Literal["json", "xml", "blob", "folders"] = Field(
         default="json", description="AggregatedReplyDataType: how the legs become one response"
     )
@@ -146,6 +167,7 @@ class AggregateSpec(BaseModel):
     late_window_seconds: float = Field(
         default=0.0,
         ge=0,
+        le=k.MAX_WAIT_SECONDS,
         description="after closing, keep routing late replies (counted in history) this long",
     )
     duplicates: Literal["first", "last", "all"] = Field(
@@ -221,7 +243,10 @@ class AggregateSpec(BaseModel):
         default=k.LEDGER_QUEUE, min_length=1, description="markers of PUTs already done"
     )
     ledger_hours: float = Field(
-        default=168.0, gt=0, description="how long a PUT's marker is kept (its MQ expiry)"
+        default=168.0,
+        gt=0,
+        le=k.MAX_LEDGER_HOURS,
+        description="how long a PUT's marker is kept (its MQ expiry)",
     )
 
     @field_validator("response_ccsid")

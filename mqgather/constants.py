@@ -15,6 +15,15 @@ DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
 DEFAULT_MAXDEPTH = 5000
 DEFAULT_MAXMSGL = 4 * 1024 * 1024
 QMGR_MAXMSGL = 100 * 1024 * 1024
+#: The largest MQMD Expiry a put may give (tenths of a second, about 3.2 years): above it,
+#: and at 0 or below -1 (MQEI_UNLIMITED), MQ refuses the put with MQRC_EXPIRY_ERROR.
+MAX_EXPIRY_TENTHS = 999_999_999
+#: The longest a ledger marker may be kept (its Expiry): MAX_EXPIRY_TENTHS in hours.
+MAX_LEDGER_HOURS = MAX_EXPIRY_TENTHS // 36_000
+#: The longest wait anything may be given, in seconds: a gather's or a leg's deadline, a
+#: re-request's delay, an operator's extend (366 days). A time far past it (or infinite)
+#: is no wait a timer can keep: it would stop the gather's workflow at its first step.
+MAX_WAIT_SECONDS = 366 * 24 * 3600.0
 
 # Queues of the default aggregate (the demo).
 GATHER_IN = "GATHER.IN"

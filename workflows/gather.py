@@ -128,6 +128,13 @@ class GatherWorkflow:
         """Move the deadline to ``seconds`` from now."""
         return self._operated(logic.extend(self.spec, self.s, inp.seconds, workflow.now()))
 
+    @extend.validator
+    def _extend_checked(self, inp: ExtendInput) -> None:
+        """Refuse a wait no timer keeps before the update is taken (and recorded)."""
+        problem = logic.extend_refusal(inp.seconds)
+        if problem is not None:
+            raise ApplicationError(problem, type="ExtendRefused", non_retryable=True)
+
     @workflow.update(name=names.UPDATE_REREQUEST)
     def rerequest(self, inp: RerequestInput) -> UpdateResult:
         """PUT a leg's request again now (the request scatter sent, a new MsgId)."""

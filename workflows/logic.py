@@ -13,6 +13,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributeUpdate, TypedSe
 from bridge.mq.models import NONE_ID
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.constants import MAX_WAIT_SECONDS
 from mqgather.routing import Destination
 from workflows import legs
 from workflows.models import (
@@ -362,6 +363,17 @@ def release(spec: AggregateSpec, state: GatherState, reason: str, now: datetime)
     _adopt_held(spec, state)
     state.release = reason
     return _accepted(spec, state, now, reason)
+
+
+def extend_refusal(seconds: float) -> str | None:
+    """Why an ``extend`` by ``seconds`` is refused before it is taken, or None: a wait
+    no timer keeps (beyond ``MAX_WAIT_SECONDS``, infinite or not a number) would fail
+    the workflow's every task from then on."""
+    if not 0 < seconds <= MAX_WAIT_SECONDS:
+        return f"seconds: {seconds:g} is not a wait; give more than 0 and at most " + (
+            f"{MAX_WAIT_SECONDS:g} (366 days)"
+        )
+    return None
 
 
 def extend(spec: AggregateSpec, state: GatherState, seconds: float, now: datetime) -> UpdateResult:

@@ -11,6 +11,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from bridge.mq.models import MQMessage, id_text
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.constants import MAX_WAIT_SECONDS
 from mqgather.names import AGGREGATE_NAME, CORREL_ID, CORREL_ID_TEXT, GATHER_ID_PREFIX
 from mqgather.routing import Destination
 
@@ -89,7 +90,9 @@ class Registration(BaseModel):
     request_msg_id: bytes | None = None
     reply_to_q: str = ""
     reply_to_qmgr: str = ""
-    timeout_seconds: float | None = Field(default=None, ge=0, description="overrides the spec")
+    timeout_seconds: float | None = Field(
+        default=None, ge=0, le=MAX_WAIT_SECONDS, description="overrides the spec"
+    )
     requests: dict[str, LegRequest] = Field(
         default_factory=dict, description="what scatter sent, by leg, for re-requests"
     )
@@ -98,7 +101,7 @@ class Registration(BaseModel):
 class ExtendInput(BaseModel):
     """Update ``extend``: push the deadline out by ``seconds`` from now."""
 
-    seconds: float = Field(gt=0)
+    seconds: float = Field(gt=0, description=f"at most {MAX_WAIT_SECONDS:g} (366 days)")
 
 
 class ReleaseInput(BaseModel):

@@ -53,6 +53,8 @@ from bridge.mq.models import (
     ID_LENGTH,
     MQACT_NONE,
     MQAT_UNIX,
+    MQPER_NOT_PERSISTENT,
+    MQPER_PERSISTENCE_AS_Q_DEF,
     NONE_ID,
     Match,
     MQMessage,
@@ -60,6 +62,7 @@ from bridge.mq.models import (
     PutOptions,
     QueueAttributes,
     decode_properties,
+    descriptor_refusal,
     encode_properties,
 )
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
@@ -540,10 +543,17 @@ class LocalQueueManager(Transport):
                 f"{len(message.body)} bytes exceed the queue manager's MAXMSGL",
                 reason="MQRC_MSG_TOO_BIG_FOR_Q_MGR",
             )
+        refusal = descriptor_refusal(message)
+        if refusal is not None:
+            reason, detail = refusal
+            raise MQError(f"putting to queue {queue!r}: {detail}", reason=reason)
         msg_id = message.msg_id
         if msg_id == NONE_ID:
             msg_id = (b"AMQ " + self.qmgr_name.encode()[:12].ljust(12) + os.urandom(8))[:ID_LENGTH]
         updates: dict[str, Any] = {"msg_id": msg_id, "backout_count": 0}
+        if message.persistence == MQPER_PERSISTENCE_AS_Q_DEF:
+            # The queues here are defined with MQ's default DEFPSIST(NO).
+            updates["persistence"] = MQPER_NOT_PERSISTENT
         group_fields, position = self._put_group(queue, message, opts)
         updates.update(group_fields)
         if not opts.set_all_context or message.put_date_time is None:

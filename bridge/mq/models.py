@@ -12,15 +12,20 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from mqgather.ccsid import CCSID_UTF8, decode
+from mqgather.constants import MAX_EXPIRY_TENTHS
 from mqgather.errors import ConfigError
 
 ID_LENGTH = 24
+#: An MQLONG, the type of every number in the MQMD: a signed 32-bit integer.
+MQLONG_MIN, MQLONG_MAX = -(2**31), 2**31 - 1
 #: MQMI_NONE / MQCI_NONE / MQGI_NONE: 24 NUL bytes, "no id".
 NONE_ID = b"\x00" * ID_LENGTH
 
 # MQMD constants that callers set by name.
 MQPER_NOT_PERSISTENT = 0
 MQPER_PERSISTENT = 1
+#: Persistence as the queue's DEFPSIST says (NO on a queue defined with the defaults).
+MQPER_PERSISTENCE_AS_Q_DEF = 2
 MQEI_UNLIMITED = -1
 MQFMT_NONE = ""
 MQFMT_STRING = "MQSTR"
@@ -208,12 +213,13 @@ def _check_id(value: bytes, field: str) -> bytes:
 class MQMessage(BaseModel):
     """One MQ message: the MQMD fields mqgather uses, named properties and the body.
 
-    Ids are 24 bytes (shorter values are NUL-padded). ``expiry`` is in tenths of a
-    second, as MQ keeps it; on a got message it is the time that was left. The context
-    fields (identity: ``user_identifier``, ``accounting_token``, ``appl_identity_data``;
-    origin: ``put_appl_type``, ``put_appl_name``, ``put_date_time``,
-    ``appl_origin_data``) are set by the queue manager on a put, and kept as given only
-    when the put sets all context, as forwarding does.
+    Ids are 24 bytes (shorter values are NUL-padded); every number is an MQLONG.
+    ``expiry`` is in tenths of a second, as MQ keeps it; on a got message it is the time
+    that was left. The context fields (identity: ``user_identifier``,
+    ``accounting_token``, ``appl_identity_data``; origin: ``put_appl_type``,
+    ``put_appl_name``, ``put_date_time``, ``appl_origin_data``) are set by the queue
+    manager on a put, and kept as given only when the put sets all context, as
+    forwarding does.
     """
 
     model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
@@ -221,14 +227,16 @@ class MQMessage(BaseModel):
     msg_id: bytes = NONE_ID
     correl_id: bytes = NONE_ID
     group_id: bytes = NONE_ID
-    msg_seq_number: int = Field(default=1, ge=1)
-    msg_flags: int = 0
+    msg_seq_number: int = Field(default=1, ge=1, le=MQLONG_MAX)
+    msg_flags: int = Field(default=0, ge=MQLONG_MIN, le=MQLONG_MAX)
     format: str = Field(default=MQFMT_STRING, max_length=8)
-    coded_char_set_id: int = Field(default=CCSID_UTF8, ge=0, description="CodedCharSetId")
-    encoding: int = Field(default=MQENC_NATIVE, ge=0, description="Encoding")
-    persistence: int = MQPER_PERSISTENT
+    coded_char_set_id: int = Field(
+        default=CCSID_UTF8, ge=0, le=MQLONG_MAX, description="CodedCharSetId"
+    )
+    encoding: int = Field(default=MQENC_NATIVE, ge=0, le=MQLONG_MAX, description="Encoding")
+    persistence: int = Field(default=MQPER_PERSISTENT, ge=MQLONG_MIN, le=MQLONG_MAX)
     priority: int = Field(default=0, ge=0, le=9)
-    expiry: int = MQEI_UNLIMITED
+    expiry: int = Field(default=MQEI_UNLIMITED, ge=MQLONG_MIN, le=MQLONG_MAX)
     reply_to_q: str = Field(default="", max_length=48)
     reply_to_qmgr: str = Field(default="", max_length=48)
     put_appl_name: str = Field(default="", max_length=28)
@@ -236,15 +244,23 @@ class MQMessage(BaseModel):
     user_identifier: str = Field(default="", max_length=12, description="UserIdentifier")
     accounting_token: bytes = Field(default=MQACT_NONE, description="AccountingToken")
     appl_identity_data: str = Field(default="", max_length=32, description="ApplIdentityData")
-    put_appl_type: int = Field(default=MQAT_NO_CONTEXT, description="PutApplType")
+    put_appl_type: int = Field(
+        default=MQAT_NO_CONTEXT, ge=MQLONG_MIN, le=MQLONG_MAX, description="PutApplType"
+    )
     appl_origin_data: str = Field(default="", max_length=4, description="ApplOriginData")
     msg_type: int | None = Field(
         default=None,
+        ge=MQLONG_MIN,
+        le=MQLONG_MAX,
         description="MsgType; None: REQUEST when there is a ReplyToQ, else DATAGRAM",
     )
-    report: int = Field(default=MQRO_NONE, description="Report options, kept as put")
-    feedback: int = Field(default=MQFB_NONE, description="Feedback, kept as put")
-    backout_count: int = 0
+    report: int = Field(
+        default=MQRO_NONE, ge=MQLONG_MIN, le=MQLONG_MAX, description="Report options, kept as put"
+    )
+    feedback: int = Field(
+        default=MQFB_NONE, ge=MQLONG_MIN, le=MQLONG_MAX, description="Feedback, kept as put"
+    )
+    backout_count: int = Field(default=0, ge=0, le=MQLONG_MAX)
     properties: dict[str, PropertyValue] = Field(default_factory=dict)
     #: Why some of its properties could not be read on the get (the message carries
     #: those it could): whoever takes it routes it aside with this reason. Not sent on.
@@ -365,3 +381,26 @@ class PutOptions(BaseModel):
     syncpoint: bool = True
     set_all_context: bool = False
     logical_order: bool = False
+
+
+def descriptor_refusal(message: MQMessage) -> tuple[str, str] | None:
+    """Why MQ refuses to put ``message`` for its descriptor, as ``(MQRC name, detail)``,
+    or None: an Expiry of 0, below MQEI_UNLIMITED or above ``MAX_EXPIRY_TENTHS``
+    (MQRC_EXPIRY_ERROR); a Persistence other than MQPER_NOT_PERSISTENT, MQPER_PERSISTENT
+    or MQPER_PERSISTENCE_AS_Q_DEF (MQRC_PERSISTENCE_ERROR)."""
+    expiry = message.expiry
+    if expiry != MQEI_UNLIMITED and not 0 < expiry <= MAX_EXPIRY_TENTHS:
+        return "MQRC_EXPIRY_ERROR", (
+            f"Expiry {expiry} is not a time MQ keeps: give 1 to {MAX_EXPIRY_TENTHS} tenths "
+            f"of a second, or {MQEI_UNLIMITED} (MQEI_UNLIMITED)"
+        )
+    if message.persistence not in (
+        MQPER_NOT_PERSISTENT,
+        MQPER_PERSISTENT,
+        MQPER_PERSISTENCE_AS_Q_DEF,
+    ):
+        return "MQRC_PERSISTENCE_ERROR", (
+            f"Persistence {message.persistence} is none of 0 (not persistent), 1 "
+            "(persistent), 2 (as the queue's DEFPSIST)"
+        )
+    return None

@@ -15,6 +15,7 @@ from bridge.mq.connect import open_transport
 from bridge.mq.models import ID_LENGTH, format_id, parse_id
 from mqgather.cli.options import fanout_options, run, show_fields
 from mqgather.config import load_config
+from mqgather.constants import MAX_WAIT_SECONDS
 from mqgather.errors import MQGatherError
 from mqgather.names import (
     CORREL_ID,
@@ -254,7 +255,13 @@ def release(correl_id: str, name: str | None, reason: str, as_json: bool) -> Non
 
 @_operator_command(
     "Move a gather's deadline to --seconds from now.",
-    click.option("--seconds", default=60.0, show_default=True, help="The new deadline, from now."),
+    click.option(
+        "--seconds",
+        default=60.0,
+        show_default=True,
+        type=click.FloatRange(0, MAX_WAIT_SECONDS, min_open=True),
+        help="The new deadline, from now (at most 366 days).",
+    ),
 )
 def extend(correl_id: str, name: str | None, seconds: float, as_json: bool) -> None:
     _operate(correl_id, name, as_json, UPDATE_EXTEND, ExtendInput(seconds=seconds))

@@ -13,11 +13,12 @@ from datetime import timedelta
 
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from bridge.mq.models import Match, MQMessage, QueueAttributes
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.names import GATHER_STATE, PROP_REASON
+from mqgather.names import GATHER_STATE, PROP_REASON, UPDATE_EXTEND
 from tests.harness import pipeline, status, until
 from workflows.gather import GatherWorkflow
 from workflows.models import CancelInput, ExtendInput, Registration, ReleaseInput
@@ -64,6 +65,30 @@ async def test_extend_moves_the_deadline_and_cancel_ends(temporal_env, tmp_path)
     assert cancelled.accepted and result.state == "CANCELLED"
     assert json.loads(gone.body)["state"] == "CANCELLED" and gone.correl_id == stopped.correl_id
     assert partial.correl_id == slow.correl_id
+
+
+@pytest.mark.parametrize("seconds", [1e300, 1e15])
+async def test_an_extend_no_timer_keeps_is_refused_and_the_gather_goes_on(
+    temporal_env, tmp_path, seconds
+):
+    # As the Web UI sends an update: JSON typed by hand, no CLI to check it first. A wait
+    # past what a datetime holds used to fail the gather's workflow task on every retry.
+    spec = AggregateSpec(name="extfar", legs=LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        handle = p.handle(spec, sent.correl_id)
+        before = await until(lambda: status(handle), lambda s: s.deadline is not None)
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await asyncio.wait_for(
+                handle.execute_update(UPDATE_EXTEND, {"seconds": seconds}), timeout=30
+            )
+        assert "is not a wait" in str(refused.value.cause)
+        after = await status(handle)
+        for leg in LEGS:
+            p.reply(spec, sent.correl_id, leg.name, b"{}")
+        result = await p.result(spec, sent.correl_id)
+    assert after.deadline == before.deadline
+    assert result.state == "COMPLETE"
 
 
 @pytest.mark.parametrize(("mode", "moves"), [("first", False), ("restart", True)])

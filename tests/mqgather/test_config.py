@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from mqgather.config import load_config
+from mqgather.constants import MAX_EXPIRY_TENTHS
 from mqgather.errors import ConfigError
 
 GOOD = """
@@ -46,6 +48,19 @@ def test_a_valid_file_loads(tmp_path):
         ('[aggregates.a]\nlegs = [{name="X"}, {name="X"}]', "leg names must be unique"),
         ('[aggregates.a]\ncolour = "red"', "aggregates.a.colour"),
         ("[queues.Q]\nmaxdepth = -5", "queues.Q.maxdepth"),
+        # Waits and retentions no timer or MQ Expiry keeps (TOML writes infinity as inf):
+        ("[aggregates.a]\ntimeout_seconds = inf", "aggregates.a.timeout_seconds"),
+        ("[aggregates.a]\nunknown_timeout_seconds = 1e12", "unknown_timeout_seconds"),
+        ("[aggregates.a]\nlate_window_seconds = inf", "aggregates.a.late_window_seconds"),
+        ("[aggregates.a]\nledger_hours = 30000", "aggregates.a.ledger_hours"),
+        ("[aggregates.a]\nlegs = [{name='X', timeout_seconds=inf}]", "legs.0.timeout_seconds"),
+        (
+            "[aggregates.a]\nlegs = [{name='X', retries=10, retry_backoff=10}]",
+            "the last re-request would wait 5e+09 s",
+        ),
+        ("[collectors.c]\nledger_hours = inf", "collectors.c.ledger_hours"),
+        ("[collectors.c]\ndefault_max_delay_seconds = 1e9", "default_max_delay_seconds"),
+        ("[collectors.c]\ndefault_max_bytes = 1_000_000_000", "collectors.c.default_max_bytes"),
         ("not toml at all [", "not valid TOML"),
     ],
 )
@@ -55,6 +70,22 @@ def test_invalid_files_name_the_key_and_reason(tmp_path, text, fragment):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert fragment in str(info.value) and str(path) in str(info.value)
+
+
+def test_the_longest_waits_a_file_may_give_load_and_their_deadlines_are_datetimes(tmp_path):
+    path = tmp_path / "long.toml"
+    path.write_text(
+        "[aggregates.a]\ntimeout_seconds = 31622400\nledger_hours = 27777\n"
+        "legs = [{name='X', retries=1, retry_after_seconds=31622400}]\n"
+        "[collectors.c]\ndefault_max_delay_seconds = 604800\n"
+    )
+    config = load_config(path)
+    spec, collector = config.aggregate("a"), config.collectors["c"]
+    assert datetime.now(UTC) + timedelta(seconds=spec.timeout_seconds) > datetime.now(UTC)
+    # The ledger's marker Expiry, in tenths, is one MQ takes.
+    assert int(spec.ledger_hours * 36_000) <= MAX_EXPIRY_TENTHS
+    # A destination without a rule gets the collector's defaults as a valid rule.
+    assert collector.default_rule("ANY").max_delay_seconds == 604800
 
 
 def test_missing_named_file_is_an_error(tmp_path):

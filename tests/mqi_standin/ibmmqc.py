@@ -75,7 +75,11 @@ RC = {
     "HANDLE_NOT_AVAILABLE": 2017,
     "HCONN_ERROR": 2018,
     "HOBJ_ERROR": 2019,
+    "EXPIRY_ERROR": 2013,
     "MD_ERROR": 2026,
+    "PERSISTENCE_ERROR": 2047,
+    "PRIORITY_EXCEEDS_MAXIMUM": 2049,
+    "PRIORITY_ERROR": 2050,
     "NO_MSG_AVAILABLE": 2033,
     "NOT_AUTHORIZED": 2035,
     "NOT_OPEN_FOR_BROWSE": 2036,
@@ -118,6 +122,8 @@ PMO_SYNCPOINT, PMO_NO_SYNCPOINT, PMO_DEFAULT_CONTEXT = 0x2, 0x4, 0x20
 PMO_NEW_MSG_ID, PMO_NEW_CORREL_ID, PMO_PASS_ALL_CONTEXT = 0x40, 0x80, 0x200
 PMO_SET_ALL_CONTEXT, PMO_NO_CONTEXT, PMO_LOGICAL_ORDER = 0x800, 0x4000, 0x8000
 MD_VERSION_2 = 2
+EI_UNLIMITED, EI_MAX = -1, 999_999_999
+PER_AS_Q_DEF, PRI_AS_Q_DEF, PRI_MAX = 2, -1, 9
 CNO_CLIENT_BINDING = 0x100
 CHT_CLNTCONN, XPT_TCP = 6, 2
 WI_UNLIMITED = -1
@@ -495,6 +501,13 @@ def _message_from(
     elif not opts & PMO_NO_CONTEXT:  # default context: who put it, now
         context = {"user_identifier": conn.user[:12], "put_appl_type": AT_UNIX}
         context["put_appl_name"] = "python"
+    # The queue manager's checks of the descriptor (the queues' DEFPSIST(NO), DEFPRTY(0)).
+    if md.Expiry != EI_UNLIMITED and not 0 < md.Expiry <= EI_MAX:
+        return CC_FAILED, RC["EXPIRY_ERROR"]
+    if md.Persistence not in (0, 1, PER_AS_Q_DEF):
+        return CC_FAILED, RC["PERSISTENCE_ERROR"]
+    if md.Priority < PRI_AS_Q_DEF:
+        return CC_FAILED, RC["PRIORITY_ERROR"]
     # The group fields exist from MQMD version 2 on; a version 1 MQMD has none.
     grouped = md.Version >= MD_VERSION_2
     return MQMessage(
@@ -506,8 +519,8 @@ def _message_from(
         format=_text(md.Format),
         coded_char_set_id=ccsid,
         encoding=md.Encoding,
-        persistence=md.Persistence if md.Persistence in (0, 1) else 1,
-        priority=md.Priority if 0 <= md.Priority <= 9 else 0,
+        persistence=0 if md.Persistence == PER_AS_Q_DEF else md.Persistence,
+        priority=min(max(md.Priority, 0), PRI_MAX),
         expiry=md.Expiry,
         reply_to_q=_text(md.ReplyToQ),
         reply_to_qmgr=_text(md.ReplyToQMgr),
@@ -565,6 +578,9 @@ def _put(
         md.GroupId, md.MsgSeqNumber = put.group_id, put.msg_seq_number
     if not md.PutApplName.strip(b"\0 "):
         md.PutApplName = (put.put_appl_name or "python").encode()
+    if md.Priority > PRI_MAX:
+        # Put at the queue manager's MAXPRTY, and told so.
+        return md.pack(), pmo.pack(), CC_WARNING, RC["PRIORITY_EXCEEDS_MAXIMUM"]
     return md.pack(), pmo.pack(), CC_OK, 0
 
 

@@ -12,6 +12,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from bridge.mq.models import MQMessage
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.constants import MAX_WAIT_SECONDS
 from mqgather.routing import Destination
 from workflows import logic
 from workflows.models import GatherState, Registration, Reply, Routed
@@ -301,6 +302,18 @@ def test_extend_before_registration_moves_the_unknown_deadline():
     result = logic.extend(spec(), state, 60, T0 + timedelta(seconds=1))
     assert result.deadline == state.unknown_deadline == T0 + timedelta(seconds=61)
     assert not logic.unknown_expired(state, T0 + timedelta(seconds=30))
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), float("nan"), 1e15, MAX_WAIT_SECONDS + 1, -1])
+def test_an_extend_no_timer_keeps_is_refused_before_it_is_taken(seconds):
+    assert "is not a wait" in (logic.extend_refusal(seconds) or "")
+
+
+def test_the_longest_extend_is_taken_and_its_deadline_is_a_datetime():
+    assert logic.extend_refusal(MAX_WAIT_SECONDS) is None
+    state = GatherState(registered=True)
+    result = logic.extend(spec(), state, MAX_WAIT_SECONDS, T0)
+    assert result.deadline == T0 + timedelta(days=366)
 
 
 # ------------------------------------------------------------------ bounded state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from bridge.mq.models import MQMessage, format_id, parse_id
 from mqgather.errors import ConfigError
@@ -62,3 +63,15 @@ def test_a_tagged_property_of_the_wrong_type_is_a_validation_error():
                 {"type": "bytes", "value": "!!"}, {"type": "weird", "value": 1}):  # fmt: skip
         with pytest.raises(pydantic.ValidationError, match="property 'p'"):
             MQMessage.model_validate({"properties": {"p": bad}})
+
+
+@pytest.mark.parametrize(
+    "field", ["expiry", "persistence", "msg_flags", "encoding", "report", "feedback", "msg_type"]
+)
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1])
+def test_an_mqmd_number_is_an_mqlong(field, value):
+    # A number no MQLONG holds cannot be packed into an MQMD: refused where it is made,
+    # not at the put, where the IBM MQ client's packing would fail without a reason code.
+    with pytest.raises(ValidationError, match=field):
+        MQMessage(**{field: value})
+    assert getattr(MQMessage(**{field: 2**31 - 1}), field) == 2**31 - 1

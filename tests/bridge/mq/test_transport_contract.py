@@ -7,10 +7,17 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bridge.mq.errors import MessageTooBig, NoMessageAvailable, QueueFull, UnknownObjectName
+from bridge.mq.errors import (
+    MessageTooBig,
+    MQError,
+    NoMessageAvailable,
+    QueueFull,
+    UnknownObjectName,
+)
 from bridge.mq.models import (
     MQACT_NONE,
     MQAT_UNIX,
+    MQPER_PERSISTENCE_AS_Q_DEF,
     Match,
     MQMessage,
     PutOptions,
@@ -226,6 +233,38 @@ def test_mqmd_fields_round_trip(connect, make_queue):
         assert getattr(got, field) == getattr(sent, field), field
     assert got.msg_id == put.msg_id
     assert got.put_date_time is not None and got.put_appl_name
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"expiry": 0}, "MQRC_EXPIRY_ERROR"),
+        ({"expiry": -2}, "MQRC_EXPIRY_ERROR"),
+        ({"expiry": 1_000_000_000}, "MQRC_EXPIRY_ERROR"),
+        ({"persistence": 3}, "MQRC_PERSISTENCE_ERROR"),
+        ({"persistence": -1}, "MQRC_PERSISTENCE_ERROR"),
+    ],
+)
+def test_a_descriptor_mq_refuses_is_refused_and_nothing_is_put(connect, make_queue, fields, reason):
+    qm = connect()
+    q = make_queue(qm)
+    with pytest.raises(MQError) as refused:
+        qm.put(q, MQMessage(body=b"x", **fields))
+    assert refused.value.reason == reason
+    qm.put(q, MQMessage(body=b"kept"))
+    qm.commit()
+    assert [m.body for m in qm.browse(q)] == [b"kept"]
+
+
+def test_the_widest_expiry_mq_takes_and_persistence_as_the_queue_defines_it(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    qm.put(q, MQMessage(body=b"a", expiry=999_999_999, persistence=MQPER_PERSISTENCE_AS_Q_DEF))
+    qm.commit()
+    got = qm.get(q)
+    qm.commit()
+    assert 0 < got.expiry <= 999_999_999
+    assert got.persistence == 0  # a queue defined with the defaults: DEFPSIST(NO)
 
 
 def test_set_all_context_keeps_identity_and_origin_default_context_replaces_them(

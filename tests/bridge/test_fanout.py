@@ -1,0 +1,36 @@
+"""Scatter: a gather registered with its requests, or nothing sent at all."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.fanout import ScatterError
+from mqgather.config import AggregateSpec, LegSpec
+from mqgather.constants import MAX_KEPT_REQUEST_BYTES
+from tests.harness import pipeline
+
+LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20, retries=1))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        # The second leg's request is too large to keep for its re-request: the first
+        # leg's request was put by then.
+        ({"bodies": {"STOCK": b"x" * (MAX_KEPT_REQUEST_BYTES + 1)}}, "keeps a request"),
+        # A registration no timer keeps: every request was put by then.
+        ({"timeout_seconds": float("inf")}, "timeout_seconds"),
+        ({"timeout_seconds": 1e12}, "timeout_seconds"),
+    ],
+)
+async def test_a_scatter_refused_midway_leaves_no_request_for_a_later_commit(
+    temporal_env, tmp_path, kwargs, says
+):
+    spec = AggregateSpec(name="midway", legs=LEGS, timeout_seconds=30)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        with pytest.raises(ScatterError, match=says):
+            await p.scatter(spec, **kwargs)
+        # The same connection commits later work: nothing of the refused scatter goes too.
+        p.qm.commit()
+        depths = {leg.name: p.depth(leg.queue()) for leg in LEGS}
+    assert depths == {"CREDIT": 0, "STOCK": 0}
