@@ -68,7 +68,7 @@ class LegSpec(BaseModel):
         le=k.MAX_LEG_RETRIES,
         description="how many times the gather PUTs the leg's request again (the request "
         "scatter sent, new MsgId, same CorrelId) when no reply came; the last wait, "
-        "retry_after_seconds × retry_backoff^(retries − 1), is at most 366 days",
+        "retry_after_seconds * retry_backoff ** (retries - 1), is at most 366 days",
     )
     retry_after_seconds: float = Field(
         default=k.DEFAULT_RETRY_AFTER_SECONDS,
