@@ -26,9 +26,15 @@ class QueueDefinition(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    maxdepth: int = Field(default=k.DEFAULT_MAXDEPTH, ge=0, description="MAXDEPTH")
-    maxmsgl: int = Field(default=k.DEFAULT_MAXMSGL, ge=0, description="MAXMSGL, bytes")
-    bothresh: int = Field(default=0, ge=0, description="BOTHRESH: backouts before BOQNAME")
+    maxdepth: int = Field(
+        default=k.DEFAULT_MAXDEPTH, ge=0, le=k.MAX_QUEUE_DEPTH, description="MAXDEPTH"
+    )
+    maxmsgl: int = Field(
+        default=k.DEFAULT_MAXMSGL, ge=0, le=k.QMGR_MAXMSGL, description="MAXMSGL, bytes"
+    )
+    bothresh: int = Field(
+        default=0, ge=0, le=k.MAX_QUEUE_DEPTH, description="BOTHRESH: backouts before BOQNAME"
+    )
     boqname: str = Field(default="", max_length=48, description="BOQNAME: the backout queue")
     descr: str = Field(default="", max_length=64, description="DESCR")
 

@@ -15,6 +15,8 @@ DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
 DEFAULT_MAXDEPTH = 5000
 DEFAULT_MAXMSGL = 4 * 1024 * 1024
 QMGR_MAXMSGL = 100 * 1024 * 1024
+#: The largest MAXDEPTH (and BOTHRESH) a queue may be given.
+MAX_QUEUE_DEPTH = 999_999_999
 #: The largest MQMD Expiry a put may give (tenths of a second, about 3.2 years): above it,
 #: and at 0 or below -1 (MQEI_UNLIMITED), MQ refuses the put with MQRC_EXPIRY_ERROR.
 MAX_EXPIRY_TENTHS = 999_999_999

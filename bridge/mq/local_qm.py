@@ -66,7 +66,12 @@ from bridge.mq.models import (
     encode_properties,
 )
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
-from mqgather.constants import DEAD_LETTER_QUEUE, DEFAULT_QMGR_NAME, QMGR_MAXMSGL
+from mqgather.constants import (
+    DEAD_LETTER_QUEUE,
+    DEFAULT_QMGR_NAME,
+    MAX_QUEUE_DEPTH,
+    QMGR_MAXMSGL,
+)
 
 #: Seconds within which a live connection backs out the work of a dead one.
 RECOVERY_INTERVAL = 1.0
@@ -366,7 +371,7 @@ class LocalQueueManager(Transport):
                     self._define(
                         db,
                         QueueAttributes(
-                            name=DEAD_LETTER_QUEUE, maxdepth=999_999_999, maxmsgl=QMGR_MAXMSGL
+                            name=DEAD_LETTER_QUEUE, maxdepth=MAX_QUEUE_DEPTH, maxmsgl=QMGR_MAXMSGL
                         ),
                     )
                     row = (qmgr_name,)
@@ -543,10 +548,6 @@ class LocalQueueManager(Transport):
                 f"{len(message.body)} bytes exceed the queue manager's MAXMSGL",
                 reason="MQRC_MSG_TOO_BIG_FOR_Q_MGR",
             )
-        refusal = descriptor_refusal(message)
-        if refusal is not None:
-            reason, detail = refusal
-            raise MQError(f"putting to queue {queue!r}: {detail}", reason=reason)
         msg_id = message.msg_id
         if msg_id == NONE_ID:
             msg_id = (b"AMQ " + self.qmgr_name.encode()[:12].ljust(12) + os.urandom(8))[:ID_LENGTH]
@@ -575,7 +576,7 @@ class LocalQueueManager(Transport):
             with self._lock:
                 pending = sum(1 for q, _ in self._puts if q == queue)
                 try:
-                    self._check_put(self._db, queue, len(stored.body), pending)
+                    self._check_put(self._db, queue, message, pending)
                 except sqlite3.Error as exc:
                     raise _translate(exc, self.path) from exc
                 self._puts.append((queue, row))
@@ -583,7 +584,7 @@ class LocalQueueManager(Transport):
             return stored
 
         def op(db: sqlite3.Connection) -> None:
-            self._check_put(db, queue, len(stored.body), 0)
+            self._check_put(db, queue, message, 0)
             _insert(db, [row])
 
         self._call(op)
@@ -651,8 +652,18 @@ class LocalQueueManager(Transport):
         if self._uow_groups is None:
             self._uow_groups = (dict(self._get_groups), dict(self._put_groups))
 
-    def _check_put(self, db: sqlite3.Connection, queue: str, size: int, pending: int) -> None:
+    def _check_put(
+        self, db: sqlite3.Connection, queue: str, message: MQMessage, pending: int
+    ) -> None:
+        """What MQ checks on a put once the queue is known: its descriptor, its length
+        against the queue's MAXMSGL, and the queue's depth (``pending``: puts of the open
+        unit of work not yet counted)."""
         _, maxdepth, maxmsgl, *_rest, curdepth = self._queue_row(db, queue)
+        refusal = descriptor_refusal(message)
+        if refusal is not None:
+            reason, detail = refusal
+            raise MQError(f"putting to queue {queue!r}: {detail}", reason=reason)
+        size = len(message.body)
         if size > maxmsgl:
             raise MessageTooBig(f"{size} bytes exceed MAXMSGL({maxmsgl}) of queue {queue!r}")
         if curdepth + pending >= maxdepth:

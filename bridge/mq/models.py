@@ -12,7 +12,13 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from mqgather.ccsid import CCSID_UTF8, decode
-from mqgather.constants import MAX_EXPIRY_TENTHS
+from mqgather.constants import (
+    DEFAULT_MAXDEPTH,
+    DEFAULT_MAXMSGL,
+    MAX_EXPIRY_TENTHS,
+    MAX_QUEUE_DEPTH,
+    QMGR_MAXMSGL,
+)
 from mqgather.errors import ConfigError
 
 ID_LENGTH = 24
@@ -344,9 +350,13 @@ class QueueAttributes(BaseModel):
     """The queue attributes mqgather reads or defines (MQSC names in the docstrings)."""
 
     name: str = Field(min_length=1, max_length=48)
-    maxdepth: int = Field(default=5000, ge=0, description="MAXDEPTH")
-    maxmsgl: int = Field(default=4 * 1024 * 1024, ge=0, description="MAXMSGL")
-    bothresh: int = Field(default=0, ge=0, description="BOTHRESH; 0 means no threshold")
+    maxdepth: int = Field(
+        default=DEFAULT_MAXDEPTH, ge=0, le=MAX_QUEUE_DEPTH, description="MAXDEPTH"
+    )
+    maxmsgl: int = Field(default=DEFAULT_MAXMSGL, ge=0, le=QMGR_MAXMSGL, description="MAXMSGL")
+    bothresh: int = Field(
+        default=0, ge=0, le=MAX_QUEUE_DEPTH, description="BOTHRESH; 0 means no threshold"
+    )
     boqname: str = Field(default="", max_length=48, description="BOQNAME")
     descr: str = Field(default="", max_length=64, description="DESCR")
     curdepth: int = Field(default=0, ge=0, description="CURDEPTH (read only)")

@@ -34,6 +34,13 @@ from bridge.mq.transport import WAIT_UNLIMITED
 from mqgather.ccsid import CCSID_UTF8, CCSIDError, decode, encode
 from mqgather.cli.options import config_option, mq_option
 from mqgather.config import load_config
+from mqgather.constants import (
+    DEFAULT_MAXDEPTH,
+    DEFAULT_MAXMSGL,
+    MAX_EXPIRY_TENTHS,
+    MAX_QUEUE_DEPTH,
+    QMGR_MAXMSGL,
+)
 from mqgather.errors import ConfigError
 
 _TYPES = ("string", "int", "float", "bool", "bytes", "null")
@@ -133,9 +140,12 @@ def queues() -> None:
 
 @queues.command()
 @click.argument("queue")
-@click.option("--maxdepth", type=int, default=5000, show_default=True, help="MAXDEPTH.")
-@click.option("--maxmsgl", type=int, default=4 * 1024 * 1024, show_default=True, help="MAXMSGL.")
-@click.option("--bothresh", type=int, default=0, show_default=True, help="BOTHRESH (0: none).")
+@click.option("--maxdepth", type=click.IntRange(0, MAX_QUEUE_DEPTH), default=DEFAULT_MAXDEPTH,
+              show_default=True, help="MAXDEPTH.")  # fmt: skip
+@click.option("--maxmsgl", type=click.IntRange(0, QMGR_MAXMSGL), default=DEFAULT_MAXMSGL,
+              show_default=True, help="MAXMSGL.")  # fmt: skip
+@click.option("--bothresh", type=click.IntRange(0, MAX_QUEUE_DEPTH), default=0,
+              show_default=True, help="BOTHRESH (0: none).")  # fmt: skip
 @click.option("--boqname", default="", help="BOQNAME: where the bridge moves backed-out messages.")
 @click.option("--descr", default="", help="DESCR.")
 @click.option("--replace", is_flag=True, help="Update the queue if it exists (REPLACE).")
@@ -242,7 +252,8 @@ def list_(pattern: str, as_json: bool, mq: str) -> None:
 )
 @click.option("--encoding", type=int, default=MQENC_NATIVE, show_default=True, help="Encoding.")
 @click.option("--priority", type=click.IntRange(0, 9), default=0, help="Priority 0-9.")
-@click.option("--expiry", type=int, default=-1, help="Expiry in tenths of a second (-1: none).")
+@click.option("--expiry", type=click.IntRange(-1, MAX_EXPIRY_TENTHS), default=-1,
+              help="Expiry in tenths of a second, 1 or more (-1: none).")  # fmt: skip
 @click.option("--non-persistent", is_flag=True, help="Persistence MQPER_NOT_PERSISTENT.")
 @click.option(
     "--property",

@@ -59,6 +59,10 @@ def test_a_valid_file_loads(tmp_path):
             "the last re-request would wait 5e+09 s",
         ),
         ("[collectors.c]\nledger_hours = inf", "collectors.c.ledger_hours"),
+        # Queue attributes MQ takes (its PCF carries them as MQLONGs):
+        ("[queues.Q]\nmaxdepth = 1_000_000_000", "queues.Q.maxdepth"),
+        ("[queues.Q]\nbothresh = 3_000_000_000", "queues.Q.bothresh"),
+        ("[queues.Q]\nmaxmsgl = 104_857_601", "queues.Q.maxmsgl"),
         ("[collectors.c]\ndefault_max_delay_seconds = 1e9", "default_max_delay_seconds"),
         ("[collectors.c]\ndefault_max_bytes = 1_000_000_000", "collectors.c.default_max_bytes"),
         ("not toml at all [", "not valid TOML"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from bridge.mq.models import MQMessage, format_id, parse_id
+from bridge.mq.models import MQMessage, QueueAttributes, format_id, parse_id
 from mqgather.errors import ConfigError
 
 
@@ -75,3 +75,11 @@ def test_an_mqmd_number_is_an_mqlong(field, value):
     with pytest.raises(ValidationError, match=field):
         MQMessage(**{field: value})
     assert getattr(MQMessage(**{field: 2**31 - 1}), field) == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    "attrs", [{"maxdepth": 1_000_000_000}, {"bothresh": 2**31}, {"maxmsgl": 104_857_601}]
+)
+def test_queue_attributes_are_those_mq_takes(attrs):
+    with pytest.raises(ValidationError, match=next(iter(attrs))):
+        QueueAttributes(name="Q", **attrs)

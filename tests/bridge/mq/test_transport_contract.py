@@ -256,6 +256,12 @@ def test_a_descriptor_mq_refuses_is_refused_and_nothing_is_put(connect, make_que
     assert [m.body for m in qm.browse(q)] == [b"kept"]
 
 
+def test_a_put_to_an_unknown_queue_is_refused_for_the_queue_before_its_descriptor(connect):
+    qm = connect()
+    with pytest.raises(UnknownObjectName):
+        qm.put("NO.SUCH.QUEUE", MQMessage(body=b"x", expiry=0))
+
+
 def test_the_widest_expiry_mq_takes_and_persistence_as_the_queue_defines_it(connect, make_queue):
     qm = connect()
     q = make_queue(qm)
