@@ -23,6 +23,8 @@ from pydantic import BaseModel, Field, SecretStr
 
 from bridge.mq.errors import REASONS, ConnectionBroken, MQError, error_for_reason
 from bridge.mq.models import (
+    MQLONG_MAX,
+    MQLONG_MIN,
     NONE_ID,
     Match,
     MQMessage,
@@ -30,6 +32,7 @@ from bridge.mq.models import (
     PropertyValue,
     PutOptions,
     QueueAttributes,
+    wait_refusal,
 )
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
 from mqgather.constants import QMGR_MAXMSGL
@@ -551,6 +554,12 @@ class IBMMQTransport(Transport):
             gmo_opts |= C.MQGMO_SYNCPOINT if syncpoint else C.MQGMO_NO_SYNCPOINT
         if wait_ms != 0:
             gmo_opts |= C.MQGMO_WAIT
+        if not MQLONG_MIN <= wait_ms <= MQLONG_MAX:
+            # No MQLONG holds it, so no MQGMO carries it to MQ (which refuses it anyway).
+            raise MQError(
+                f"getting from queue {queue!r}: {wait_refusal(wait_ms)}",
+                reason="MQRC_WAIT_INTERVAL_ERROR",
+            )
         if logical_order:
             gmo_opts |= C.MQGMO_LOGICAL_ORDER
         if all_available:
@@ -563,7 +572,7 @@ class IBMMQTransport(Transport):
         handle = self._get_handle
         gmo = self.mq.GMO(
             Options=gmo_opts,
-            WaitInterval=C.MQWI_UNLIMITED if wait_ms == WAIT_UNLIMITED else max(wait_ms, 0),
+            WaitInterval=C.MQWI_UNLIMITED if wait_ms == WAIT_UNLIMITED else wait_ms,
             Version=C.MQGMO_VERSION_4,
             MsgHandle=handle.msg_handle,
         )

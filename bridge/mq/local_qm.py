@@ -64,6 +64,7 @@ from bridge.mq.models import (
     decode_properties,
     descriptor_refusal,
     encode_properties,
+    wait_refusal,
 )
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
 from mqgather.constants import (
@@ -754,6 +755,11 @@ class LocalQueueManager(Transport):
     ) -> list[MQMessage]:
         """Run ``attempt`` until it finds messages or the wait ends (``read_only``: it
         changes nothing, as a browse)."""
+        refusal = wait_refusal(wait_ms)
+        if refusal is not None:
+            raise MQError(
+                f"getting from queue {queue!r}: {refusal}", reason="MQRC_WAIT_INTERVAL_ERROR"
+            )
         deadline = None if wait_ms == WAIT_UNLIMITED else time.monotonic() + wait_ms / 1000
         pause = 0.001
 

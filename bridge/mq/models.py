@@ -393,6 +393,14 @@ class PutOptions(BaseModel):
     logical_order: bool = False
 
 
+def wait_refusal(wait_ms: int) -> str | None:
+    """Why MQ refuses a get's WaitInterval (MQRC_WAIT_INTERVAL_ERROR), or None: it is a
+    number of milliseconds that an MQLONG holds, or -1 (MQWI_UNLIMITED)."""
+    if wait_ms == -1 or 0 <= wait_ms <= MQLONG_MAX:
+        return None
+    return f"WaitInterval {wait_ms} ms: give 0 to {MQLONG_MAX} ms, or -1 (MQWI_UNLIMITED)"
+
+
 def descriptor_refusal(message: MQMessage) -> tuple[str, str] | None:
     """Why MQ refuses to put ``message`` for its descriptor, as ``(MQRC name, detail)``,
     or None: an Expiry of 0, below MQEI_UNLIMITED or above ``MAX_EXPIRY_TENTHS``

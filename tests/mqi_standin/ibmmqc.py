@@ -94,6 +94,7 @@ RC = {
     "TRUNCATED_MSG_ACCEPTED": 2079,
     "TRUNCATED_MSG_FAILED": 2080,
     "UNKNOWN_OBJECT_NAME": 2085,
+    "WAIT_INTERVAL_ERROR": 2090,
     "CONTEXT_HANDLE_ERROR": 2097,
     "FORMAT_ERROR": 2110,
     "NOT_CONVERTED": 2119,
@@ -693,6 +694,8 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
     )
     wait = 0
     if opts & GMO_WAIT:
+        if gmo.WaitInterval < WI_UNLIMITED:
+            return _fail("WAIT_INTERVAL_ERROR", b"", md.pack(), gmo.pack(), 0)
         wait = -1 if gmo.WaitInterval == WI_UNLIMITED else gmo.WaitInterval
     syncpoint = not opts & GMO_NO_SYNCPOINT  # a client's default is syncpoint
     accept = bool(opts & GMO_ACCEPT_TRUNCATED)

@@ -256,6 +256,19 @@ def test_a_descriptor_mq_refuses_is_refused_and_nothing_is_put(connect, make_que
     assert [m.body for m in qm.browse(q)] == [b"kept"]
 
 
+@pytest.mark.parametrize("wait_ms", [-2, -5000, 2**31])
+def test_a_wait_mq_refuses_is_refused_and_the_message_stays(connect, make_queue, wait_ms):
+    qm = connect()
+    q = make_queue(qm)
+    qm.put(q, MQMessage(body=b"kept"))
+    qm.commit()
+    with pytest.raises(MQError) as refused:
+        qm.get(q, wait_ms=wait_ms)
+    qm.backout()
+    assert refused.value.reason == "MQRC_WAIT_INTERVAL_ERROR"
+    assert [m.body for m in qm.browse(q)] == [b"kept"]
+
+
 def test_a_put_to_an_unknown_queue_is_refused_for_the_queue_before_its_descriptor(connect):
     qm = connect()
     with pytest.raises(UnknownObjectName):
