@@ -26,6 +26,9 @@ MAX_LEDGER_HOURS = MAX_EXPIRY_TENTHS // 36_000
 #: re-request's delay, an operator's extend (366 days). A time far past it (or infinite)
 #: is no wait a timer can keep: it would stop the gather's workflow at its first step.
 MAX_WAIT_SECONDS = 366 * 24 * 3600.0
+#: The longest reason an operator may give (release, cancel, re-request): it travels in
+#: the gather's result and as a property of the message PUT.
+MAX_REASON_CHARS = 1000
 
 # Queues of the default aggregate (the demo).
 GATHER_IN = "GATHER.IN"

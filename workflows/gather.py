@@ -118,10 +118,22 @@ class GatherWorkflow:
             self._wake = True
         return result
 
+    @staticmethod
+    def _checked(inp: ExtendInput | ReleaseInput | CancelInput | RerequestInput) -> None:
+        """Refuse an update before it is taken (and recorded): what it asks for could not
+        be kept (:func:`~workflows.logic.update_refusal`)."""
+        problem = logic.update_refusal(inp)
+        if problem is not None:
+            raise ApplicationError(problem, type="UpdateRefused", non_retryable=True)
+
     @workflow.update(name=names.UPDATE_RELEASE)
     def release(self, inp: ReleaseInput) -> UpdateResult:
         """PUT what has arrived now."""
         return self._operated(logic.release(self.spec, self.s, inp.reason, workflow.now()))
+
+    @release.validator
+    def _release_checked(self, inp: ReleaseInput) -> None:
+        self._checked(inp)
 
     @workflow.update(name=names.UPDATE_EXTEND)
     def extend(self, inp: ExtendInput) -> UpdateResult:
@@ -130,20 +142,25 @@ class GatherWorkflow:
 
     @extend.validator
     def _extend_checked(self, inp: ExtendInput) -> None:
-        """Refuse a wait no timer keeps before the update is taken (and recorded)."""
-        problem = logic.extend_refusal(inp.seconds)
-        if problem is not None:
-            raise ApplicationError(problem, type="ExtendRefused", non_retryable=True)
+        self._checked(inp)
 
     @workflow.update(name=names.UPDATE_REREQUEST)
     def rerequest(self, inp: RerequestInput) -> UpdateResult:
         """PUT a leg's request again now (the request scatter sent, a new MsgId)."""
         return self._operated(logic.rerequest(self.s, inp.leg, inp.reason, workflow.now()))
 
+    @rerequest.validator
+    def _rerequest_checked(self, inp: RerequestInput) -> None:
+        self._checked(inp)
+
     @workflow.update(name=names.UPDATE_CANCEL)
     def cancel(self, inp: CancelInput) -> UpdateResult:
         """End the gather; what arrived goes to the timeout queue as CANCELLED."""
         return self._operated(logic.cancel(self.spec, self.s, inp.reason, workflow.now()))
+
+    @cancel.validator
+    def _cancel_checked(self, inp: CancelInput) -> None:
+        self._checked(inp)
 
     @workflow.run
     async def run(self, inp: GatherInput) -> GatherResult:

@@ -13,11 +13,13 @@ from temporalio.common import SearchAttributeKey, SearchAttributeUpdate, TypedSe
 from bridge.mq.models import NONE_ID
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.constants import MAX_WAIT_SECONDS
+from mqgather.constants import MAX_REASON_CHARS, MAX_WAIT_SECONDS
 from mqgather.routing import Destination
 from workflows import legs
 from workflows.models import (
     CLOSED_STATES,
+    CancelInput,
+    ExtendInput,
     GatherResult,
     GatherState,
     GatherStatus,
@@ -27,7 +29,9 @@ from workflows.models import (
     PutResponseResult,
     ReceivedLeg,
     Registration,
+    ReleaseInput,
     Reply,
+    RerequestInput,
     Routed,
     UpdateResult,
 )
@@ -365,14 +369,18 @@ def release(spec: AggregateSpec, state: GatherState, reason: str, now: datetime)
     return _accepted(spec, state, now, reason)
 
 
-def extend_refusal(seconds: float) -> str | None:
-    """Why an ``extend`` by ``seconds`` is refused before it is taken, or None: a wait
-    no timer keeps (beyond ``MAX_WAIT_SECONDS``, infinite or not a number) would fail
-    the workflow's every task from then on."""
-    if not 0 < seconds <= MAX_WAIT_SECONDS:
-        return f"seconds: {seconds:g} is not a wait; give more than 0 and at most " + (
-            f"{MAX_WAIT_SECONDS:g} (366 days)"
-        )
+def update_refusal(inp: ExtendInput | ReleaseInput | CancelInput | RerequestInput) -> str | None:
+    """Why an operator's update is refused before it is taken, or None: an extend by a
+    wait no timer keeps (beyond ``MAX_WAIT_SECONDS``, infinite or not a number), which
+    would fail the workflow's every task from then on, or a reason longer than
+    ``MAX_REASON_CHARS``."""
+    if isinstance(inp, ExtendInput):
+        if not 0 < inp.seconds <= MAX_WAIT_SECONDS:
+            return f"seconds: {inp.seconds:g} is not a wait; give more than 0 and at most " + (
+                f"{MAX_WAIT_SECONDS:g} (366 days)"
+            )
+    elif len(inp.reason) > MAX_REASON_CHARS:
+        return f"reason: {len(inp.reason):,} characters; give at most {MAX_REASON_CHARS:,}"
     return None
 
 

@@ -91,6 +91,22 @@ async def test_an_extend_no_timer_keeps_is_refused_and_the_gather_goes_on(
     assert result.state == "COMPLETE"
 
 
+async def test_a_reason_too_long_to_carry_is_refused_and_the_gather_goes_on(temporal_env, tmp_path):
+    spec = AggregateSpec(name="longwhy", legs=LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: status(handle), lambda s: s.deadline is not None)
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(
+                GatherWorkflow.release, ReleaseInput(reason="why " * 100_000)
+            )
+        done = await handle.execute_update(GatherWorkflow.release, ReleaseInput(reason="ops"))
+        response = await p.wait_message("ORDER.RESPONSE")
+    assert "reason: 400,000 characters" in str(refused.value.cause)
+    assert done.accepted and response.properties[PROP_REASON] == "ops"
+
+
 @pytest.mark.parametrize(("mode", "moves"), [("first", False), ("restart", True)])
 async def test_timer_modes(temporal_env, tmp_path, mode, moves):
     spec = AggregateSpec(name=f"timer{mode}", legs=LEGS, timeout_seconds=600, timer=mode)

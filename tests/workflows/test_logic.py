@@ -12,10 +12,19 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from bridge.mq.models import MQMessage
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.constants import MAX_WAIT_SECONDS
+from mqgather.constants import MAX_REASON_CHARS, MAX_WAIT_SECONDS
 from mqgather.routing import Destination
 from workflows import logic
-from workflows.models import GatherState, Registration, Reply, Routed
+from workflows.models import (
+    CancelInput,
+    ExtendInput,
+    GatherState,
+    Registration,
+    ReleaseInput,
+    Reply,
+    RerequestInput,
+    Routed,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
@@ -304,13 +313,21 @@ def test_extend_before_registration_moves_the_unknown_deadline():
     assert not logic.unknown_expired(state, T0 + timedelta(seconds=30))
 
 
-@pytest.mark.parametrize("seconds", [float("inf"), float("nan"), 1e15, MAX_WAIT_SECONDS + 1, -1])
+@pytest.mark.parametrize("seconds", [float("inf"), 1e15, MAX_WAIT_SECONDS + 1])
 def test_an_extend_no_timer_keeps_is_refused_before_it_is_taken(seconds):
-    assert "is not a wait" in (logic.extend_refusal(seconds) or "")
+    assert "is not a wait" in (logic.update_refusal(ExtendInput(seconds=seconds)) or "")
+
+
+@pytest.mark.parametrize("update", [ReleaseInput, CancelInput])
+def test_a_reason_too_long_to_carry_is_refused_and_the_longest_is_taken(update):
+    assert logic.update_refusal(update(reason="r" * MAX_REASON_CHARS)) is None
+    refused = logic.update_refusal(update(reason="r" * (MAX_REASON_CHARS + 1)))
+    assert refused is not None and "reason: 1,001 characters" in refused
+    assert logic.update_refusal(RerequestInput(leg="TAX", reason="r" * 5000)) is not None
 
 
 def test_the_longest_extend_is_taken_and_its_deadline_is_a_datetime():
-    assert logic.extend_refusal(MAX_WAIT_SECONDS) is None
+    assert logic.update_refusal(ExtendInput(seconds=MAX_WAIT_SECONDS)) is None
     state = GatherState(registered=True)
     result = logic.extend(spec(), state, MAX_WAIT_SECONDS, T0)
     assert result.deadline == T0 + timedelta(days=366)
