@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         ReleaseBatchResult,
         collector_id,
     )
+    from workflows.logic import reason_refusal
 
 PUT_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=2
@@ -81,6 +82,13 @@ class CollectorWorkflow:
         result = logic.release(self.s, inp.reason)
         self._wake = True
         return result
+
+    @release.validator
+    def _release_checked(self, inp: ReleaseBatchInput) -> None:
+        """Refuse a reason too long to carry before the update is taken (and recorded)."""
+        problem = reason_refusal(inp.reason)
+        if problem is not None:
+            raise ApplicationError(problem, type="UpdateRefused", non_retryable=True)
 
     @workflow.run
     async def run(self, inp: CollectorInput) -> None:

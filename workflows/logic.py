@@ -372,15 +372,22 @@ def release(spec: AggregateSpec, state: GatherState, reason: str, now: datetime)
 def update_refusal(inp: ExtendInput | ReleaseInput | CancelInput | RerequestInput) -> str | None:
     """Why an operator's update is refused before it is taken, or None: an extend by a
     wait no timer keeps (beyond ``MAX_WAIT_SECONDS``, infinite or not a number), which
-    would fail the workflow's every task from then on, or a reason longer than
-    ``MAX_REASON_CHARS``."""
+    would fail the workflow's every task from then on, or a reason too long
+    (:func:`reason_refusal`)."""
     if isinstance(inp, ExtendInput):
         if not 0 < inp.seconds <= MAX_WAIT_SECONDS:
             return f"seconds: {inp.seconds:g} is not a wait; give more than 0 and at most " + (
                 f"{MAX_WAIT_SECONDS:g} (366 days)"
             )
-    elif len(inp.reason) > MAX_REASON_CHARS:
-        return f"reason: {len(inp.reason):,} characters; give at most {MAX_REASON_CHARS:,}"
+        return None
+    return reason_refusal(inp.reason)
+
+
+def reason_refusal(reason: str) -> str | None:
+    """Why an operator's reason is refused, or None: it is longer than
+    ``MAX_REASON_CHARS`` (it travels in the result and as a property of a message PUT)."""
+    if len(reason) > MAX_REASON_CHARS:
+        return f"reason: {len(reason):,} characters; give at most {MAX_REASON_CHARS:,}"
     return None
 
 

@@ -16,7 +16,8 @@ import time
 import uuid
 from pathlib import Path
 
-from temporalio.client import Client
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.collect import CollectorBridge
@@ -127,6 +128,12 @@ async def test_json_and_group_formats_and_release_now(temporal_env, tmp_path):
         handle = temporal_env.client.get_workflow_handle(collector_id(c.spec.name, "J"))
         from workflows.collect_models import ReleaseBatchInput
 
+        # A reason too long to carry is refused before it is taken; the batch stays open.
+        with pytest.raises(WorkflowUpdateFailedError, match="update failed") as refused:
+            await handle.execute_update(
+                CollectorWorkflow.release, ReleaseBatchInput(reason="r" * 1001)
+            )
+        assert "reason: 1,001 characters" in str(refused.value.cause)
         done = await handle.execute_update(CollectorWorkflow.release, ReleaseBatchInput())
         assert done.released and done.messages == 2
         released = await c.take("CMAOUT.JSON")
