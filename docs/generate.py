@@ -69,7 +69,8 @@ def _limits(info: Any) -> str:
                 whole = isinstance(value, float) and value.is_integer()
                 found.append(f"{mark} {int(value) if whole else value:,}")
         if getattr(bound, "max_length", None) is not None:
-            found.append(f"≤ {bound.max_length} characters")
+            listed = typing.get_origin(info.annotation) in (tuple, list)
+            found.append(f"≤ {bound.max_length:,} {'items' if listed else 'characters'}")
     return ", ".join(found)
 
 

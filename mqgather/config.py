@@ -128,7 +128,9 @@ class AggregateSpec(BaseModel):
         "and the first reply starts the gather",
     )
     legs: tuple[LegSpec, ...] = Field(
-        default=(), description="the expected legs (static mode) and scatter's default legs"
+        default=(),
+        max_length=k.MAX_LEGS,
+        description="the expected legs (static mode) and scatter's default legs",
     )
     leg_identification: Literal["property", "correlid", "count", "group"] = Field(
         default="property",
@@ -141,6 +143,7 @@ class AggregateSpec(BaseModel):
     max_group_size: int = Field(
         default=1000,
         ge=1,
+        le=k.MAX_LEGS,
         description="group identification: a reply with a higher MsgSeqNumber goes to the "
         "failure queue (a gather's state must stay small)",
     )

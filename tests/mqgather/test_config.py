@@ -59,6 +59,12 @@ def test_a_valid_file_loads(tmp_path):
             "the last re-request would wait 5e+09 s",
         ),
         ("[collectors.c]\nledger_hours = inf", "collectors.c.ledger_hours"),
+        # More legs than a gather holds:
+        ("[aggregates.a]\nlegs = [" + "{name='L'}," * 2001 + "]", "aggregates.a.legs"),
+        (
+            "[aggregates.a]\nmode = 'static'\nleg_identification = 'group'\nmax_group_size = 2001",
+            "aggregates.a.max_group_size",
+        ),
         # Queue attributes MQ takes (its PCF carries them as MQLONGs):
         ("[queues.Q]\nmaxdepth = 1_000_000_000", "queues.Q.maxdepth"),
         ("[queues.Q]\nbothresh = 3_000_000_000", "queues.Q.bothresh"),
