@@ -15,8 +15,8 @@ from bridge.identify import INDEX_LENGTH, KEY_LENGTH, gather_correl_id, leg_corr
 from bridge.mq import hold
 from bridge.mq.models import ID_LENGTH, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
-from mqgather.config import AggregateSpec, LegSpec
-from mqgather.constants import MAX_KEPT_REQUEST_BYTES
+from mqgather.config import AggregateSpec, LegSpec, over_limits
+from mqgather.constants import MAX_KEPT_REQUEST_BYTES, MAX_WAIT_SECONDS
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_AGGREGATE, SIGNAL_EXPECT, TASK_QUEUE
 from workflows.gather import GatherWorkflow
@@ -165,6 +165,13 @@ async def scatter(
         raise ScatterError(
             f"aggregate {spec.name}: complete_when = {rule.text!r} cannot hold over the legs "
             f"sent ({', '.join(sorted(names))}); send the legs it names"
+        )
+    past = over_limits(spec.model_copy(update={"legs": chosen}))
+    if past is not None:
+        raise ScatterError(f"aggregate {spec.name}: {past[0]}: {past[1]}")
+    if timeout_seconds is not None and not 0 <= timeout_seconds <= MAX_WAIT_SECONDS:
+        raise ScatterError(
+            f"timeout_seconds: {timeout_seconds:g} is not a wait; give 0 to {MAX_WAIT_SECONDS:,g}"
         )
     correl = correl_id or new_gather_key()
     if len(correl) > ID_LENGTH:

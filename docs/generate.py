@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,9 @@ def _default(info: Any) -> str:
     return f"`{value!r}`".replace("True", "true").replace("False", "false").replace("None", "unset")
 
 
-def _limits(info: Any) -> str:
-    """A key's bounds as the model checks them: ``> 0``, ``≤ 48 characters``..."""
+def _limits(info: Any, most: float | None) -> str:
+    """A key's bounds as the model checks them (``> 0``, ``≤ 48 characters``...), and
+    ``most``, its limit in :mod:`mqgather.limits`."""
     marks = {"gt": ">", "ge": "≥", "lt": "<", "le": "≤"}
     found = []
     for bound in info.metadata:
@@ -71,6 +73,11 @@ def _limits(info: Any) -> str:
         if getattr(bound, "max_length", None) is not None:
             listed = typing.get_origin(info.annotation) in (tuple, list)
             found.append(f"≤ {bound.max_length:,} {'items' if listed else 'characters'}")
+    if most is not None:
+        listed = typing.get_origin(info.annotation) in (tuple, list)
+        from mqgather.limits import shown
+
+        found.append(f"≤ {shown(most)}{' items' if listed else ''}")
     return ", ".join(found)
 
 
@@ -78,20 +85,23 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _table(model: type[BaseModel], skip: tuple[str, ...] = ()) -> list[str]:
+def _table(
+    model: type[BaseModel], skip: tuple[str, ...] = (), most: Mapping[str, float] | None = None
+) -> list[str]:
     rows = ["| key | type | default | limits | what it is |", "|---|---|---|---|---|"]
     for name, info in model.model_fields.items():
         if name in skip:
             continue
         rows.append(
             f"| `{name}` | {_cell(_type(info.annotation))} | {_default(info)} | "
-            f"{_limits(info)} | {_cell(info.description or '')} |"
+            f"{_limits(info, (most or {}).get(name))} | {_cell(info.description or '')} |"
         )
     return rows
 
 
 def configuration() -> str:
     """Every key of the configuration file, from its models."""
+    from mqgather import limits
     from mqgather.collector_config import CollectorSpec
     from mqgather.config import AggregateSpec, LegSpec, QueueDefinition
 
@@ -107,15 +117,15 @@ def configuration() -> str:
         "",
         "## `[aggregates.NAME]`",
         "",
-        *_table(AggregateSpec, skip=("name",)),
+        *_table(AggregateSpec, skip=("name",), most=limits.AGGREGATE),
         "",
         "## Each leg: `legs = [{...}, ...]`",
         "",
-        *_table(LegSpec),
+        *_table(LegSpec, most=limits.LEG),
         "",
         "## `[collectors.NAME]`",
         "",
-        *_table(CollectorSpec, skip=("name",)),
+        *_table(CollectorSpec, skip=("name",), most=limits.COLLECTOR),
         "",
         '## `[queues."NAME"]`',
         "",

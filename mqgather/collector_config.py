@@ -14,14 +14,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mqgather import constants as k
+from mqgather.limits import MAX_BATCH_DELAY_SECONDS
 
 BatchFormat = Literal["json", "xml", "blob", "group"]
 FORMATS: tuple[str, ...] = ("json", "xml", "blob", "group")
 #: Seconds a bridge keeps a destination's rule before reading the database again: a rule
 #: change reaches new batches within this (plus one bridge batch).
 RULE_REFRESH_SECONDS = 2.0
-#: The longest a batch may gather: its first message waits no longer than this.
-MAX_BATCH_DELAY_SECONDS = 7 * 24 * 3600
 #: The longest refresh a configuration may ask for, so a change always lands within 5 s.
 MAX_RULE_REFRESH_SECONDS = 4.0
 _XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -98,16 +97,10 @@ class CollectorSpec(BaseModel):
         default=10, ge=1, le=10_000, description="without a rule: a batch closes at this many"
     )
     default_max_delay_seconds: float = Field(
-        default=60.0,
-        gt=0,
-        le=MAX_BATCH_DELAY_SECONDS,
-        description="without a rule: a batch closes this long after its first",
+        default=60.0, gt=0, description="without a rule: a batch closes this long after its first"
     )
     default_max_bytes: int = Field(
-        default=1024 * 1024,
-        ge=1,
-        le=k.QMGR_MAXMSGL,
-        description="without a rule: a batch closes at this size",
+        default=1024 * 1024, ge=1, description="without a rule: a batch closes at this size"
     )
     default_format: BatchFormat = Field(
         default="xml", description="without a rule: how a batch is written"
@@ -139,10 +132,7 @@ class CollectorSpec(BaseModel):
         description="markers of PUTs done (exactly once)",
     )
     ledger_hours: float = Field(
-        default=168.0,
-        gt=0,
-        le=k.MAX_LEDGER_HOURS,
-        description="how long a PUT's marker is kept (its MQ expiry)",
+        default=168.0, gt=0, description="how long a PUT's marker is kept (its MQ expiry)"
     )
     remembered_msg_ids: int = Field(
         default=20_000,

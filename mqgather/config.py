@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mqgather import constants as k
+from mqgather import limits
 from mqgather.ccsid import codec
 from mqgather.collector_config import CollectorSpec
 from mqgather.completion import ALL, QUORUM_PREFIX, Rule, RuleError, parse_rule
@@ -64,7 +65,6 @@ class LegSpec(BaseModel):
     timeout_seconds: float | None = Field(
         default=None,
         gt=0,
-        le=k.MAX_WAIT_SECONDS,
         description="the leg's own deadline, from the registration; past it the leg "
         "counts as missing for the completion rule",
     )
@@ -79,26 +79,11 @@ class LegSpec(BaseModel):
     retry_after_seconds: float = Field(
         default=k.DEFAULT_RETRY_AFTER_SECONDS,
         gt=0,
-        le=k.MAX_WAIT_SECONDS,
         description="wait after the request before the first re-request",
     )
     retry_backoff: float = Field(
         default=2.0, ge=1.0, le=10.0, description="each later wait is this many times longer"
     )
-
-    @model_validator(mode="after")
-    def _waits(self) -> LegSpec:
-        # Each re-request waits retry_backoff times longer than the one before: the last
-        # must still be a wait a timer keeps.
-        if self.retries:
-            last = self.retry_after_seconds * self.retry_backoff ** (self.retries - 1)
-            if last > k.MAX_WAIT_SECONDS:
-                raise ValueError(
-                    f"retries: the last re-request would wait {last:.3g} s, more than "
-                    f"{k.MAX_WAIT_SECONDS:g} s; lower retries, retry_backoff or "
-                    "retry_after_seconds"
-                )
-        return self
 
     def queue(self) -> str:
         """The leg's request queue (default ``BACKEND.<name>``)."""
@@ -129,7 +114,6 @@ class AggregateSpec(BaseModel):
     )
     legs: tuple[LegSpec, ...] = Field(
         default=(),
-        max_length=k.MAX_LEGS,
         description="the expected legs (static mode) and scatter's default legs",
     )
     leg_identification: Literal["property", "correlid", "count", "group"] = Field(
@@ -143,13 +127,10 @@ class AggregateSpec(BaseModel):
     max_group_size: int = Field(
         default=1000,
         ge=1,
-        le=k.MAX_LEGS,
         description="group identification: a reply with a higher MsgSeqNumber goes to the "
         "failure queue (a gather's state must stay small)",
     )
-    timeout_seconds: float = Field(
-        default=30.0, ge=0, le=k.MAX_WAIT_SECONDS, description="ReplyTimeoutSeconds/Timeout"
-    )
+    timeout_seconds: float = Field(default=30.0, ge=0, description="ReplyTimeoutSeconds/Timeout")
     complete_when: str = Field(
         default=ALL,
         description='when the gather has what it needs: "all" (every required leg), '
@@ -164,9 +145,7 @@ class AggregateSpec(BaseModel):
     timer: Literal["first", "restart"] = Field(
         default="first", description="first: from the first registration (ACE); restart: IA72"
     )
-    unknown_timeout_seconds: float = Field(
-        default=30.0, ge=0, le=k.MAX_WAIT_SECONDS, description="Unknown Msg Timeout"
-    )
+    unknown_timeout_seconds: float = Field(default=30.0, ge=0, description="Unknown Msg Timeout")
     merge: Literal["json", "xml", "blob", "folders"] = Field(
         default="json", description="AggregatedReplyDataType: how the legs become one response"
     )
@@ -176,7 +155,6 @@ class AggregateSpec(BaseModel):
     late_window_seconds: float = Field(
         default=0.0,
         ge=0,
-        le=k.MAX_WAIT_SECONDS,
         description="after closing, keep routing late replies (counted in history) this long",
     )
     duplicates: Literal["first", "last", "all"] = Field(
@@ -252,10 +230,7 @@ class AggregateSpec(BaseModel):
         default=k.LEDGER_QUEUE, min_length=1, description="markers of PUTs already done"
     )
     ledger_hours: float = Field(
-        default=168.0,
-        gt=0,
-        le=k.MAX_LEDGER_HOURS,
-        description="how long a PUT's marker is kept (its MQ expiry)",
+        default=168.0, gt=0, description="how long a PUT's marker is kept (its MQ expiry)"
     )
 
     @field_validator("response_ccsid")
@@ -521,12 +496,49 @@ def _flatten_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def leg_over_limits(leg: LegSpec) -> tuple[str, str] | None:
+    """The first key of ``leg`` past its limit (:mod:`mqgather.limits`) and why, or None;
+    its last re-request's wait counts against the longest wait."""
+    found = limits.first_over(leg, limits.LEG)
+    if found is None and leg.retries:
+        # Each re-request waits retry_backoff times longer than the one before.
+        last = leg.retry_after_seconds * leg.retry_backoff ** (leg.retries - 1)
+        if not last <= k.MAX_WAIT_SECONDS:
+            return "retries", (
+                f"the last re-request would wait {last:.3g} s, more than "
+                f"{k.MAX_WAIT_SECONDS:,g}; lower retries, retry_backoff or retry_after_seconds"
+            )
+    return found
+
+
+def over_limits(spec: AggregateSpec) -> tuple[str, str] | None:
+    """The first key of ``spec`` past its limit (:mod:`mqgather.limits`), its legs'
+    included (``legs.N.key``), and why; None when all are within."""
+    found = limits.first_over(spec, limits.AGGREGATE)
+    if found is not None:
+        return found
+    for index, leg in enumerate(spec.legs):
+        at_leg = leg_over_limits(leg)
+        if at_leg is not None:
+            return f"legs.{index}.{at_leg[0]}", at_leg[1]
+    return None
+
+
 def parse_config(data: dict[str, Any], source: str) -> MQGatherConfig:
     """Validate a configuration mapping; errors name the key at fault and the file."""
     try:
-        return MQGatherConfig.model_validate(data)
+        config = MQGatherConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(source, _flatten_error(exc)) from exc
+    for name, spec in config.aggregates.items():
+        found = over_limits(spec)
+        if found is not None:
+            raise ConfigError(source, f"aggregates.{name}.{found[0]}: {found[1]}")
+    for name, collector in config.collectors.items():
+        found = limits.first_over(collector, limits.COLLECTOR)
+        if found is not None:
+            raise ConfigError(source, f"collectors.{name}.{found[0]}: {found[1]}")
+    return config
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> MQGatherConfig:

@@ -47,9 +47,9 @@ GATHER_HOLD = "GATHER.HOLD"
 DEFAULT_INLINE_REPLY_BYTES = 64 * 1024
 #: The most legs a gather may expect (listed, counted, or a logical group's messages):
 #: each costs its state, status and result about 180 bytes, so a gather of this many
-#: stays well inside a Temporal payload; many more would make its result too large to
-#: record and its workflow fail at the close, or exhaust a worker's memory.
-MAX_LEGS = 2000
+#: stays inside a Temporal payload (2 MB); twice as many would make its result too large
+#: to record and its workflow fail at the close.
+MAX_LEGS = 5000
 #: Re-requests of a lost leg: at most this many per leg, first after this many seconds.
 MAX_LEG_RETRIES = 10
 DEFAULT_RETRY_AFTER_SECONDS = 5.0

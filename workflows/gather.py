@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         UpdateResult,
         gather_id,
     )
+    from workflows.timing import after
 
 # One round of attempts inside the worker; between rounds the workflow records the error
 # (status, current details) and waits on a durable timer (logic.attempt_failed).
@@ -198,7 +199,7 @@ class GatherWorkflow:
             response = await self._cancelled()
         # Replies that raced the close are routed as late; none is dropped. With a late
         # window the gather stays to count late replies in its own history.
-        linger_until = workflow.now() + timedelta(seconds=self.spec.late_window_seconds)
+        linger_until = after(workflow.now(), self.spec.late_window_seconds)
         while True:
             self._publish()
             try:

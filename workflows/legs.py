@@ -10,11 +10,12 @@ the completion rule (a reply may still fill it while the gather is open).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from mqgather.completion import ALL, Rule
 from mqgather.config import AggregateSpec, LegSpec
 from workflows.models import GatherState, Rerequest
+from workflows.timing import after
 
 #: ``closed_by`` values.
 BY_RULE = "rule"
@@ -37,12 +38,12 @@ def deadline(state: GatherState, leg: LegSpec) -> datetime | None:
     """The leg's own deadline, from the registration (None: the gather's governs)."""
     if leg.timeout_seconds is None or state.registered_at is None:
         return None
-    return state.registered_at + timedelta(seconds=leg.timeout_seconds)
+    return after(state.registered_at, leg.timeout_seconds)
 
 
-def _wait(leg: LegSpec, made: int) -> timedelta:
-    """The wait after the request that followed ``made`` re-requests."""
-    return timedelta(seconds=leg.retry_after_seconds * leg.retry_backoff**made)
+def _wait(leg: LegSpec, made: int) -> float:
+    """The wait in seconds after the request that followed ``made`` re-requests."""
+    return leg.retry_after_seconds * leg.retry_backoff**made
 
 
 def retry_due(state: GatherState, leg: LegSpec) -> datetime | None:
@@ -51,7 +52,7 @@ def retry_due(state: GatherState, leg: LegSpec) -> datetime | None:
     last = sent_at(state, leg)
     if made >= leg.retries or leg.name not in state.requests or last is None:
         return None
-    due = last + _wait(leg, made)
+    due = after(last, _wait(leg, made))
     own = deadline(state, leg)
     return due if own is None or due < own else None
 
@@ -63,7 +64,7 @@ def given_up_at(state: GatherState, leg: LegSpec) -> datetime | None:
     made = len(state.rerequested.get(leg.name, ()))
     last = sent_at(state, leg)
     if leg.retries and leg.name in state.requests and made >= leg.retries and last is not None:
-        after_last = last + _wait(leg, made)
+        after_last = after(last, _wait(leg, made))
         return after_last if own is None else min(own, after_last)
     return own
 

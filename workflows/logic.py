@@ -5,7 +5,7 @@ it is compiled once per worker rather than once per gather."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate, TypedSearchAttributes
@@ -35,6 +35,7 @@ from workflows.models import (
     Routed,
     UpdateResult,
 )
+from workflows.timing import after
 
 
 def is_closed(state: GatherState) -> bool:
@@ -181,7 +182,7 @@ def start_static(spec: AggregateSpec, state: GatherState, now: datetime) -> None
     if spec.leg_identification == "group":
         state.group_size = 0
     if spec.timeout_seconds > 0:
-        state.deadline = now + timedelta(seconds=spec.timeout_seconds)
+        state.deadline = after(now, spec.timeout_seconds)
     state.unknown_deadline = None
     held, state.held = state.held, []
     for reply in held:
@@ -196,7 +197,7 @@ def register(spec: AggregateSpec, state: GatherState, reg: Registration, now: da
     state.registrations += 1
     if not state.registered or spec.timer == "restart":
         timeout = reg.timeout_seconds if reg.timeout_seconds is not None else spec.timeout_seconds
-        state.deadline = now + timedelta(seconds=timeout) if timeout > 0 else None
+        state.deadline = after(now, timeout) if timeout > 0 else None
     first = state.registered_at is None
     state.registered_at = state.registered_at or now
     state.request_msg_id = reg.request_msg_id or state.request_msg_id
@@ -236,7 +237,7 @@ def take_replies(
             route(state, Destination.LATE, reply, f"gather {gather} already {state.state}")
         elif not state.registered:
             if state.unknown_deadline is None:
-                state.unknown_deadline = now + timedelta(seconds=spec.unknown_timeout_seconds)
+                state.unknown_deadline = after(now, spec.unknown_timeout_seconds)
             full = _hold_limit(spec, state, reply)
             if full:
                 route(state, Destination.UNKNOWN, reply, full)
@@ -399,9 +400,9 @@ def extend(spec: AggregateSpec, state: GatherState, seconds: float, now: datetim
     if refused is not None:
         return refused
     if state.registered or state.unknown_deadline is None:
-        state.deadline = now + timedelta(seconds=seconds)
+        state.deadline = after(now, seconds)
     else:
-        state.unknown_deadline = now + timedelta(seconds=seconds)
+        state.unknown_deadline = after(now, seconds)
     return _accepted(spec, state, now)
 
 

@@ -11,7 +11,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from bridge.mq.models import MQMessage, id_text
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.constants import MAX_LEGS, MAX_WAIT_SECONDS
+from mqgather.constants import MAX_WAIT_SECONDS
 from mqgather.names import AGGREGATE_NAME, CORREL_ID, CORREL_ID_TEXT, GATHER_ID_PREFIX
 from mqgather.routing import Destination
 
@@ -85,18 +85,12 @@ class Registration(BaseModel):
 
     model_config = _BYTES
 
-    legs: list[LegSpec] = Field(
-        default_factory=list, max_length=MAX_LEGS, description="empty: the aggregate's legs"
-    )
-    count: int = Field(
-        default=0, ge=0, le=MAX_LEGS, description="count-only aggregates: replies to expect"
-    )
+    legs: list[LegSpec] = Field(default_factory=list, description="empty: the aggregate's legs")
+    count: int = Field(default=0, ge=0, description="count-only aggregates: replies to expect")
     request_msg_id: bytes | None = None
     reply_to_q: str = ""
     reply_to_qmgr: str = ""
-    timeout_seconds: float | None = Field(
-        default=None, ge=0, le=MAX_WAIT_SECONDS, description="overrides the spec"
-    )
+    timeout_seconds: float | None = Field(default=None, ge=0, description="overrides the spec")
     requests: dict[str, LegRequest] = Field(
         default_factory=dict, description="what scatter sent, by leg, for re-requests"
     )

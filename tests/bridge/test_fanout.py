@@ -18,9 +18,11 @@ LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20, 
         # The second leg's request is too large to keep for its re-request: the first
         # leg's request was put by then.
         ({"bodies": {"STOCK": b"x" * (MAX_KEPT_REQUEST_BYTES + 1)}}, "keeps a request"),
-        # A registration no timer keeps: every request was put by then.
+        # A registration no timer keeps, more legs than a gather holds: refused first.
         ({"timeout_seconds": float("inf")}, "timeout_seconds"),
         ({"timeout_seconds": 1e12}, "timeout_seconds"),
+        ({"legs": tuple(LegSpec(name=f"L{i}") for i in range(5001))}, "5,001 of them"),
+        ({"legs": (LegSpec(name="CREDIT", retries=10, retry_backoff=10),)}, "re-request"),
     ],
 )
 async def test_a_scatter_refused_midway_leaves_no_request_for_a_later_commit(

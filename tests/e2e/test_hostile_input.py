@@ -11,14 +11,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq import dlh
-from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes, parse_id
+from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
 from mqgather.ccsid import codec as ccsid_codec
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.constants import MAX_LEGS
 from mqgather.names import GATHER_STATE, PROP_REASON, SIGNAL_EXPECT, SIGNAL_REPLIES
 from tests.harness import pipeline, status, until
-from workflows.gather import GatherWorkflow
-from workflows.models import GatherInput, Registration, ReplyBatch
+from workflows.models import ReplyBatch
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
@@ -251,24 +249,20 @@ async def test_a_flood_before_registration_stays_small_and_expires_on_time(tempo
     assert (closed - first_reply).total_seconds() <= spec.unknown_timeout_seconds + 2
 
 
-async def test_a_registration_of_more_legs_than_a_gather_holds_is_dropped_not_applied(
+async def test_a_hand_made_registration_of_an_endless_wait_leaves_the_gather_working(
     temporal_env, tmp_path
 ):
-    # A hand-made expect signal (any Temporal client can send one) asking for more legs
-    # than a gather can hold: applied, its state and result would outgrow a payload (or,
-    # at a billion, a worker's memory). The SDK drops a signal its model refuses.
-    spec = AggregateSpec(name="toomany", leg_identification="count", merge="blob", label="R")
+    # Any Temporal client can signal a gather. A timeout past the calendar's end used to
+    # fail the gather's workflow task on every retry; it now waits until the calendar's
+    # end, and the gather still completes when its replies come.
+    spec = AggregateSpec(name="endless", legs=LEGS, timeout_seconds=300, timer="restart")
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
-        correl = parse_id("TOOMANY-1")
-        handle = await p.client.start_workflow(
-            GatherWorkflow.run, GatherInput(aggregate=spec, correl_id=correl),
-            id=p.handle(spec, correl).id, task_queue=p.task_queue,
-            start_signal=SIGNAL_EXPECT, start_signal_args=[{"count": MAX_LEGS + 1}],
-        )  # fmt: skip
-        await handle.signal(SIGNAL_EXPECT, Registration(count=3))
-        for body in (b"a", b"b", b"c"):
-            p.put(spec.reply_queue, MQMessage(correl_id=correl, body=body))
-        response = await p.wait_message("ORDER.RESPONSE")
-        result = await p.result(spec, correl, timeout=20)
-    assert response.body == b"abc"
-    assert result.state == "COMPLETE" and result.legs_expected == ["R1", "R2", "R3"]
+        sent = await p.scatter(spec)
+        handle = p.handle(spec, sent.correl_id)
+        await handle.signal(SIGNAL_EXPECT, {"timeout_seconds": 1e300})
+        after = await until(lambda: status(handle), lambda s: s.registrations == 2, timeout=20)
+        for leg in LEGS:
+            p.reply(spec, sent.correl_id, leg.name, b"{}")
+        result = await p.result(spec, sent.correl_id, timeout=20)
+    assert after.deadline is not None and after.deadline.year == 9999
+    assert result.state == "COMPLETE"

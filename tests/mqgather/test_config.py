@@ -60,9 +60,12 @@ def test_a_valid_file_loads(tmp_path):
         ),
         ("[collectors.c]\nledger_hours = inf", "collectors.c.ledger_hours"),
         # More legs than a gather holds:
-        ("[aggregates.a]\nlegs = [" + "{name='L'}," * 2001 + "]", "aggregates.a.legs"),
         (
-            "[aggregates.a]\nmode = 'static'\nleg_identification = 'group'\nmax_group_size = 2001",
+            "[aggregates.a]\nlegs = [" + ",".join(f"{{name='L{i}'}}" for i in range(5001)) + "]",
+            "aggregates.a.legs: 5,001 of them, more than 5,000",
+        ),
+        (
+            "[aggregates.a]\nmode = 'static'\nleg_identification = 'group'\nmax_group_size = 5001",
             "aggregates.a.max_group_size",
         ),
         # Queue attributes MQ takes (its PCF carries them as MQLONGs):
