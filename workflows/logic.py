@@ -13,7 +13,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributeUpdate, TypedSe
 from bridge.mq.models import NONE_ID
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.constants import MAX_REASON_CHARS, MAX_WAIT_SECONDS
+from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS
 from mqgather.routing import Destination
 from workflows import legs
 from workflows.models import (
@@ -368,6 +368,16 @@ def release(spec: AggregateSpec, state: GatherState, reason: str, now: datetime)
     _adopt_held(spec, state)
     state.release = reason
     return _accepted(spec, state, now, reason)
+
+
+def registration_refusal(reg: Registration) -> str | None:
+    """Why a registration is refused, or None: it asks for more legs than a gather holds
+    (``MAX_LEGS``). Scatter never sends one; a hand-made signal could, and taken, it
+    would grow the gather's state and result past what a payload carries."""
+    asked = max(len(reg.legs), reg.count)
+    if asked > MAX_LEGS:
+        return f"{asked:,} legs, more than a gather holds ({MAX_LEGS:,})"
+    return None
 
 
 def update_refusal(inp: ExtendInput | ReleaseInput | CancelInput | RerequestInput) -> str | None:

@@ -215,6 +215,11 @@ class GatherInput(BaseModel):
         description="upsert only the search attributes whose value changed (set by every "
         "starter; gathers started before it replay upserting all of them)",
     )
+    legs_bounded: bool = Field(
+        default=False,
+        description="refuse a registration of more legs than MAX_LEGS (set by every "
+        "starter; gathers started before it replay taking any)",
+    )
 
 
 class LegStatus(BaseModel):
@@ -365,7 +370,11 @@ def start_input(spec: AggregateSpec, correl_id: bytes) -> GatherInput:
     """A new gather's input, with every behaviour that gathers started before it lack (so
     those replay as they ran) switched on."""
     return GatherInput(
-        aggregate=spec, correl_id=correl_id, settle=True, changed_attributes_only=True
+        aggregate=spec,
+        correl_id=correl_id,
+        settle=True,
+        changed_attributes_only=True,
+        legs_bounded=True,
     )
 
 

@@ -11,12 +11,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq import dlh
-from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
+from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes, parse_id
 from mqgather.ccsid import codec as ccsid_codec
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import GATHER_STATE, PROP_REASON, SIGNAL_EXPECT, SIGNAL_REPLIES
 from tests.harness import pipeline, status, until
-from workflows.models import ReplyBatch
+from workflows.gather import GatherWorkflow
+from workflows.models import Registration, ReplyBatch, start_input
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
@@ -266,3 +267,25 @@ async def test_a_hand_made_registration_of_an_endless_wait_leaves_the_gather_wor
         result = await p.result(spec, sent.correl_id, timeout=20)
     assert after.deadline is not None and after.deadline.year == 9999
     assert result.state == "COMPLETE"
+
+
+async def test_a_hand_made_registration_of_more_legs_than_a_gather_holds_is_left(
+    temporal_env, tmp_path
+):
+    # Taken, a registration of a million legs would grow the gather's state and result
+    # past what a payload carries (and the worker's memory); scatter never sends one.
+    spec = AggregateSpec(name="toomany", leg_identification="count", merge="blob", label="R")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        correl = parse_id("TOOMANY-1")
+        handle = await p.client.start_workflow(
+            GatherWorkflow.run, start_input(spec, correl),
+            id=p.handle(spec, correl).id, task_queue=p.task_queue,
+            start_signal=SIGNAL_EXPECT, start_signal_args=[{"count": 1_000_000}],
+        )  # fmt: skip
+        await handle.signal(SIGNAL_EXPECT, Registration(count=3))
+        for body in (b"a", b"b", b"c"):
+            p.put(spec.reply_queue, MQMessage(correl_id=correl, body=body))
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, correl, timeout=20)
+    assert response.body == b"abc"
+    assert result.state == "COMPLETE" and result.legs_expected == ["R1", "R2", "R3"]

@@ -12,7 +12,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from bridge.mq.models import MQMessage
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.constants import MAX_REASON_CHARS, MAX_WAIT_SECONDS
+from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS
 from mqgather.routing import Destination
 from workflows import logic
 from workflows.models import (
@@ -324,6 +324,13 @@ def test_a_reason_too_long_to_carry_is_refused_and_the_longest_is_taken(update):
     refused = logic.update_refusal(update(reason="r" * (MAX_REASON_CHARS + 1)))
     assert refused is not None and "reason: 1,001 characters" in refused
     assert logic.update_refusal(RerequestInput(leg="TAX", reason="r" * 5000)) is not None
+
+
+def test_a_registration_of_more_legs_than_a_gather_holds_is_refused():
+    assert logic.registration_refusal(Registration(count=MAX_LEGS)) is None
+    assert "5,001 legs" in (logic.registration_refusal(Registration(count=MAX_LEGS + 1)) or "")
+    many = [LegSpec(name=f"L{i}") for i in range(MAX_LEGS + 1)]
+    assert logic.registration_refusal(Registration(legs=many)) is not None
 
 
 def test_the_longest_extend_is_taken_and_its_deadline_is_a_datetime():
