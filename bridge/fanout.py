@@ -171,7 +171,7 @@ async def scatter(
         raise ScatterError(f"aggregate {spec.name}: {past[0]}: {past[1]}")
     if timeout_seconds is not None and not 0 <= timeout_seconds <= MAX_WAIT_SECONDS:
         raise ScatterError(
-            f"timeout_seconds: {timeout_seconds:g} is not a wait; give 0 to {MAX_WAIT_SECONDS:,g}"
+            f"timeout_seconds: {timeout_seconds:g} is not a wait; give 0 to {MAX_WAIT_SECONDS:,.0f}"
         )
     correl = correl_id or new_gather_key()
     if len(correl) > ID_LENGTH:

@@ -506,7 +506,7 @@ def leg_over_limits(leg: LegSpec) -> tuple[str, str] | None:
         if not last <= k.MAX_WAIT_SECONDS:
             return "retries", (
                 f"the last re-request would wait {last:.3g} s, more than "
-                f"{k.MAX_WAIT_SECONDS:,g}; lower retries, retry_backoff or retry_after_seconds"
+                f"{k.MAX_WAIT_SECONDS:,.0f}; lower retries, retry_backoff or retry_after_seconds"
             )
     return found
 

@@ -388,7 +388,7 @@ def update_refusal(inp: ExtendInput | ReleaseInput | CancelInput | RerequestInpu
     if isinstance(inp, ExtendInput):
         if not 0 < inp.seconds <= MAX_WAIT_SECONDS:
             return f"seconds: {inp.seconds:g} is not a wait; give more than 0 and at most " + (
-                f"{MAX_WAIT_SECONDS:g} (366 days)"
+                f"{MAX_WAIT_SECONDS:,.0f} (366 days)"
             )
         return None
     return reason_refusal(inp.reason)

@@ -99,7 +99,7 @@ class Registration(BaseModel):
 class ExtendInput(BaseModel):
     """Update ``extend``: push the deadline out by ``seconds`` from now."""
 
-    seconds: float = Field(gt=0, description=f"at most {MAX_WAIT_SECONDS:g} (366 days)")
+    seconds: float = Field(gt=0, description=f"at most {MAX_WAIT_SECONDS:,.0f} (366 days)")
 
 
 class ReleaseInput(BaseModel):
