@@ -43,6 +43,7 @@ GROUND = (
     "mqgather.errors",
     "mqgather.config",
     "mqgather.collector_config",
+    "mqgather.limits",
     "mqgather.completion",
     "mqgather.routing",
     "mqgather.ccsid",
