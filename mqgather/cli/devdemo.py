@@ -18,7 +18,16 @@ from rich.table import Table
 
 from bridge.mq.admin import setup_queues
 from bridge.mq.connect import open_transport
-from mqgather.cli.options import aggregate_option, config_option, fanout_options, mq_option, run
+from mqgather.cli.options import (
+    RATE,
+    SHARE,
+    aggregate_option,
+    config_option,
+    fanout_options,
+    finite,
+    mq_option,
+    run,
+)
 from mqgather.config import AggregateSpec, load_config
 from mqgather.constants import STATE_DIR
 from mqgather.errors import MQGatherError
@@ -31,11 +40,15 @@ LATE_MARGIN_SECONDS = 2.0
 
 @click.command()
 @fanout_options
-@click.option("--requests", "n", default=100, show_default=True)
-@click.option("--rate", default=50.0, show_default=True, help="Requests per second.")
-@click.option("--drop-rate", default=0.02, show_default=True)
-@click.option("--late-rate", default=0.02, show_default=True)
-@click.option("--duplicate-rate", default=0.03, show_default=True)
+@click.option("--requests", "n", default=100, show_default=True, type=click.IntRange(min=1))
+@click.option("--rate", default=50.0, show_default=True, type=RATE, callback=finite,
+              help="Requests per second.")  # fmt: skip
+@click.option("--drop-rate", default=0.02, show_default=True, type=SHARE, callback=finite,
+              help="Share of the requests with a leg never answered.")  # fmt: skip
+@click.option("--late-rate", default=0.02, show_default=True, type=SHARE, callback=finite,
+              help="Share with a leg answered after the timeout.")  # fmt: skip
+@click.option("--duplicate-rate", default=0.03, show_default=True, type=SHARE, callback=finite,
+              help="Share with a leg answered twice (the shares add up to at most 1).")  # fmt: skip
 @click.option("--seed", default=7, show_default=True)
 @click.option(
     "--wait/--no-wait",
@@ -65,7 +78,10 @@ def drive(
 
     spec = load_config(config_path).aggregate(name)
     rates = Rates(drop=drop_rate, late=late_rate, duplicate=duplicate_rate)
-    plans = plan_requests(n, spec, rates, seed)
+    try:
+        plans = plan_requests(n, spec, rates, seed)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     expected = expected_counts(plans, 0, 0, retrying_legs(spec))
     ours = {plan.correl_id for plan in plans}
     console = Console(stderr=True)
@@ -177,8 +193,10 @@ def dev(mq: str, config_path: str | None, temporal_port: int, ui_port: int) -> N
 
 @click.command()
 @config_option
-@click.option("--requests", "n", default=200, show_default=True, help="Requests to drive.")
-@click.option("--rate", default=25.0, show_default=True, help="Requests per second.")
+@click.option("--requests", "n", default=200, show_default=True, type=click.IntRange(min=1),
+              help="Requests to drive.")  # fmt: skip
+@click.option("--rate", default=25.0, show_default=True, type=RATE, callback=finite,
+              help="Requests per second.")  # fmt: skip
 @aggregate_option
 @click.option("--json", "as_json", is_flag=True, help="Also print the figures as JSON (last line).")
 @click.option("--port", "temporal_port", default=7233, show_default=True, help="Temporal port.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -24,6 +25,19 @@ T = TypeVar("T")
 
 #: The aggregate commands use when none is named: the demo's.
 DEFAULT_AGGREGATE = "orders"
+
+
+def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A click callback refusing NaN, which click's ranges let through."""
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("not a number")
+    return value
+
+
+#: A share of the requests (0 to 1).
+SHARE = click.FloatRange(0, 1)
+#: Requests per second.
+RATE = click.FloatRange(0, 10_000, min_open=True)
 
 
 def _checked_mq(ctx: click.Context, param: click.Parameter, value: str) -> str:

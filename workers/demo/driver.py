@@ -46,11 +46,17 @@ class Rates:
 def plan_requests(n: int, spec: AggregateSpec, rates: Rates, seed: int = 7) -> list[RequestPlan]:
     """Plans for ``n`` requests: ``round(n * rate)`` of each fate, spread evenly over the
     run, each on a leg drawn from a seeded generator (so every run shows each fate)."""
+    retrying = [leg.name for leg in spec.legs if leg.retries]
+    shares = rates.drop + rates.late + rates.duplicate + (rates.lost if retrying else 0.0)
+    if not shares <= 1:  # each fate takes its own requests: more than all would never end
+        raise ValueError(
+            f"the drop, late, duplicate (and lost) rates are shares of the requests: "
+            f"together {shares:g}, more than 1"
+        )
     rng = random.Random(seed)
     names = [leg.name for leg in spec.legs]
     fates: list[Fate] = ["ok"] * n
     offset = 0
-    retrying = [leg.name for leg in spec.legs if leg.retries]
     special: tuple[tuple[float, Fate], ...] = (
         (rates.drop, "drop"),
         (rates.late, "late"),

@@ -174,3 +174,25 @@ def test_dev_killed_leaves_nothing_behind_and_a_new_dev_recovers(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert '"gather_id": "gather:orders:' in shown.stdout.decode()
     assert processes_mentioning(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--drop-rate", "2"], "not in the range 0<=x<=1"),
+        (["--drop-rate", "nan"], "not a number"),
+        (["--rate", "nan"], "not a number"),
+        (["--rate", "0"], "not in the range"),
+        (["--requests", "0"], "not in the range x>=1"),
+        (["--drop-rate", "0.6", "--late-rate", "0.5"], "more than 1"),
+    ],
+)
+def test_drive_refuses_what_it_cannot_plan_before_it_connects(args, says):
+    from click.testing import CliRunner
+
+    from mqgather.cli.main import cli
+
+    # Port 9 (discard): nothing answers there, and no check should get that far.
+    env = {"TEMPORAL_ADDRESS": "127.0.0.1:9"}
+    result = CliRunner().invoke(cli, ["drive", "--no-wait", *args], env=env)
+    assert result.exit_code == 2 and says in result.output

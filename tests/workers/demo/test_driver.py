@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bridge.mq.models import MQMessage
 from mqgather.config import default_aggregates
 from workers.demo.backends import FATE_PROPERTY, BackendBehaviour, fate_of
@@ -117,3 +119,12 @@ def test_a_late_reply_waits_for_its_gather_to_time_out(tmp_path):
         for thread in threads:
             thread.join(5)
     assert reply.correl_id == b"G" * 24 and FATE_PROPERTY not in reply.properties
+
+
+def test_shares_past_all_the_requests_are_refused_instead_of_never_ending():
+    # Each fate takes requests of its own: with more than all of them to place, the
+    # search for a free request never ended (`mqgather drive --drop-rate 2` hung).
+    with pytest.raises(ValueError, match=r"together 1\.04, more than 1"):
+        plan_requests(100, SPEC, Rates(drop=0.5, late=0.5, duplicate=0.02, lost=0.02))
+    plans = plan_requests(100, SPEC, Rates(drop=0.5, late=0.46, duplicate=0.02, lost=0.02))
+    assert [p.fate for p in plans].count("ok") == 0
