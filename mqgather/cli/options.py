@@ -38,6 +38,8 @@ def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> f
 SHARE = click.FloatRange(0, 1)
 #: Requests per second.
 RATE = click.FloatRange(0, 10_000, min_open=True)
+#: A simulated back end's delay, in ms (at most a minute).
+WAIT_MS = click.FloatRange(0, 60_000)
 
 
 def _checked_mq(ctx: click.Context, param: click.Parameter, value: str) -> str:

@@ -16,9 +16,12 @@ from bridge.inbound import QueueBridge
 from bridge.mq.connect import open_transport
 from bridge.mq.errors import ConnectionBroken, QueueManagerUnavailable
 from mqgather.cli.options import (
+    SHARE,
+    WAIT_MS,
     config_option,
     connector,
     fail_fast_option,
+    finite,
     mq_option,
     run,
     setup_logging,
@@ -31,6 +34,7 @@ from mqgather.constants import (
     DEFAULT_MAX_CACHED_GATHERS,
     DEFAULT_METRICS_HOST,
 )
+from mqgather.errors import MQGatherError
 from mqgather.names import (
     ENV_BUILD_ID,
     ENV_DEPLOYMENT,
@@ -53,6 +57,8 @@ from mqgather.runtime.temporal import (
 from mqgather.runtime.waiting import until_reachable
 
 log = logging.getLogger("mqgather")
+#: How often ``backends`` looks whether a back end stopped on an MQ error.
+BACKEND_CHECK_SECONDS = 0.5
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -138,7 +144,8 @@ async def wait_for_parts(
 @mq_option
 @config_option
 @task_queue_option
-@click.option("--threads", default=8, show_default=True, help="Activity threads (MQ connections).")
+@click.option("--threads", default=8, show_default=True, type=click.IntRange(1, 256),
+              help="Activity threads (MQ connections).")  # fmt: skip
 @click.option(
     "--deployment",
     envvar=ENV_DEPLOYMENT,
@@ -253,7 +260,8 @@ def worker(
 @mq_option
 @config_option
 @task_queue_option
-@click.option("--batch-size", default=100, show_default=True, help="Messages per MQ unit of work.")
+@click.option("--batch-size", default=100, show_default=True, type=click.IntRange(1, 10_000),
+              help="Messages per MQ unit of work.")  # fmt: skip
 @fail_fast_option
 @metrics_port_option
 def bridge(
@@ -308,14 +316,16 @@ def serve_bridge(
 @mq_option
 @config_option
 @click.option("--aggregate", "names", multiple=True, help="Serve these aggregates' legs (all).")
-@click.option("--latency-ms", default=100.0, show_default=True)
-@click.option("--jitter-ms", default=50.0, show_default=True)
-@click.option("--drop-rate", default=0.0, show_default=True, help="Share of legs never answered.")
-@click.option(
-    "--late-rate", default=0.0, show_default=True, help="Share answered after --late-after."
-)
-@click.option("--duplicate-rate", default=0.0, show_default=True, help="Share answered twice.")
-@click.option("--late-after", default=5.0, show_default=True, help="Seconds before a late reply.")
+@click.option("--latency-ms", default=100.0, show_default=True, type=WAIT_MS, callback=finite)
+@click.option("--jitter-ms", default=50.0, show_default=True, type=WAIT_MS, callback=finite)
+@click.option("--drop-rate", default=0.0, show_default=True, type=SHARE, callback=finite,
+              help="Share of legs never answered.")  # fmt: skip
+@click.option("--late-rate", default=0.0, show_default=True, type=SHARE, callback=finite,
+              help="Share answered after --late-after.")  # fmt: skip
+@click.option("--duplicate-rate", default=0.0, show_default=True, type=SHARE, callback=finite,
+              help="Share answered twice.")  # fmt: skip
+@click.option("--late-after", default=5.0, show_default=True, type=click.FloatRange(0, 3600),
+              callback=finite, help="Seconds before a late reply.")  # fmt: skip
 def backends(
     mq: str,
     config_path: str | None,
@@ -344,11 +354,17 @@ def backends(
     async def main(stop: asyncio.Event) -> None:
         halt, stats, threads = start_backends(connector(mq), queues, behaviour)
         log.info("back ends serving %s", ", ".join(queues))
-        await stop.wait()
+        # Until Ctrl-C, or until a back end stops on an MQ error (it sets ``halt``).
+        while not stop.is_set() and not halt.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), BACKEND_CHECK_SECONDS)
         halt.set()
         for thread in threads:
             await asyncio.to_thread(thread.join, 5)
         log.info("back ends stopped: %s", stats)
+        if stats.failure:
+            raise MQGatherError(f"{stats.failure}; define the leg request queues with "
+                                "`mqgather queues setup` if they are missing")  # fmt: skip
 
     run(main)
 

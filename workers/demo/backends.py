@@ -87,7 +87,9 @@ class BackendStats:
     late: int = 0
     duplicated: int = 0
     rerequests: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Why the back ends stopped before they were told to ("" while they serve).
+    failure: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **counts: int) -> None:
         """Add to counters from any thread."""
@@ -103,8 +105,13 @@ def serve(
     stop: threading.Event,
     stats: BackendStats,
 ) -> None:
-    """Serve one leg request queue until ``stop`` is set."""
-    transport = connect()
+    """Serve one leg request queue until ``stop`` is set; an MQ error stops every back
+    end (it sets ``stop``) and is kept in ``stats.failure``."""
+    try:
+        transport = connect()
+    except MQError as exc:
+        _stopped(queue, exc, stop, stats)
+        return
     # (when, seq, target queue, reply, until when a late reply waits for its gather's close)
     due: list[tuple[float, int, str, MQMessage, float | None]] = []
     seq = 0
@@ -168,10 +175,17 @@ def serve(
                 transport.commit()
                 stats.add(replies=sent)
     except MQError as exc:
-        log.error("back end on %s stopped: %s", queue, exc)
-        raise
+        _stopped(queue, exc, stop, stats)
     finally:
         transport.close()
+
+
+def _stopped(queue: str, exc: MQError, stop: threading.Event, stats: BackendStats) -> None:
+    """Every back end stops with one that failed, and the command ends naming it."""
+    log.error("back end on %s stopped: %s", queue, exc)
+    with stats.lock:
+        stats.failure = stats.failure or f"back end on {queue}: {exc}"
+    stop.set()
 
 
 #: How often a late reply checks whether its gather has timed out yet.

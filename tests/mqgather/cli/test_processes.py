@@ -156,3 +156,16 @@ def test_a_worker_whose_server_went_away_ends_when_asked(tmp_path):
     lines.append(rest.decode(errors="replace"))
     assert proc.returncode == 0, "".join(lines)
     assert not any("Traceback" in x for x in lines), "".join(lines)
+
+
+def test_back_ends_without_their_queues_end_naming_the_queue_and_what_to_do(tmp_path):
+    # Each back end used to die in its thread with a traceback, the process left idle.
+    out = subprocess.run(
+        [sys.executable, "-m", "mqgather.cli", "backends", "--mq", f"local:{tmp_path / 'qm.db'}"],
+        cwd=tmp_path, env=_env(free_port()), capture_output=True, timeout=60,
+    )  # fmt: skip
+    err = out.stderr.decode()
+    assert out.returncode == 1, err
+    assert "Traceback" not in err
+    assert "MQRC_UNKNOWN_OBJECT_NAME (2085): queue 'BACKEND." in err
+    assert "`mqgather queues setup`" in err
