@@ -28,7 +28,8 @@ def _when(text: str | None, option: str) -> datetime | None:
 @click.option("--aggregate", default=None, help="Only this aggregate.")
 @click.option("--since", default=None, help="Closed at or after (ISO); default: last run.")
 @click.option("--until", default=None, help="Closed at or before (ISO).")
-@click.option("--batch-size", default=1000, show_default=True, help="Histories per file.")
+@click.option("--batch-size", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
+              help="Histories per file.")  # fmt: skip
 @click.option(
     "--keep-encrypted", is_flag=True,
     help="Write sealed payloads as they are [default: open them with the key ring of "
