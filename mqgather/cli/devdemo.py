@@ -20,13 +20,13 @@ from bridge.mq.admin import setup_queues
 from bridge.mq.connect import open_transport
 from mqgather.cli.options import (
     RATE,
-    SHARE,
     aggregate_option,
     config_option,
     fanout_options,
     finite,
     mq_option,
     run,
+    share_option,
 )
 from mqgather.config import AggregateSpec, load_config
 from mqgather.constants import STATE_DIR
@@ -43,12 +43,11 @@ LATE_MARGIN_SECONDS = 2.0
 @click.option("--requests", "n", default=100, show_default=True, type=click.IntRange(min=1))
 @click.option("--rate", default=50.0, show_default=True, type=RATE, callback=finite,
               help="Requests per second.")  # fmt: skip
-@click.option("--drop-rate", default=0.02, show_default=True, type=SHARE, callback=finite,
-              help="Share of the requests with a leg never answered.")  # fmt: skip
-@click.option("--late-rate", default=0.02, show_default=True, type=SHARE, callback=finite,
-              help="Share with a leg answered after the timeout.")  # fmt: skip
-@click.option("--duplicate-rate", default=0.03, show_default=True, type=SHARE, callback=finite,
-              help="Share with a leg answered twice (the shares add up to at most 1).")  # fmt: skip
+@share_option("--drop-rate", 0.02, "Share of the requests with a leg never answered.")
+@share_option("--late-rate", 0.02, "Share with a leg answered after the timeout.")
+@share_option(
+    "--duplicate-rate", 0.03, "Share with a leg answered twice (the shares add up to at most 1)."
+)
 @click.option("--seed", default=7, show_default=True)
 @click.option(
     "--wait/--no-wait",

@@ -42,6 +42,13 @@ RATE = click.FloatRange(0, 10_000, min_open=True)
 WAIT_MS = click.FloatRange(0, 60_000)
 
 
+def share_option(name: str, default: float, help_text: str) -> Callable[[F], F]:
+    """A ``name`` option that is a share (of requests, of legs): 0 to 1, NaN refused."""
+    return click.option(
+        name, default=default, show_default=True, type=SHARE, callback=finite, help=help_text
+    )
+
+
 def _checked_mq(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """Reject a bad queue manager URL at once, naming where it came from."""
     came_from = ctx.get_parameter_source(param.name or "mq")

@@ -16,7 +16,6 @@ from bridge.inbound import QueueBridge
 from bridge.mq.connect import open_transport
 from bridge.mq.errors import ConnectionBroken, QueueManagerUnavailable
 from mqgather.cli.options import (
-    SHARE,
     WAIT_MS,
     config_option,
     connector,
@@ -25,6 +24,7 @@ from mqgather.cli.options import (
     mq_option,
     run,
     setup_logging,
+    share_option,
     task_queue_option,
 )
 from mqgather.config import load_config
@@ -318,12 +318,9 @@ def serve_bridge(
 @click.option("--aggregate", "names", multiple=True, help="Serve these aggregates' legs (all).")
 @click.option("--latency-ms", default=100.0, show_default=True, type=WAIT_MS, callback=finite)
 @click.option("--jitter-ms", default=50.0, show_default=True, type=WAIT_MS, callback=finite)
-@click.option("--drop-rate", default=0.0, show_default=True, type=SHARE, callback=finite,
-              help="Share of legs never answered.")  # fmt: skip
-@click.option("--late-rate", default=0.0, show_default=True, type=SHARE, callback=finite,
-              help="Share answered after --late-after.")  # fmt: skip
-@click.option("--duplicate-rate", default=0.0, show_default=True, type=SHARE, callback=finite,
-              help="Share answered twice.")  # fmt: skip
+@share_option("--drop-rate", 0.0, "Share of legs never answered.")
+@share_option("--late-rate", 0.0, "Share answered after --late-after.")
+@share_option("--duplicate-rate", 0.0, "Share answered twice.")
 @click.option("--late-after", default=5.0, show_default=True, type=click.FloatRange(0, 3600),
               callback=finite, help="Seconds before a late reply.")  # fmt: skip
 def backends(
