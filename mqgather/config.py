@@ -113,8 +113,7 @@ class AggregateSpec(BaseModel):
         "and the first reply starts the gather",
     )
     legs: tuple[LegSpec, ...] = Field(
-        default=(),
-        description="the expected legs (static mode) and scatter's default legs",
+        default=(), description="the expected legs (static mode) and scatter's default legs"
     )
     leg_identification: Literal["property", "correlid", "count", "group"] = Field(
         default="property",
