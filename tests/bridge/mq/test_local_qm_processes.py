@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.mq.errors import NoMessageAvailable, QueueManagerUnavailable
+from bridge.mq.errors import MQError, NoMessageAvailable, QueueManagerUnavailable
 from bridge.mq.local_qm import RECOVERY_INTERVAL, LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
 
@@ -206,3 +206,28 @@ def test_ccsid_and_encoding_are_kept_and_an_older_file_gains_them(tmp_path):
     with LocalQueueManager(path) as qm:
         old = qm.get("Q", syncpoint=False)
     assert old.body == b"old" and (old.coded_char_set_id, old.encoding) == (1208, 546)
+
+
+def test_connections_opening_a_new_queue_manager_at_once_all_open(tmp_path):
+    # As `mqgather dev` starts its worker, bridge and back ends on a fresh state
+    # directory. Without a turn to open in, about one start of four connections in
+    # twenty met "database is locked" (MQRC_RESOURCE_PROBLEM) while another set WAL mode
+    # or wrote the schema.
+    import threading
+
+    failures: list[str] = []
+
+    def open_one(path: Path) -> None:
+        try:
+            LocalQueueManager(path).close()
+        except MQError as exc:
+            failures.append(str(exc))
+
+    for round_ in range(100):
+        path = tmp_path / f"qm{round_}.db"
+        threads = [threading.Thread(target=open_one, args=(path,)) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failures == []
