@@ -460,3 +460,25 @@ def test_a_property_name_mq_refuses_does_not_block_the_message(tmp_path, adapter
     assert copy.body == b"b" and copy.properties["leg"] == "TAX"
     assert "Root.Custom" not in copy.properties and "AND" not in copy.properties
     assert "'Root.Custom' refused by MQ (MQRC_PROPERTY_NAME_ERROR" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("priority", "completion", "reason", "stored"),
+    [(-2, "MQCC_FAILED", 2050, None), (12, "MQCC_WARNING", 2049, 9), (-1, None, None, 0)],
+)
+def test_a_priority_is_taken_as_mq_takes_it(adapter, priority, completion, reason, stored):
+    # The message model keeps a priority to 0-9, so the adapter never sends these; the
+    # stand-in answers them as MQ does, for any caller of the library.
+    t = adapter()
+    t.define(QueueAttributes(name="PRIO"))
+    mq = sys.modules["ibmmq"]
+    md = mq.MD(Priority=priority)
+    if completion is None:
+        mq.Queue(t.qmgr, "PRIO").put(b"x", md)
+    else:
+        with pytest.raises(mq.MQMIError) as said:
+            mq.Queue(t.qmgr, "PRIO").put(b"x", md)
+        assert (said.value.comp, said.value.reason) == (getattr(mq.CMQC, completion), reason)
+    t.commit()
+    kept = [m.priority for m in t.browse("PRIO")]
+    assert kept == ([] if stored is None else [stored])
