@@ -17,7 +17,8 @@ from bridge.mq.models import ID_LENGTH, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec, over_limits
 from mqgather.constants import MAX_KEPT_REQUEST_BYTES, MAX_WAIT_SECONDS
-from mqgather.errors import MQGatherError
+from mqgather.errors import MQGatherError, first_problem
+from mqgather.limits import shown
 from mqgather.names import PROP_AGGREGATE, SIGNAL_EXPECT, TASK_QUEUE
 from workflows.gather import GatherWorkflow
 from workflows.models import LegRequest, Registration, gather_id, start_input, start_options
@@ -103,12 +104,6 @@ def _put_requests(
     return requests
 
 
-def _first_problem(exc: ValidationError) -> str:
-    """The first failed check of a model as ``field: reason``."""
-    err = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}"
-
-
 async def scatter(
     client: Client,
     transport: Transport,
@@ -171,7 +166,8 @@ async def scatter(
         raise ScatterError(f"aggregate {spec.name}: {past[0]}: {past[1]}")
     if timeout_seconds is not None and not 0 <= timeout_seconds <= MAX_WAIT_SECONDS:
         raise ScatterError(
-            f"timeout_seconds: {timeout_seconds:g} is not a wait; give 0 to {MAX_WAIT_SECONDS:,.0f}"
+            f"timeout_seconds: {timeout_seconds:g} is not a wait; "
+            f"give 0 to {shown(MAX_WAIT_SECONDS)}"
         )
     correl = correl_id or new_gather_key()
     if len(correl) > ID_LENGTH:
@@ -210,7 +206,7 @@ async def scatter(
         raise ScatterError(f"gather {gid} is already closed; use a new CorrelId") from exc
     except ValidationError as exc:
         transport.backout()
-        raise ScatterError(f"gather {gid} not registered: {_first_problem(exc)}") from exc
+        raise ScatterError(f"gather {gid} not registered: {first_problem(exc)}") from exc
     except BaseException:
         transport.backout()
         raise

@@ -62,21 +62,19 @@ def _default(info: Any) -> str:
 def _limits(info: Any, most: float | None) -> str:
     """A key's bounds as the model checks them (``> 0``, ``≤ 48 characters``...), and
     ``most``, its limit in :mod:`mqgather.limits`."""
+    from mqgather.limits import shown
+
     marks = {"gt": ">", "ge": "≥", "lt": "<", "le": "≤"}
+    listed = typing.get_origin(info.annotation) in (tuple, list)
     found = []
     for bound in info.metadata:
         for attr, mark in marks.items():
             value = getattr(bound, attr, None)
             if value is not None:
-                whole = isinstance(value, float) and value.is_integer()
-                found.append(f"{mark} {int(value) if whole else value:,}")
+                found.append(f"{mark} {shown(value)}")
         if getattr(bound, "max_length", None) is not None:
-            listed = typing.get_origin(info.annotation) in (tuple, list)
             found.append(f"≤ {bound.max_length:,} {'items' if listed else 'characters'}")
     if most is not None:
-        listed = typing.get_origin(info.annotation) in (tuple, list)
-        from mqgather.limits import shown
-
         found.append(f"≤ {shown(most)}{' items' if listed else ''}")
     return ", ".join(found)
 

@@ -505,7 +505,8 @@ def leg_over_limits(leg: LegSpec) -> tuple[str, str] | None:
         if not last <= k.MAX_WAIT_SECONDS:
             return "retries", (
                 f"the last re-request would wait {last:.3g} s, more than "
-                f"{k.MAX_WAIT_SECONDS:,.0f}; lower retries, retry_backoff or retry_after_seconds"
+                f"{limits.shown(k.MAX_WAIT_SECONDS)}; lower retries, retry_backoff or "
+                "retry_after_seconds"
             )
     return found
 

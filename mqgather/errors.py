@@ -1,5 +1,12 @@
 """Base exception types shared by every mqgather package."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class MQGatherError(Exception):
     """Base of every error mqgather raises on purpose; its message is shown to the user as is."""
@@ -12,3 +19,10 @@ class ConfigError(MQGatherError):
         self.key = key
         self.reason = reason
         super().__init__(f"{key}: {reason}")
+
+
+def first_problem(exc: ValidationError, whole: str = "input") -> str:
+    """A model's first failed check as ``field.path: reason`` (``whole`` when it is the
+    model's own check). The reason only, never the input, which may hold secrets."""
+    err = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc']) or whole}: {err['msg']}"

@@ -14,6 +14,7 @@ from bridge.mq.models import NONE_ID
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS
+from mqgather.limits import shown
 from mqgather.routing import Destination
 from workflows import legs
 from workflows.models import (
@@ -388,7 +389,7 @@ def update_refusal(inp: ExtendInput | ReleaseInput | CancelInput | RerequestInpu
     if isinstance(inp, ExtendInput):
         if not 0 < inp.seconds <= MAX_WAIT_SECONDS:
             return f"seconds: {inp.seconds:g} is not a wait; give more than 0 and at most " + (
-                f"{MAX_WAIT_SECONDS:,.0f} (366 days)"
+                f"{shown(MAX_WAIT_SECONDS)} (366 days)"
             )
         return None
     return reason_refusal(inp.reason)

@@ -12,6 +12,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from bridge.mq.models import MQMessage, id_text
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import MAX_WAIT_SECONDS
+from mqgather.limits import shown
 from mqgather.names import AGGREGATE_NAME, CORREL_ID, CORREL_ID_TEXT, GATHER_ID_PREFIX
 from mqgather.routing import Destination
 
@@ -99,7 +100,7 @@ class Registration(BaseModel):
 class ExtendInput(BaseModel):
     """Update ``extend``: push the deadline out by ``seconds`` from now."""
 
-    seconds: float = Field(gt=0, description=f"at most {MAX_WAIT_SECONDS:,.0f} (366 days)")
+    seconds: float = Field(gt=0, description=f"at most {shown(MAX_WAIT_SECONDS)} (366 days)")
 
 
 class ReleaseInput(BaseModel):

@@ -357,8 +357,8 @@ class LocalQueueManager(Transport):
                 f"cannot create the embedded queue manager at {self.path}: {exc.strerror}"
             ) from exc
         fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(opening, fcntl.LOCK_EX)  # dropped by the kernel if the holder dies
         try:
+            fcntl.flock(opening, fcntl.LOCK_EX)  # dropped by the kernel if the holder dies
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30
             )

@@ -23,7 +23,7 @@ from mqgather.cli import (
     queues,
     stack,
 )
-from mqgather.errors import MQGatherError
+from mqgather.errors import MQGatherError, first_problem
 from mqgather.runtime import telemetry
 
 
@@ -36,9 +36,7 @@ class _Group(click.Group):
         except MQGatherError as exc:
             raise click.ClickException(str(exc)) from exc
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise click.ClickException(f"{where}: {first['msg']}") from exc
+            raise click.ClickException(first_problem(exc, "")) from exc
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -44,7 +44,7 @@ from temporalio.converter import (
 )
 
 from mqgather.constants import COMPRESS_PAYLOADS_ABOVE_BYTES
-from mqgather.errors import ConfigError, MQGatherError
+from mqgather.errors import ConfigError, MQGatherError, first_problem
 from mqgather.names import ENV_KEYS, ENV_KEYS_FILE
 from mqgather.runtime.files import write_whole
 
@@ -144,10 +144,8 @@ def parse_key_ring(text: str, source: str) -> KeyRing:
     try:
         model = KeyRingFile.model_validate_json(text)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "document"
         # The message, never the input: the input holds the keys.
-        raise ConfigError(source, f"not a key ring ({where}: {first['msg']})") from None
+        raise ConfigError(source, f"not a key ring ({first_problem(exc, 'document')})") from None
     return KeyRing.from_file_model(model)
 
 

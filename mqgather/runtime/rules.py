@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.config import is_state_dir, state_file
-from mqgather.errors import ConfigError
+from mqgather.errors import ConfigError, first_problem
 
 log = logging.getLogger("mqgather.collector")
 
@@ -53,9 +53,7 @@ class RuleError(ConfigError):
 
 def rule_problem(exc: ValidationError) -> str:
     """The first failed constraint of a rule as ``column: reason``."""
-    err = exc.errors()[0]
-    column = ".".join(str(p) for p in err["loc"]) or "rule"
-    return f"column {column}: {err['msg']}"
+    return f"column {first_problem(exc, 'rule')}"
 
 
 def check_rule(values: dict[str, Any]) -> CollectorRule:
