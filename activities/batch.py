@@ -79,12 +79,12 @@ def batch_key(inp: PutBatchInput) -> bytes:
     return ledger_key("batch", inp.workflow_id, str(inp.batch.number), first)
 
 
-def _whole(transport: Transport, item: Item) -> Item:
+def _whole(reader: hold.HeldReader, item: Item) -> Item:
     """The item with its whole message: a held one got from the hold queue."""
     ref = item.held
     if ref is None:
         return item
-    message = hold.take(transport, ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
+    message = reader.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
     return item.model_copy(update={"message": message, "held": None})
 
 
@@ -134,18 +134,19 @@ class CollectorActivities(MQActivities):
         bad: list[tuple[MQMessage, str]] = []
         earlier: list[bool] = []
 
-        def work(transport: Transport) -> None:
+        def work(transport: Transport, reader: hold.HeldReader) -> None:
             out.clear()
             bad.clear()
             if ledger.done(transport, spec.ledger_queue, key):
                 earlier.append(True)
                 return  # committed by an earlier attempt
             # Held messages leave the hold queue in this unit of work, with the PUT.
-            whole = batch.model_copy(update={"items": [_whole(transport, i) for i in batch.items]})
+            whole = batch.model_copy(update={"items": [_whole(reader, i) for i in batch.items]})
             bad.extend(unreadable(whole))
-            odd = {m.msg_id for m, _ in bad}
+            # By the message itself: another message may have the same MsgId.
+            odd = {id(m) for m, _ in bad}
             good = whole.model_copy(
-                update={"items": [i for i in whole.items if i.message.msg_id not in odd]}
+                update={"items": [i for i in whole.items if id(i.message) not in odd]}
             )
             out.extend(_batch_messages(good, key, properties, spec.xml_wrapper))
             options = PutOptions(syncpoint=True, logical_order=rule.format == "group")

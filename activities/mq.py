@@ -40,6 +40,7 @@ from mqgather.names import (
 from mqgather.routing import Destination, queue_for
 from mqgather.runtime import telemetry
 from mqgather.runtime.budget import ByteBudget
+from workflows import redelivery
 from workflows.models import (
     PutResponseInput,
     PutResponseResult,
@@ -79,10 +80,19 @@ class MQActivities:
         self._local = threading.local()
         self.budget = ByteBudget(held_bytes)
 
-    def _held_unit_of_work(self, held: int, work: Callable[[Transport], None]) -> None:
-        """A unit of work that reads ``held`` bytes of held replies into memory."""
+    def _held_unit_of_work(
+        self, held: int, work: Callable[[Transport, hold.HeldReader], None]
+    ) -> None:
+        """A unit of work that reads ``held`` bytes of held replies into memory, through
+        the reader it gives ``work``."""
+
+        def reading(transport: Transport) -> None:
+            reader = hold.HeldReader(transport)
+            work(transport, reader)
+            reader.put_back()
+
         with self.budget.hold(held, HELD_BUDGET_WAIT_SECONDS):
-            self._unit_of_work(work)
+            self._unit_of_work(reading)
 
     def _transport(self) -> Transport:
         transport = getattr(self._local, "transport", None)
@@ -132,13 +142,13 @@ class MQActivities:
         refused: list[tuple[str, MQError]] = []
         dlq = ""
 
-        def work(transport: Transport) -> None:
+        def work(transport: Transport, reader: hold.HeldReader) -> None:
             nonlocal dlq
             refused.clear()
             if ledger.done(transport, spec.ledger_queue, msg_id):
                 return  # committed by an earlier attempt
             # Held bodies leave the hold queue in this unit of work, with the PUT.
-            merged = _merged(inp, _bodies(transport, inp))
+            merged = _merged(inp, _bodies(reader, inp))
             response = MQMessage(
                 msg_id=msg_id,
                 correl_id=inp.request_msg_id or inp.correl_id,
@@ -244,13 +254,13 @@ class MQActivities:
         """Forward each (queue, reply, reason) intact, in one unit of work, each exactly
         once across retries (the ledger records every forward)."""
 
-        def work(transport: Transport) -> None:
+        def work(transport: Transport, reader: hold.HeldReader) -> None:
             for queue, reply, reason in items:
-                key = ledger_key("forward", gather, queue, reply.message.msg_id.hex())
-                if ledger.done(transport, spec.ledger_queue, key):
+                if _forwarded(transport, spec.ledger_queue, gather, queue, reply):
                     continue
+                key = ledger_key("forward", gather, queue, _reply_key(reply))
                 # A held reply moves from the hold queue, intact, in this unit of work.
-                message = _held(transport, reply) if reply.held else reply.message
+                message = _held(reader, reply) if reply.held else reply.message
                 if queue:
                     forward(transport, queue, message, reason, reply.source_queue, gather)
                     note = f"{gather} forwarded to {queue}"
@@ -263,22 +273,35 @@ class MQActivities:
         self._held_unit_of_work(held, work)
 
 
-def _held(transport: Transport, reply: Reply) -> MQMessage:
+def _reply_key(reply: Reply) -> str:
+    """What names a reply in the ledger: its MsgId and fingerprint, since two replies may
+    share a MsgId (workflows.redelivery)."""
+    return redelivery.key(reply.message, reply.fingerprint)
+
+
+def _forwarded(transport: Transport, ledger_queue: str, gather: str, queue: str,
+               reply: Reply) -> bool:  # fmt: skip
+    """Whether this reply's forward to ``queue`` was committed before: recorded under its
+    key, or (by a release before fingerprints, on a retry across an upgrade) its MsgId."""
+    keys = dict.fromkeys((_reply_key(reply), reply.message.msg_id.hex()))  # one if the same
+    return any(ledger.done(transport, ledger_queue, ledger_key("forward", gather, queue, k))
+               for k in keys)  # fmt: skip
+
+
+def _held(reader: hold.HeldReader, reply: Reply) -> MQMessage:
     """The whole message of a held reply, got from the hold queue under syncpoint."""
     ref = reply.held
     assert ref is not None
-    return hold.take(transport, ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
+    return reader.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
 
 
-def _bodies(transport: Transport, inp: PutResponseInput) -> list[LegBodies]:
+def _bodies(reader: hold.HeldReader, inp: PutResponseInput) -> list[LegBodies]:
     """Each leg's bodies in reply order, held ones read from the hold queue."""
     return [
         LegBodies(
             name=leg.leg.name,
             sequence=leg.leg.sequence,
-            bodies=tuple(
-                _held(transport, r).body if r.held else r.message.body for r in leg.replies
-            ),
+            bodies=tuple(_held(reader, r).body if r.held else r.message.body for r in leg.replies),
             ccsids=tuple(r.message.coded_char_set_id for r in leg.replies),
         )
         for leg in inp.legs

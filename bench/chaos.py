@@ -23,6 +23,7 @@ from bridge.mq.local_qm import LocalQueueManager
 from tests.chaos import LEGS, SPEC, Requester, Stack, put_replies, scatter_retrying
 from tests.harness import connect_when_up, prepare_queues
 from workflows.models import GatherResult, gather_id
+from workflows.redelivery import msg_id_of
 
 OTHER_QUEUES = ("GATHER.IN", "GATHER.LATE", "GATHER.DUPLICATE", "GATHER.UNKNOWN",
                 "GATHER.FAILURE", "GATHER.BACKOUT", "SYSTEM.DEAD.LETTER.QUEUE")  # fmt: skip
@@ -79,7 +80,7 @@ async def run(gathers: int, rate: float, kills: int, seed: int, tmp: Path) -> di
     with LocalQueueManager(path) as qm:
         stray = sum(qm.inquire(q).curdepth for q in OTHER_QUEUES)
         left = qm.inquire(SPEC.response_queue).curdepth
-    consumed = {m for r in results.values() for m in r.consumed_msg_ids}
+    consumed = {msg_id_of(k) for r in results.values() for k in r.consumed_msg_ids}
     lost_replies = sum(m.hex() not in consumed for ids in put.values() for m in ids)
     return {
         "gathers": gathers,

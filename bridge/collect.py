@@ -22,9 +22,16 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from bridge.inbound import RETRYABLE, Move, QueueBridge, chunk_replies, refused_for_content
+from bridge.inbound import (
+    RETRYABLE,
+    Move,
+    QueueBridge,
+    chunk_replies,
+    message_key,
+    refused_for_content,
+)
 from bridge.mq import hold
-from bridge.mq.models import MQMessage, QueueAttributes
+from bridge.mq.models import MQMessage, QueueAttributes, fingerprint
 from bridge.mq.transport import Transport
 from mqgather.ccsid import CCSIDError
 from mqgather.collector_config import CollectorRule, CollectorSpec
@@ -176,7 +183,8 @@ class CollectorBridge(QueueBridge):
                     kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
                     moves.append(Move(kind, target, message, reason))
                     continue
-            item = Item(message=message, received_at=now, size=len(message.body))
+            item = Item(message=message, received_at=now, size=len(message.body),
+                        fingerprint=fingerprint(message))  # fmt: skip
             claim = await self._claim(call, transport, message, self.spec.hold_queue, inline)
             if isinstance(claim, str):
                 moves.append(Move(Destination.FAILURE, failure, message, claim))
@@ -265,8 +273,8 @@ class CollectorBridge(QueueBridge):
         the backout queue."""
         handle = self.client.get_workflow_handle(collector_id(self.spec.name, destination))
         try:
-            seen = await handle.query(
-                CollectorWorkflow.consumed, [message.msg_id.hex()], rpc_timeout=self.rpc_timeout
+            seen = await self._ask_taken(
+                handle, CollectorWorkflow.taken, CollectorWorkflow.consumed, [message_key(message)]
             )
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:

@@ -22,7 +22,13 @@ from typing import Any, Protocol, TypeVar
 
 from opentelemetry import trace
 from pydantic import BaseModel
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -31,13 +37,14 @@ from bridge.identify import IdentificationError, identify
 from bridge.mq import hold
 from bridge.mq.errors import REASONS, MQError
 from bridge.mq.forward import forward
-from bridge.mq.models import MQMessage, QueueAttributes
+from bridge.mq.models import MQMessage, QueueAttributes, fingerprint
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
 from mqgather.names import PROP_TRACEPARENT, SIGNAL_REPLIES, TASK_QUEUE
 from mqgather.routing import Destination, owner_of_shared_queue, queue_for
 from mqgather.runtime import telemetry
 from mqgather.runtime.temporal import healthy
+from workflows import redelivery
 from workflows.gather import GatherWorkflow
 from workflows.models import (
     GatherResult,
@@ -348,6 +355,23 @@ class QueueBridge:
         )
         return hold.without_body(message), ref
 
+    async def _ask_taken(
+        self,
+        handle: WorkflowHandle[Any, Any],
+        taken: Callable[[Any, list[str]], list[str]],
+        by_msg_id: Callable[[Any, list[str]], list[str]],
+        keys: list[str],
+    ) -> set[str]:
+        """Which of these messages (by key) a running workflow took. A workflow of an
+        earlier release knows no keys (its worker fails the ``taken`` query): it is asked
+        by MsgId, and answers as it decided, by MsgId alone."""
+        try:
+            return set(await handle.query(taken, keys, rpc_timeout=self.rpc_timeout))
+        except WorkflowQueryFailedError:
+            msg_ids = [redelivery.msg_id_of(k) for k in keys]
+            seen = set(await handle.query(by_msg_id, msg_ids, rpc_timeout=self.rpc_timeout))
+            return {k for k in keys if redelivery.msg_id_of(k) in seen}
+
     def _hold(self, transport: Transport, held: list[tuple[str, MQMessage]]) -> None:
         """Put on their hold queues the messages whose references Temporal took."""
         for queue, message in held:
@@ -367,6 +391,15 @@ class QueueBridge:
             elif move.kind in (Destination.BACKOUT, Destination.DEAD_LETTER):
                 self.stats.backed_out_to_boq += 1
             log.info("moved a message from %s to %s: %s", queue, move.queue, move.reason)
+
+
+def message_key(message: MQMessage) -> str:
+    """The key a gather or collector remembers this message by (as got off the queue)."""
+    return redelivery.key(message, fingerprint(message))
+
+
+def _key(reply: Reply) -> str:
+    return redelivery.key(reply.message, reply.fingerprint)
 
 
 def _held_size(message: MQMessage, specs: list[AggregateSpec]) -> bool:
@@ -450,6 +483,7 @@ class InboundBridge(QueueBridge):
                 source_queue=queue,
                 received_at=now,
                 size=len(message.body),
+                fingerprint=fingerprint(message),
             )
             claim = await self._claim(
                 call, transport, message, spec.hold_queue, spec.inline_reply_bytes
@@ -562,10 +596,10 @@ class InboundBridge(QueueBridge):
             self.stats.signals += 1
         return done
 
-    async def _consumed_ids(self, gid: str, msg_ids: list[str]) -> set[str]:
-        """Which of these MsgIds (hex) the gather has consumed: a running gather is asked,
-        a completed one read from its result; a gather that never started, or ended
-        without a result, consumed none."""
+    async def _taken_keys(self, gid: str, keys: list[str]) -> set[str]:
+        """Which of these messages (by key: :mod:`workflows.redelivery`) the gather took:
+        a running gather is asked, a completed one read from its result; a gather that
+        never started, or ended without a result, took none."""
         handle = self.client.get_workflow_handle(gid, result_type=GatherResult)
         try:
             desc = await handle.describe(rpc_timeout=self.rpc_timeout)
@@ -574,15 +608,14 @@ class InboundBridge(QueueBridge):
                 return set()
             raise
         if desc.status == WorkflowExecutionStatus.RUNNING:
-            seen = await handle.query(
-                GatherWorkflow.consumed, msg_ids, rpc_timeout=self.rpc_timeout
+            return await self._ask_taken(
+                handle, GatherWorkflow.taken, GatherWorkflow.consumed, keys
             )
-            return set(seen)
         try:
             result = await handle.result(rpc_timeout=self.rpc_timeout)
         except WorkflowFailureError:
             return set()
-        return set(result.consumed_msg_ids) & set(msg_ids)
+        return set(redelivery.taken_among(result.consumed_msg_ids, keys))
 
     async def _already_consumed(self, message: MQMessage, specs: list[AggregateSpec]) -> bool:
         """Whether a message at BOTHRESH already reached its gather (the bridge was
@@ -593,7 +626,7 @@ class InboundBridge(QueueBridge):
         except IdentificationError:
             return False
         gid = gather_id(found.aggregate.name, found.correl_id)
-        return bool(await self._consumed_ids(gid, [message.msg_id.hex()]))
+        return bool(await self._taken_keys(gid, [message_key(message)]))
 
     async def _late(
         self,
@@ -609,10 +642,10 @@ class InboundBridge(QueueBridge):
         gid = gather_id(spec.name, correl)
         consumed: set[str] = set()
         if any(r.message.backout_count for r in replies):
-            consumed = await self._consumed_ids(gid, [r.message.msg_id.hex() for r in replies])
+            consumed = await self._taken_keys(gid, [_key(r) for r in replies])
         moves = []
         for reply in replies:
-            if reply.held is None and reply.message.msg_id.hex() in consumed:
+            if reply.held is None and _key(reply) in consumed:
                 self.stats.redeliveries_dropped += 1
                 continue
             self.stats.late += 1

@@ -18,6 +18,8 @@ SIGNAL_EXPECT = "expect"
 SIGNAL_REPLIES = "replies"
 QUERY_STATUS = "status"
 QUERY_CONSUMED = "consumed"
+#: Which messages, by key (MsgId and fingerprint: workflows.redelivery), were taken.
+QUERY_TAKEN = "taken"
 UPDATE_RELEASE = "release"
 UPDATE_EXTEND = "extend"
 UPDATE_CANCEL = "cancel"
@@ -33,6 +35,10 @@ ACTIVITY_PUT_BATCH = "put_batch"
 #: Patch: before a collector continues as new it waits for one server event, so a signal
 #: racing it is taken (gathers carry the same step in their input; see workflows.settling).
 PATCH_SETTLE = "settle-before-close"
+#: Patch: a redelivery is the same MsgId and content; another message that reuses a
+#: MsgId is taken (collectors recorded before tell by MsgId alone; gathers carry the
+#: same step in their input).
+PATCH_BY_CONTENT = "redelivery-by-content"
 
 AGGREGATE_NAME = SearchAttributeKey.for_keyword("AggregateName")
 CORREL_ID = SearchAttributeKey.for_keyword("CorrelId")

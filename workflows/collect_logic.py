@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timedelta
 
+from workflows import redelivery
 from workflows.collect_models import (
     BatchFacts,
     BatchStatus,
@@ -22,13 +23,9 @@ from workflows.logic import attempt_failed, attempt_succeeded
 
 
 def digest_of(msg_id: bytes) -> str:
-    """A short fingerprint of a MsgId, remembered to spot its redelivery."""
+    """A short digest of a MsgId, or of a MsgId and fingerprint, remembered to spot its
+    redelivery."""
     return hashlib.blake2b(msg_id, digest_size=8).hexdigest()
-
-
-def digest(item: Item) -> str:
-    """The fingerprint of an item's MsgId."""
-    return digest_of(item.message.msg_id)
 
 
 def _seen(state: CollectorState) -> set[str]:
@@ -41,10 +38,28 @@ def _seen(state: CollectorState) -> set[str]:
     return seen
 
 
+def _has(seen: set[str], key: str) -> bool:
+    """Whether the message of ``key`` was taken: the same message, or its MsgId taken
+    with no fingerprint (which stands for every message of that MsgId)."""
+    if digest_of(bytes.fromhex(key)) in seen:
+        return True
+    return not redelivery.is_bare(key) and (
+        digest_of(bytes.fromhex(redelivery.msg_id_of(key))) in seen
+    )
+
+
 def consumed(state: CollectorState, msg_ids: list[str]) -> list[str]:
-    """Those of ``msg_ids`` (hex) the collector has taken (among the remembered)."""
+    """Those of ``msg_ids`` (hex) the collector has taken with no fingerprint (among the
+    remembered): the question of bridges of earlier releases."""
     seen = _seen(state)
     return [m for m in msg_ids if digest_of(bytes.fromhex(m)) in seen]
+
+
+def taken(state: CollectorState, keys: list[str]) -> list[str]:
+    """Those of ``keys`` (:mod:`workflows.redelivery`) whose message the collector took
+    (among the remembered)."""
+    seen = _seen(state)
+    return [k for k in keys if _has(seen, k)]
 
 
 def close(state: CollectorState, now: datetime, reason: CloseReason) -> None:
@@ -85,22 +100,26 @@ def take(
     now: datetime,
     remember: int,
     from_arrival: bool = True,
+    by_content: bool = False,
 ) -> None:
     """Add a bridge batch's messages to the open batch, closing batches as they fill.
 
     A message seen before (its bridge died between signal and MQCMIT) is a redelivery
-    and changes nothing. ``remember`` bounds how many recent messages are remembered.
+    and changes nothing: the same MsgId and content when ``by_content`` (another message
+    that reuses a MsgId is taken), the same MsgId otherwise (collectors recorded before).
+    ``remember`` bounds how many recent messages are remembered.
     A new batch's delay counts from when the bridge got its first message
     (``from_arrival``; collectors that started before that rule count from ``now``).
     """
     seen = _seen(state)
     for item in signal.items:
-        key = digest(item)
-        if key in seen:
+        msg_key = redelivery.key(item.message, item.fingerprint, by_content)
+        if _has(seen, msg_key):
             state.redeliveries += 1
             continue
-        seen.add(key)
-        state.seen.append(key)
+        remembered = digest_of(bytes.fromhex(msg_key))
+        seen.add(remembered)
+        state.seen.append(remembered)
         state.messages += 1
         size = item.body_bytes()
         batch = state.open

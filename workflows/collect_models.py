@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from bridge.mq.models import MQMessage
 from mqgather.collector_config import CollectorRule, CollectorSpec
-from workflows.models import HeldBody
+from workflows.models import Fingerprint, HeldBody
 
 CloseReason = Literal["count", "bytes", "delay", "released"]
 _BYTES = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
@@ -24,6 +24,7 @@ class Item(BaseModel):
     held: HeldBody | None = Field(
         default=None, description="set when the body is on the hold queue, not in ``message``"
     )
+    fingerprint: Fingerprint = ""
 
     def body_bytes(self) -> int:
         """The body's length (items from before sizes were recorded: the body's)."""

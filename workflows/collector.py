@@ -63,7 +63,8 @@ class CollectorWorkflow:
     def collect(self, signal: CollectInput) -> None:
         """Messages for this destination from one bridge batch."""
         logic.take(self.s, signal, workflow.now(), self.spec.remembered_msg_ids,
-                   from_arrival=workflow.patched(PATCH_DELAY_FROM_ARRIVAL))  # fmt: skip
+                   from_arrival=workflow.patched(PATCH_DELAY_FROM_ARRIVAL),
+                   by_content=workflow.patched(names.PATCH_BY_CONTENT))  # fmt: skip
         self._wake = True
 
     @workflow.query(name=names.QUERY_STATUS)
@@ -73,8 +74,15 @@ class CollectorWorkflow:
 
     @workflow.query(name=names.QUERY_CONSUMED)
     def consumed(self, msg_ids: list[str]) -> list[str]:
-        """Which of these MsgIds (hex) the collector has taken (merged or batched)."""
+        """Which of these MsgIds (hex) the collector has taken with no fingerprint (merged
+        or batched): the question of bridges of earlier releases."""
         return logic.consumed(self.s, msg_ids)
+
+    @workflow.query(name=names.QUERY_TAKEN)
+    def taken(self, keys: list[str]) -> list[str]:
+        """Which of these messages, by key (:mod:`workflows.redelivery`), the collector
+        took (among the remembered)."""
+        return logic.taken(self.s, keys)
 
     @workflow.update(name=names.UPDATE_RELEASE)
     def release(self, inp: ReleaseBatchInput) -> ReleaseBatchResult:

@@ -105,7 +105,8 @@ class GatherWorkflow:
     @workflow.signal(name=names.SIGNAL_REPLIES)
     def replies(self, batch: ReplyBatch) -> None:
         """Replies from the bridge (one signal per gather per bridge batch)."""
-        logic.take_replies(self.spec, self.s, batch.replies, workflow.now(), self.id)
+        logic.take_replies(self.spec, self.s, batch.replies, workflow.now(), self.id,
+                           by_content=self._input.redelivery_by_content)  # fmt: skip
         self._wake = True
 
     @workflow.query(name=names.QUERY_STATUS)
@@ -115,8 +116,14 @@ class GatherWorkflow:
 
     @workflow.query(name=names.QUERY_CONSUMED)
     def consumed(self, msg_ids: list[str]) -> list[str]:
-        """Which of these MsgIds (hex) the gather has taken (merged, held or routed)."""
+        """Which of these MsgIds (hex) the gather has taken a message of (merged, held or
+        routed): the question of bridges of earlier releases."""
         return logic.consumed(self.s, msg_ids)
+
+    @workflow.query(name=names.QUERY_TAKEN)
+    def taken(self, keys: list[str]) -> list[str]:
+        """Which of these messages, by key (:mod:`workflows.redelivery`), the gather took."""
+        return logic.taken(self.s, keys)
 
     def _operated(self, result: UpdateResult) -> UpdateResult:
         """Wake the run loop when an operator's change was applied."""

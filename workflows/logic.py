@@ -16,7 +16,7 @@ from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS
 from mqgather.limits import shown
 from mqgather.routing import Destination
-from workflows import legs
+from workflows import legs, redelivery
 from workflows.models import (
     CLOSED_STATES,
     CancelInput,
@@ -223,17 +223,27 @@ def register(spec: AggregateSpec, state: GatherState, reg: Registration, now: da
 
 
 def take_replies(
-    spec: AggregateSpec, state: GatherState, replies: list[Reply], now: datetime, gather: str
+    spec: AggregateSpec,
+    state: GatherState,
+    replies: list[Reply],
+    now: datetime,
+    gather: str,
+    by_content: bool = False,
 ) -> None:
-    """Apply a batch of replies: redeliveries ignored, late ones routed, early ones held."""
+    """Apply a batch of replies: redeliveries ignored, late ones routed, early ones held.
+
+    A redelivery is a reply taken before: by its MsgId and content when ``by_content``
+    (another reply that reuses its MsgId is taken), by its MsgId alone otherwise (gathers
+    recorded before, as they ran); see :mod:`workflows.redelivery`.
+    """
     seen = _seen(state)
     for reply in replies:
-        msg_id = reply.message.msg_id.hex()
-        if msg_id in seen:
+        msg_key = redelivery.key(reply.message, reply.fingerprint, by_content)
+        if seen.redelivered(msg_key):
             state.redeliveries += 1  # the bridge died before MQCMIT: already counted
             continue
-        seen.add(msg_id)
-        state.seen_msg_ids.append(msg_id)
+        seen.add(msg_key)
+        state.seen_msg_ids.append(msg_key)
         if is_closed(state):
             route(state, Destination.LATE, reply, f"gather {gather} already {state.state}")
         elif not state.registered:
@@ -249,12 +259,11 @@ def take_replies(
     refresh(state)
 
 
-def _seen(state: GatherState) -> set[str]:
-    """The MsgIds taken so far as a set (kept beside the list, which is what is carried)."""
+def _seen(state: GatherState) -> redelivery.Seen:
+    """The keys taken so far, indexed (kept beside the list, which is what is carried)."""
     seen = state._seen
     if len(seen) != len(state.seen_msg_ids):
-        seen.clear()
-        seen.update(state.seen_msg_ids)
+        seen.rebuild(state.seen_msg_ids)
     return seen
 
 
@@ -276,9 +285,16 @@ def _hold_limit(spec: AggregateSpec, state: GatherState, reply: Reply) -> str:
 
 
 def consumed(state: GatherState, msg_ids: list[str]) -> list[str]:
-    """Those of ``msg_ids`` (hex) the gather has taken already."""
+    """Those of ``msg_ids`` (hex) the gather has taken a message of (the question of a
+    bridge that knows no fingerprints)."""
     seen = _seen(state)
-    return [msg_id for msg_id in msg_ids if msg_id in seen]
+    return [msg_id for msg_id in msg_ids if seen.any_with(msg_id)]
+
+
+def taken(state: GatherState, keys: list[str]) -> list[str]:
+    """Those of ``keys`` (:mod:`workflows.redelivery`) whose message the gather took."""
+    seen = _seen(state)
+    return [k for k in keys if seen.has(k)]
 
 
 def unknown_expired(state: GatherState, now: datetime) -> bool:

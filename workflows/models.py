@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from bridge.mq.models import MQMessage, id_text
+from bridge.mq.models import FINGERPRINT_PATTERN, MQMessage, id_text
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import MAX_WAIT_SECONDS
 from mqgather.limits import shown
 from mqgather.names import AGGREGATE_NAME, CORREL_ID, CORREL_ID_TEXT, GATHER_ID_PREFIX
 from mqgather.routing import Destination
+from workflows.redelivery import Seen
 
 GatherStateName = Literal[
     "OPEN", "PARTIAL", "COMPLETE", "TIMEOUT", "RELEASED", "CANCELLED", "UNKNOWN", "FAILED"
@@ -29,6 +30,13 @@ ROUTED_KINDS = frozenset(
 )
 
 _BYTES = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+
+#: The whole message's fingerprint (bridge.mq.models.fingerprint), which tells a
+#: redelivery from another message with its MsgId; none from bridges of earlier releases.
+Fingerprint = Annotated[
+    str, Field(pattern=FINGERPRINT_PATTERN, description="the message's fingerprint, hex")
+]
 
 
 class HeldBody(BaseModel):
@@ -56,6 +64,7 @@ class Reply(BaseModel):
     held: HeldBody | None = Field(
         default=None, description="set when the body is on the hold queue, not in ``message``"
     )
+    fingerprint: Fingerprint = ""
 
 
 class LegRequest(BaseModel):
@@ -158,7 +167,11 @@ class GatherState(BaseModel):
     expected: list[LegSpec] = Field(default_factory=list)
     received: dict[str, list[Reply]] = Field(default_factory=dict)
     held: list[Reply] = Field(default_factory=list, description="replies before registration")
-    seen_msg_ids: list[str] = Field(default_factory=list)
+    seen_msg_ids: list[str] = Field(
+        default_factory=list,
+        description="the keys of the replies taken, redeliveries told apart by them "
+        "(MsgId in hex, then the fingerprint if any: workflows.redelivery)",
+    )
     duplicates: int = 0
     redeliveries: int = 0
     late: int = 0
@@ -194,8 +207,8 @@ class GatherState(BaseModel):
         default="",
         description="what ended it: the rule, the deadline, lost legs, an operator",
     )
-    #: ``seen_msg_ids`` as a set, for lookups; rebuilt from the list, never carried.
-    _seen: set[str] = PrivateAttr(default_factory=set)
+    #: ``seen_msg_ids`` indexed, for lookups; rebuilt from the list, never carried.
+    _seen: Seen = PrivateAttr(default_factory=Seen)
 
 
 class GatherInput(BaseModel):
@@ -220,6 +233,12 @@ class GatherInput(BaseModel):
         default=False,
         description="refuse a registration of more legs than MAX_LEGS (set by every "
         "starter; gathers started before it replay taking any)",
+    )
+    redelivery_by_content: bool = Field(
+        default=False,
+        description="a redelivery is the same MsgId and content, and another reply that "
+        "reuses a MsgId is taken (set by every starter; gathers started before it replay "
+        "telling by MsgId alone)",
     )
 
 
@@ -349,7 +368,9 @@ class GatherResult(BaseModel):
     response_queues: list[str] = Field(default_factory=list)
     response_msg_id: str = ""
     error: str = ""
-    consumed_msg_ids: list[str] = Field(default_factory=list)
+    consumed_msg_ids: list[str] = Field(
+        default_factory=list, description="the keys of the replies taken (see seen_msg_ids)"
+    )
     started_at: datetime | None = None
     ended_at: datetime | None = None
     legs: list[LegStatus] = Field(default_factory=list)
@@ -376,6 +397,7 @@ def start_input(spec: AggregateSpec, correl_id: bytes) -> GatherInput:
         settle=True,
         changed_attributes_only=True,
         legs_bounded=True,
+        redelivery_by_content=True,
     )
 
 

@@ -64,36 +64,75 @@ def hold(transport: Transport, queue: str, message: MQMessage) -> None:
     transport.put(queue, message, PutOptions(syncpoint=True, set_all_context=True))
 
 
-def take(
-    transport: Transport,
-    queue: str,
-    msg_id: bytes,
-    correl_id: bytes,
-    sha256: str,
-    *,
-    wait_ms: int = HELD_WAIT_MS,
-) -> MQMessage:
-    """Get a held reply under syncpoint (it leaves the hold queue when the caller's unit
-    of work commits).
+class HeldReader:
+    """Gets held replies under syncpoint for one unit of work: each leaves the hold queue
+    when that unit of work commits.
 
-    Raises:
-        HeldReplyError: it did not come within the wait, or its body is not the one the
-            reference names (the get is backed out with the caller's unit of work).
+    Back ends may pass the request's MsgId and CorrelId on, so several held messages can
+    share both; they are told apart by body. One got for a reference it does not match
+    is kept for the reference that names it, and whatever no reference took is put back
+    by :meth:`put_back`, which the caller runs before it commits.
     """
-    try:
-        message = transport.get(
-            queue, wait_ms=wait_ms, match=Match(msg_id=msg_id, correl_id=correl_id)
-        )
-    except NoMessageAvailable as exc:
-        raise HeldReplyError(
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._spare: list[tuple[str, str, MQMessage]] = []  # queue, body digest, message
+
+    def take(
+        self,
+        queue: str,
+        msg_id: bytes,
+        correl_id: bytes,
+        sha256: str,
+        *,
+        wait_ms: int = HELD_WAIT_MS,
+    ) -> MQMessage:
+        """The held reply the reference names.
+
+        Raises:
+            HeldReplyError: it did not come within the wait, or no message there has the
+                body the reference names (the gets are backed out with the caller's unit
+                of work).
+        """
+        for index, (where, body, message) in enumerate(self._spare):
+            same = message.msg_id == msg_id and message.correl_id == correl_id
+            if where == queue and same and body == sha256:
+                del self._spare[index]
+                return message
+        while True:
+            try:
+                message = self.transport.get(
+                    queue, wait_ms=wait_ms, match=Match(msg_id=msg_id, correl_id=correl_id)
+                )
+            except NoMessageAvailable as exc:
+                raise HeldReplyError(self._missing(queue, msg_id, correl_id, sha256)) from exc
+            found = digest(message.body)
+            if found == sha256:
+                return message
+            self._spare.append((queue, found, message))
+
+    def _missing(self, queue: str, msg_id: bytes, correl_id: bytes, sha256: str) -> str:
+        others = [
+            body[:16]
+            for where, body, m in self._spare
+            if where == queue and m.msg_id == msg_id and m.correl_id == correl_id
+        ]
+        if others:
+            return (
+                f"held reply MsgId {msg_id.hex()} on {queue}: the messages there with its "
+                f"MsgId and CorrelId have body digests {', '.join(others)}, not the "
+                f"{sha256[:16]} its gather recorded; was it moved by hand?"
+            )
+        return (
             f"held reply MsgId {msg_id.hex()} is not on {queue} (MQRC_NO_MSG_AVAILABLE): "
             "its bridge has not committed it yet, or it was moved by hand"
-        ) from exc
-    found = digest(message.body)
-    if found != sha256:
-        raise HeldReplyError(
-            f"held reply MsgId {msg_id.hex()} on {queue} has body digest {found[:16]}…, "
-            f"not the {sha256[:16]}… its gather recorded: another message with the same "
-            "MsgId and CorrelId; move one of them by hand"
         )
-    return message
+
+    def put_back(self) -> None:
+        """Put back on the hold queue, in this unit of work, what was got for no
+        reference, MQMD and context as they were."""
+        for queue, _, message in self._spare:
+            # An Expiry left of 0 (under a tenth of a second) is one MQ refuses on a put.
+            back = message.model_copy(update={"expiry": message.expiry or 1})
+            self.transport.put(queue, back, PutOptions(syncpoint=True, set_all_context=True))
+        self._spare.clear()

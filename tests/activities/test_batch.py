@@ -85,3 +85,17 @@ def test_bodies_that_are_not_strict_json_are_batched_as_text_and_the_batch_is_pu
 
     values = json.loads(batch.body, parse_constant=strict)
     assert values == [{"ok": 1.5}, *(b.decode() for b in odd)]
+
+
+def test_a_message_that_shares_its_msg_id_with_unreadable_text_is_still_batched(tmp_path):
+    path = tmp_path / "qm.db"
+    prepare_queues(path, ["OUT", SPEC.failure_queue])
+    acts = CollectorActivities(lambda: LocalQueueManager(path))
+    good = message(7, b"<Test>Hola</Test>")
+    broken = message(7, b"<Test>\xff\xfe</Test>")  # the same MsgId, set by the application
+    ActivityEnvironment().run(acts.put_batch, batch_input([good, broken], fmt="xml"))
+    with LocalQueueManager(path) as qm:
+        (batch,) = drain(qm, "OUT")
+        (failed,) = drain(qm, SPEC.failure_queue)
+    assert "<Test>Hola</Test>" in batch.text()
+    assert failed.body == broken.body

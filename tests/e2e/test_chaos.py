@@ -25,6 +25,7 @@ from tests.chaos import (
 )
 from tests.harness import connect_when_up, prepare_queues
 from workflows.models import GatherResult, gather_id
+from workflows.redelivery import msg_id_of
 
 GATHERS = 200
 #: After how many gathers each part is killed.
@@ -101,5 +102,5 @@ async def _chaos(
     for correl, msg_ids in put.items():
         result = results[correl]
         assert result.state == "COMPLETE" and result.duplicates == 0
-        assert {m.hex() for m in msg_ids} <= set(result.consumed_msg_ids)
+        assert {m.hex() for m in msg_ids} <= {msg_id_of(k) for k in result.consumed_msg_ids}
     return taken

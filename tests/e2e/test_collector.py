@@ -22,7 +22,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.collect import CollectorBridge
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage, QueueAttributes
+from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.names import PROP_BATCH_REASON, PROP_REASON
 from tests.collecting import OUT, SPEC, Collecting, collecting, order
@@ -340,3 +340,20 @@ async def test_one_destination_failing_backs_out_the_batch_and_nothing_is_batche
     assert (seen_a.messages, seen_a.batches) == (3, 1)
     assert (seen_b.messages, seen_b.batches, seen_b.redeliveries) == (3, 1, 0)
     assert left == [0, 0, 0, 0]
+
+
+async def test_messages_that_reuse_one_msg_id_are_each_batched(temporal_env, tmp_path):
+    # Applications that set MsgId themselves (a business key, say) may reuse one: each
+    # message is still one of the batch, none dropped as a redelivery of another.
+    shared = b"ORDER-4711".ljust(24, b"\x00")
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=3, max_delay_seconds=60)
+        for i in range(3):
+            message = MQMessage(msg_id=shared, properties={"destination": "France"},
+                                body=order(f"line {i}"))  # fmt: skip
+            c.qm.put(c.spec.input_queue, message, PutOptions(syncpoint=False))
+        batch = await c.take("CMAOUT.FR")
+        final = await c.status("France")
+        assert c.depth("CMAIN") == 0
+    assert [f"<Test>line {i}</Test>" in batch.text() for i in range(3)] == [True] * 3
+    assert final.messages == 3 and final.redeliveries == 0

@@ -279,6 +279,27 @@ async def test_late_window_counts_late_replies_in_the_gather(temporal_env, tmp_p
     assert now.state == "TIMEOUT" and now.late == 1
 
 
+async def test_late_replies_that_share_a_msg_id_are_each_forwarded(temporal_env, tmp_path):
+    # Each comes alone and is forwarded by its own activity: the record that makes a
+    # forward happen once must name the message, not only its MsgId.
+    spec = AggregateSpec(name="linger2", legs=LEGS, late_window_seconds=30)
+    shared = b"PASSED-ON".ljust(24, b"\x00")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent, _ = await p.partial(spec, parse_id("LINGER-2"), {"CREDIT": b"{}"}, 0.5)
+        await p.wait_message("GATHER.TIMEOUT")
+        handle = p.handle(spec, sent.correl_id)
+        routed = []
+        for leg in ("STOCK", "TAX"):
+            message = MQMessage(msg_id=shared, correl_id=sent.correl_id,
+                                properties={"leg": leg}, body=leg.encode())  # fmt: skip
+            p.put(spec.reply_queue, message)
+            routed.append(await p.wait_message("GATHER.LATE"))
+        now = await status(handle)
+        await handle.terminate("test over")  # no need to wait out the window
+    assert [(m.msg_id, m.body) for m in routed] == [(shared, b"STOCK"), (shared, b"TAX")]
+    assert now.late == 2
+
+
 async def test_every_message_ends_in_exactly_one_place(temporal_env, tmp_path):
     """A mixed run: each reply put is accounted for on exactly one output queue (or inside
     exactly one response), and nothing stays on the reply queue."""

@@ -18,6 +18,7 @@ from tests.mqi_standin.ibmmqc import (
     live_connections,
     live_message_handles,
 )
+from workflows.redelivery import msg_id_of
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
@@ -67,7 +68,7 @@ async def test_a_gather_with_duplicate_late_unknown_and_poison_replies(temporal_
     assert result.state == "COMPLETE"
     assert len(responses) == 1 and responses[0].correl_id == g.request_msg_id
     assert json.loads(responses[0].body)["legs"]["credit"] == {"c": 1}
-    merged = {bytes.fromhex(m) for m in result.consumed_msg_ids}
+    merged = {bytes.fromhex(msg_id_of(k)) for k in result.consumed_msg_ids}
     assert {first.msg_id, *(m.msg_id for m in rest)} <= merged
     for msg_id, queue in expected.items():
         assert found.get(msg_id) == [queue], (queue, found.get(msg_id))

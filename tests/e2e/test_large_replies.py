@@ -15,6 +15,7 @@ from mqgather.config import AggregateSpec
 from mqgather.constants import GATHER_HOLD
 from mqgather.names import PROP_REASON
 from tests.harness import THREE_LEGS, pipeline, status, until
+from workflows.redelivery import msg_id_of
 
 MB = 1024 * 1024
 
@@ -51,7 +52,8 @@ async def test_three_legs_of_ten_megabytes_complete_from_the_hold_queue(temporal
     assert history < 64 * 1024, f"history of {history} bytes"
     sizes = {leg.name: (leg.bytes, leg.held) for leg in result.legs}
     assert sizes == {name: (10 * MB, True) for name in bodies}
-    assert sorted(result.consumed_msg_ids) == sorted(m.msg_id.hex() for m in put.values())
+    taken = sorted(msg_id_of(key) for key in result.consumed_msg_ids)
+    assert taken == sorted(m.msg_id.hex() for m in put.values())
 
 
 async def test_mixed_sizes_in_every_arrival_order(temporal_env, tmp_path):
@@ -139,3 +141,26 @@ async def test_a_held_leg_that_is_not_json_goes_to_the_failure_queue_intact(temp
     assert result.state == "FAILED"
     _intact(failed[bad.msg_id], bad)
     _intact(failed[good.msg_id], good)
+
+
+async def test_held_replies_that_share_msg_id_and_correl_id_each_merge_their_own_body(
+    temporal_env, tmp_path
+):
+    # Back ends that pass the request's MsgId and CorrelId on: three held replies the
+    # hold queue can tell apart only by body, waiting there in another order than the
+    # merge takes them.
+    spec = AggregateSpec(name="twins", merge="blob", legs=THREE_LEGS, timeout_seconds=300,
+                         inline_reply_bytes=0)  # fmt: skip
+    shared = b"REQUEST-1".ljust(24, b"\x00")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        bodies = {leg.name: _blob(i, 4096) for i, leg in enumerate(THREE_LEGS)}
+        for leg in ("TAX", "CREDIT", "STOCK"):
+            message = MQMessage(msg_id=shared, correl_id=sent.correl_id,
+                                properties={"leg": leg}, body=bodies[leg])  # fmt: skip
+            p.put(spec.reply_queue, message)
+        response = await p.wait_message("ORDER.RESPONSE", timeout=60)
+        result = await p.result(spec, sent.correl_id)
+        assert p.empty(GATHER_HOLD) and p.empty("GATHER.IN") and p.empty("GATHER.FAILURE")
+    assert result.state == "COMPLETE" and result.redeliveries == 0
+    assert response.body == _expected(spec, bodies)

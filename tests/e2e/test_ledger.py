@@ -9,6 +9,7 @@ import json
 from bridge.mq.models import Match, MQMessage, PutOptions, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline, status, until
+from workflows.redelivery import msg_id_of
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
@@ -96,7 +97,8 @@ async def test_every_bad_input_ends_in_exactly_one_place_intact(temporal_env, tm
                     found[message.msg_id].append((queue, message))
         merged = set()
         for correl in (before, dup.correl_id, after):
-            merged |= {bytes.fromhex(m) for m in (await p.result(spec, correl)).consumed_msg_ids}
+            taken = (await p.result(spec, correl)).consumed_msg_ids
+            merged |= {bytes.fromhex(msg_id_of(k)) for k in taken}
     for msg_id, where in expect.items():
         places = found[msg_id]
         if where == "merged":

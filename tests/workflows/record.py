@@ -3,16 +3,17 @@
     python -m tests.workflows.record [SET]      (or: make histories)
 
 Runs one real gather per path the workflow can take — complete, duplicates first / last
-/ all, a late reply inside the late window, replies before registration with the
-restart timer, timeout, unknown, extend then release, cancel (by update and through
-Temporal), a PUT retried until its queue has room, static mode, a leg body
-the merge refuses, continue-as-new, a logical group with a gap and a duplicate — and one
-collector destination per path a collector can take (closed by count, delay, bytes or an
-operator's release, a group batch, a PUT retried, continue-as-new), through the bridges,
-a worker and the embedded queue manager on a dev server of its own, and writes each
-run's history to ``tests/workflows/histories/SET/<path>.json`` (SET defaults to the
-worker's build id). Recorded sets are kept: the suite replays every one of them against
-the current code.
+/ all, a late reply inside the late window, replies before registration with the restart
+timer, timeout, unknown, extend then release, cancel (by update and through Temporal), a
+PUT retried until its queue has room, static mode, a leg body the merge refuses,
+continue-as-new, a logical group with a gap and a duplicate, replies that share one
+MsgId with a redelivery among them — and one collector destination per path a collector
+can take (closed by count, delay, bytes or an operator's release, a group batch, a PUT
+retried, continue-as-new, messages that share a MsgId), through the bridges, a worker
+and the embedded queue manager on a dev server of its own, and writes each run's history
+to ``tests/workflows/histories/SET/<path>.json`` (SET defaults to the worker's build
+id). Recorded sets are kept: the suite replays every one of them against the current
+code.
 
 With ``--sealed`` every payload is sealed by the codec, with a key ring made for the set
 and kept beside it as ``_keys.json`` (a test key that seals nothing else), so the suite
@@ -34,7 +35,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
-from bridge.mq.models import Match, MQMessage, MsgFlags, QueueAttributes, parse_id
+from bridge.mq.models import Match, MQMessage, MsgFlags, PutOptions, QueueAttributes, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import SEARCH_ATTRIBUTES
 from mqgather.runtime.codec import KeyRing, data_converter, new_key
@@ -242,6 +243,24 @@ async def rerequested(p: Pipeline, s: AggregateSpec) -> bytes:
     return g.correl_id
 
 
+async def reused_msg_id(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    handle = p.handle(s, g.correl_id)
+    shared = parse_id("PASSED-ON")  # back ends that pass the request's MsgId on
+    sent = []
+    for leg in ("CREDIT", "STOCK", "TAX"):
+        message = MQMessage(msg_id=shared, correl_id=g.correl_id, properties={"leg": leg},
+                            body=b'{"leg":"%s"}' % leg.encode())  # fmt: skip
+        sent.append(p.put(s.reply_queue, message))
+        if leg == "CREDIT":
+            await until(lambda: status(handle), lambda st: st.legs_received)
+            # CREDIT again, as a bridge killed before MQCMIT leaves it: a redelivery.
+            p.qm.put(s.reply_queue, sent[0], PutOptions(syncpoint=False, set_all_context=True))
+            await until(lambda: status(handle), lambda st: st.redeliveries == 1)
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
 GROUP = {"legs": (), "mode": "static", "leg_identification": "group", "merge": "json",
          "timeout_seconds": 2}  # fmt: skip
 SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
@@ -266,6 +285,7 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
                                      *LEGS[1:])}),
     "rerequested": (rerequested, {"legs": (LegSpec(name="CREDIT", sequence=10, retries=2,
                                            retry_after_seconds=1), *LEGS[1:])}),
+    "reused_msg_id": (reused_msg_id, {}),
 }  # fmt: skip
 
 Collect = Callable[[Collecting, str], Awaitable[None]]
@@ -334,6 +354,19 @@ async def collector_continue_as_new(c: Collecting, d: str) -> None:
     await until(lambda: c.status(d), lambda st, n=n: st.batches == n // 2)
 
 
+async def reused_msg_id_batch(c: Collecting, d: str) -> None:
+    shared = parse_id("ORDER-4711")  # an application that sets MsgId itself
+    sent = [c.qm.put(c.spec.input_queue, MQMessage(msg_id=shared, body=order(f"reused {n}"),
+                     properties={"destination": d}), PutOptions(syncpoint=False))
+            for n in range(2)]  # fmt: skip
+    await until(lambda: c.status(d), lambda st: st.messages == 2)
+    # The first again, as a bridge killed before MQCMIT leaves it: a redelivery.
+    c.qm.put(c.spec.input_queue, sent[0], PutOptions(syncpoint=False, set_all_context=True))
+    await until(lambda: c.status(d), lambda st: st.redeliveries == 1)
+    c.send(d, order("reused 2"))
+    await c.take("CMAOUT.REUSED")
+
+
 #: Each scenario's destination, its rule (target queue and settings) and its run. The
 #: rules are in the database before the bridge starts, so none is read late.
 COLLECT_SCENARIOS: dict[str, tuple[str, dict[str, object], Collect]] = {
@@ -352,6 +385,7 @@ COLLECT_SCENARIOS: dict[str, tuple[str, dict[str, object], Collect]] = {
     "collect_group": ("CMAOUT.GRP", {"max_messages": 2, "format": "group"}, as_group),
     "collect_put_retried": ("CMAOUT.FULL", {"max_messages": 1}, put_retried_batch),
     "collect_continue_as_new": ("CMAOUT.FR", {"max_messages": 2}, collector_continue_as_new),
+    "collect_reused_msg_id": ("CMAOUT.REUSED", {"max_messages": 3}, reused_msg_id_batch),
 }
 
 
@@ -383,6 +417,7 @@ async def record_collectors(env: WorkflowEnvironment, out: Path) -> list[Path]:
             for name, (queue, rule, _) in COLLECT_SCENARIOS.items():
                 c.rule(name, queue, **rule)
             c.qm.define(QueueAttributes(name="CMAOUT.FULL", maxdepth=1), replace=True)
+            c.qm.define(QueueAttributes(name="CMAOUT.REUSED"))
             c.start_bridge()
             for name, (_, _, scenario) in COLLECT_SCENARIOS.items():
                 await scenario(c, name)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.mq.models import MQMessage
+from bridge.mq.models import MQMessage, fingerprint
 from mqgather.collector_config import CollectorRule
 from workflows import collect_logic as logic
 from workflows.collect_models import CollectInput, CollectorState, Item
@@ -136,3 +136,24 @@ def test_failed_put_rounds_back_off_and_a_put_clears_the_record():
     logic.put_done(state, state.ready[0].facts())
     assert (state.last_error, state.failing_since, state.failed_rounds) == ("", None, 0)
     assert state.batches == 1 and not state.ready
+
+
+def test_messages_that_reuse_a_msg_id_are_batched_and_a_redelivery_is_not():
+    shared = (1).to_bytes(24, "big")
+    twins = [MQMessage(msg_id=shared, body=body) for body in (b"a", b"b")]
+    printed = [Item(message=m, received_at=T0, fingerprint=fingerprint(m)) for m in twins]
+    state = CollectorState()
+    logic.take(state, CollectInput(rule=rule(), items=printed), T0, 100, by_content=True)
+    logic.take(state, CollectInput(rule=rule(), items=printed[1:]), T0, 100, by_content=True)
+    assert state.messages == 2 and state.redeliveries == 1
+    assert [i.message.body for i in state.open.items] == [b"a", b"b"]
+    keys = [shared.hex() + i.fingerprint for i in printed]
+    other = (2).to_bytes(24, "big").hex() + printed[0].fingerprint
+    assert logic.taken(state, [*keys, other]) == keys
+    # Asked by MsgId (a bridge of an earlier release): none was taken without a fingerprint.
+    assert logic.consumed(state, [shared.hex()]) == []
+    # Collectors recorded before tell by MsgId alone, and a MsgId taken so stands for all.
+    old = CollectorState()
+    logic.take(old, CollectInput(rule=rule(), items=printed), T0, 100)
+    assert old.messages == 1 and old.redeliveries == 1
+    assert logic.taken(old, keys) == keys and logic.consumed(old, [shared.hex()]) == [shared.hex()]

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from pydantic import ValidationError
 
-from bridge.mq.models import MQMessage, QueueAttributes, format_id, parse_id
+from bridge.mq.models import (
+    FINGERPRINT_HEX,
+    MQMessage,
+    QueueAttributes,
+    fingerprint,
+    format_id,
+    parse_id,
+)
 from mqgather.errors import ConfigError
 
 
@@ -83,3 +92,28 @@ def test_an_mqmd_number_is_an_mqlong(field, value):
 def test_queue_attributes_are_those_mq_takes(attrs):
     with pytest.raises(ValidationError, match=next(iter(attrs))):
         QueueAttributes(name="Q", **attrs)
+
+
+def test_a_fingerprint_leaves_out_what_a_redelivery_changes_and_keeps_everything_else():
+    base = MQMessage(
+        msg_id=b"M" * 24, correl_id=b"C" * 24, reply_to_q="Q", body=b"body",
+        properties={"a": 1, "b": "x", "f": float("nan"), "s": "caf\udce9"},
+        put_date_time=datetime(2026, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+    same = fingerprint(base)
+    assert len(same) == FINGERPRINT_HEX and int(same, 16) >= 0
+    assert fingerprint(base.model_copy(update={"backout_count": 4, "expiry": 17})) == same
+    # Properties are compared as a set of names and values, whatever their order.
+    reordered = dict(reversed(list(base.properties.items())))
+    assert fingerprint(base.model_copy(update={"properties": reordered})) == same
+    changes = {
+        "correl_id": b"D" * 24, "group_id": b"G" * 24, "msg_seq_number": 2, "msg_flags": 8,
+        "format": "MQHRF2", "coded_char_set_id": 1047, "encoding": 785, "persistence": 0,
+        "priority": 5, "reply_to_q": "R", "reply_to_qmgr": "QM2", "put_appl_name": "app",
+        "put_date_time": datetime(2026, 1, 2, tzinfo=UTC), "user_identifier": "u",
+        "accounting_token": b"\x01" * 32, "appl_identity_data": "i", "put_appl_type": 11,
+        "appl_origin_data": "o", "msg_type": 2, "report": 1, "feedback": 256,
+        "properties": {**base.properties, "a": True}, "body": b"bodY", "msg_id": b"N" * 24,
+    }  # fmt: skip
+    for field, value in changes.items():
+        assert fingerprint(base.model_copy(update={field: value})) != same, field

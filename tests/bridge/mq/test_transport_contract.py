@@ -21,6 +21,7 @@ from bridge.mq.models import (
     Match,
     MQMessage,
     PutOptions,
+    fingerprint,
     parse_id,
 )
 
@@ -341,3 +342,25 @@ def test_get_batch_takes_up_to_n_under_syncpoint(connect, make_queue):
     assert [(m.body, m.backout_count) for m in again] == [(b"0", 1), (b"1", 1), (b"2", 1)]
     b.commit()
     assert b.get_batch(q, 10, wait_ms=50) == []
+
+
+def test_a_redelivered_message_keeps_its_fingerprint_and_a_reused_msg_id_does_not(
+    connect, make_queue
+):
+    qm = connect()
+    q = make_queue(qm)
+    props = {"leg": "CREDIT", "ratio": float("nan"), "raw": b"\x00\xff", "n": 7}
+    sent = qm.put(q, MQMessage(body=b"one", properties=props, expiry=600_000,
+                               correl_id=parse_id("C-1")))  # fmt: skip
+    # Another message with the same MsgId (set by the application), else the same.
+    qm.put(q, MQMessage(msg_id=sent.msg_id, body=b"two", properties=props, expiry=600_000,
+                        correl_id=parse_id("C-1")))  # fmt: skip
+    qm.commit()
+    first = qm.get(q, syncpoint=True)
+    qm.backout()
+    again = qm.get(q, syncpoint=True)
+    twin = qm.get(q, syncpoint=True)
+    qm.commit()
+    assert again.backout_count == first.backout_count + 1 and again.msg_id == twin.msg_id
+    assert fingerprint(again) == fingerprint(first)
+    assert fingerprint(twin) != fingerprint(first)
