@@ -18,7 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
 from analytics.replay import ReplayReport, read_histories, replay
-from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW, PATCH_SETTLE
+from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW, PATCH_BY_CONTENT, PATCH_SETTLE
 from mqgather.runtime.codec import KeyRing, data_converter, parse_key_ring
 from tests.workers.gather_v2 import CollectorV2, GatherV2
 from tests.workflows.record import COLLECT_SCENARIOS, HISTORIES, KEYS_FILE, SCENARIOS
@@ -62,7 +62,8 @@ def test_the_recorded_sets_cover_every_path():
     assert report.kinds[COLLECT_WORKFLOW] == len(list((HISTORIES / LATEST).glob("collect_*")))
     # Both sides of each patch are recorded: without it, and with it.
     assert not patches(FIRST_COLLECTORS)
-    assert patches(LATEST) == {PATCH_DELAY_FROM_ARRIVAL, PATCH_SETTLE}
+    assert patches(LATEST) == {PATCH_DELAY_FROM_ARRIVAL, PATCH_SETTLE, PATCH_BY_CONTENT}
+    assert PATCH_BY_CONTENT not in patches(BEFORE_FINGERPRINTS)
     assert not patches(BEFORE_RULES, "*.json") & {PATCH_SETTLE, PATCH_REREQUEST}
     assert patches(LATEST, "rerequested.json") == {PATCH_REREQUEST}
     # Gathers take the settling step from their input, not from a patch: no marker.
@@ -86,8 +87,11 @@ def patches(name: str, files: str = "collect_*.json") -> set[str]:
 #: The first set written by ``tests.workflows.record`` (every later one covers as much).
 RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
 #: The newest set: every path the recorder knows, gathers over a logical group, the
-#: collector's, completion rules, optional legs, leg deadlines and a re-request among them.
-LATEST = "0.1.0-53424fd356a0"
+#: collector's, completion rules, optional legs, leg deadlines, a re-request and replies
+#: that share a MsgId among them.
+LATEST = "0.1.0-164c2fee18a1"
+#: The last set before redeliveries were told apart by content.
+BEFORE_FINGERPRINTS = "0.1.0-53424fd356a0"
 #: The last set before completion rules and the wait before closing.
 BEFORE_RULES = "0.1.0-df265dd3ea98"
 #: The first set with collectors, before their delay counted from the bridge's receipt.
