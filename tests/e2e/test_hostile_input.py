@@ -4,8 +4,10 @@ one bad reply never moves another."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
+from collections.abc import AsyncIterator
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -81,33 +83,55 @@ async def test_an_oversized_property_is_held_and_its_batch_mates_complete(tempor
     ]
 
 
-async def test_a_consumed_reply_at_bothresh_is_not_also_backed_out(temporal_env, tmp_path):
-    spec = AggregateSpec(name="bo", legs=LEGS, timeout_seconds=300)
-    async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False) as p:
-        first = asyncio.Event()
-        bridge = asyncio.create_task(p.bridge.run(first))
+@contextlib.asynccontextmanager
+async def _bridge_running(p) -> AsyncIterator[None]:
+    """The pipeline's bridge, served for the block (stopped before it returns)."""
+    stop = asyncio.Event()
+    served = asyncio.create_task(p.bridge.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await served
+
+
+async def _credit_taken(p, spec: AggregateSpec):
+    """A gather that took CREDIT's reply, the bridge stopped after: (scattered, handle,
+    the reply as put)."""
+    async with _bridge_running(p):
         sent = await p.scatter(spec)
         handle = p.handle(spec, sent.correl_id)
         credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
         await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
-        first.set()
-        await bridge
+    return sent, handle, credit
+
+
+def _backed_out(p, queue: str, messages: list[MQMessage], times: int) -> None:
+    """Put ``messages`` as they were (on an empty queue), and back out a get of each
+    ``times`` times, as a bridge killed between signal and MQCMIT leaves them."""
+    for message in messages:
+        p.qm.put(queue, message, PutOptions(syncpoint=True, set_all_context=True))
+    p.qm.commit()
+    for _ in range(times):
+        for _ in messages:
+            p.qm.get(queue, syncpoint=True)
+        p.qm.backout()
+
+
+async def test_a_consumed_reply_at_bothresh_is_not_also_backed_out(temporal_env, tmp_path):
+    spec = AggregateSpec(name="bo", legs=LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False) as p:
+        sent, _, credit = await _credit_taken(p, spec)
         # As if the bridge had been killed between signal and MQCMIT three times: the
         # same message is back on the queue with BackoutCount 3 (= BOTHRESH).
-        p.qm.put("GATHER.IN", credit, PutOptions(syncpoint=False, set_all_context=True))
-        for _ in range(3):
-            p.qm.get("GATHER.IN", match=Match(msg_id=credit.msg_id))
-            p.qm.backout()
+        _backed_out(p, "GATHER.IN", [credit], 3)
         again = p.qm.get("GATHER.IN", browse="first")
         assert again.backout_count == 3 and again.msg_id == credit.msg_id
-        second = asyncio.Event()
-        bridge = asyncio.create_task(p.bridge.run(second))
-        p.reply(spec, sent.correl_id, "STOCK", b"{}")
-        p.reply(spec, sent.correl_id, "TAX", b"{}")
-        await p.wait_message("ORDER.RESPONSE")
-        result = await p.result(spec, sent.correl_id)
-        second.set()
-        await bridge
+        async with _bridge_running(p):
+            p.reply(spec, sent.correl_id, "STOCK", b"{}")
+            p.reply(spec, sent.correl_id, "TAX", b"{}")
+            await p.wait_message("ORDER.RESPONSE")
+            result = await p.result(spec, sent.correl_id)
         assert p.empty("GATHER.BACKOUT") and p.empty("GATHER.IN") and p.empty("GATHER.LATE")
     assert result.state == "COMPLETE"
     assert p.bridge.stats.redeliveries_dropped == 1
@@ -316,41 +340,19 @@ async def test_replies_that_share_a_msg_id_are_each_taken_not_dropped_as_redeliv
     }
 
 
-def _backed_out(p, queue: str, messages: list[MQMessage], times: int) -> None:
-    """Put ``messages`` as they were (on an empty queue), and back out a get of each
-    ``times`` times, as a bridge killed between signal and MQCMIT leaves them."""
-    for message in messages:
-        p.qm.put(queue, message, PutOptions(syncpoint=True, set_all_context=True))
-    p.qm.commit()
-    for _ in range(times):
-        for _ in messages:
-            p.qm.get(queue, syncpoint=True)
-        p.qm.backout()
-
-
 async def test_a_reply_at_bothresh_that_reuses_a_taken_msg_id_is_backed_out_not_dropped(
     temporal_env, tmp_path
 ):
     spec = AggregateSpec(name="bo2", legs=LEGS, timeout_seconds=300)
     async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False) as p:
-        first = asyncio.Event()
-        bridge = asyncio.create_task(p.bridge.run(first))
-        sent = await p.scatter(spec)
-        handle = p.handle(spec, sent.correl_id)
-        credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
-        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
-        first.set()
-        await bridge
+        _, handle, credit = await _credit_taken(p, spec)
         # Another message with CREDIT's MsgId, backed out to BOTHRESH (3): the gather
         # never took it, so it is poison for the backout queue, not a redelivery.
         twin = credit.model_copy(update={"properties": {"leg": "STOCK"}, "body": b'{"s":1}'})
         _backed_out(p, "GATHER.IN", [twin], 3)
-        second = asyncio.Event()
-        bridge = asyncio.create_task(p.bridge.run(second))
-        backed_out = await p.wait_message("GATHER.BACKOUT")
-        now = await status(handle)
-        second.set()
-        await bridge
+        async with _bridge_running(p):
+            backed_out = await p.wait_message("GATHER.BACKOUT")
+            now = await status(handle)
         assert p.empty("GATHER.IN") and p.empty("GATHER.LATE")
     assert backed_out.msg_id == credit.msg_id and backed_out.body == b'{"s":1}'
     assert backed_out.properties["leg"] == "STOCK"
@@ -362,22 +364,18 @@ async def test_after_the_close_a_reply_that_reuses_a_msg_id_is_late_and_a_redeli
 ):
     spec = AggregateSpec(name="late2", legs=LEGS, timeout_seconds=300)
     async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False) as p:
-        first = asyncio.Event()
-        bridge = asyncio.create_task(p.bridge.run(first))
-        sent = await p.scatter(spec)
-        taken = [p.reply(spec, sent.correl_id, leg, b"{}") for leg in ("CREDIT", "STOCK", "TAX")]
-        await p.wait_message("ORDER.RESPONSE")
-        first.set()
-        await bridge
+        async with _bridge_running(p):
+            sent = await p.scatter(spec)
+            taken = [
+                p.reply(spec, sent.correl_id, leg, b"{}") for leg in ("CREDIT", "STOCK", "TAX")
+            ]
+            await p.wait_message("ORDER.RESPONSE")
         # After the close: CREDIT again, as a bridge killed before MQCMIT leaves it, and
         # another message with its MsgId; one unit of work backs both out once.
         twin = taken[0].model_copy(update={"body": b'{"again":"no"}'})
         _backed_out(p, "GATHER.IN", [taken[0], twin], 1)
-        second = asyncio.Event()
-        bridge = asyncio.create_task(p.bridge.run(second))
-        late = await p.wait_message("GATHER.LATE")
-        second.set()
-        await bridge
+        async with _bridge_running(p):
+            late = await p.wait_message("GATHER.LATE")
         # FIFO: the redelivery's batch committed before the late reply could be seen.
         assert p.empty("GATHER.IN") and p.empty("GATHER.LATE") and p.empty("GATHER.BACKOUT")
     assert late.msg_id == taken[0].msg_id and late.body == b'{"again":"no"}'
