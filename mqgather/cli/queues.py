@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 import sys
 from typing import Any
 
@@ -411,6 +412,9 @@ def get(
 ) -> None:
     """Get (remove) one message and print its body; exit 2 when the queue is empty.
 
+    The get commits only once the output is written: a message that cannot be (the
+    reading end of a pipe gone) stays on the queue, and the exit status is 1.
+
     With --logical-order a whole group is got, in order and in one unit of work: one body
     (or JSON object) per line.
     """
@@ -433,12 +437,38 @@ def get(
             note = "; the group is incomplete: its messages were left on the queue" if got else ""
             click.echo(f"mqgather: {exc}{note}", err=True)
             sys.exit(2)
+        # Written before the get commits: what cannot be written stays on the queue.
+        try:
+            _write(got, as_json)
+        except OSError as exc:
+            qm.backout()
+            _stdout_gone()
+            click.echo(
+                f"mqgather: {len(got)} message(s) got but not written ({exc.strerror or exc}): "
+                f"left on {queue}",
+                err=True,
+            )
+            sys.exit(1)
         qm.commit()
-    for message in got:
+
+
+def _write(messages: list[MQMessage], as_json: bool) -> None:
+    """Each message's body (or JSON) on a line of its own, flushed."""
+    out = sys.stdout.buffer
+    for message in messages:
         if as_json:
-            click.echo(json.dumps(message_to_json(message)))
+            out.write(json.dumps(message_to_json(message)).encode() + b"\n")
         else:
-            sys.stdout.buffer.write(message.body + b"\n")
+            out.write(message.body + b"\n")
+    out.flush()
+
+
+def _stdout_gone() -> None:
+    """Point standard output at /dev/null, so the interpreter's own flush at exit does
+    not fail on the closed pipe as well."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 @queues.command()

@@ -263,3 +263,21 @@ def test_group_options_that_contradict_are_refused(tmp_path):
         ["queues", "put", "GRP.Q", "--logical-order", "--seq", "2", "--body", "a"], tmp_path
     )
     assert mixed.returncode != 0 and b"--seq" in mixed.stderr
+
+
+def test_a_get_whose_output_cannot_be_written_leaves_the_message_on_the_queue(tmp_path):
+    # `mqgather queues get Q | consumer` where the consumer is gone: the body cannot be
+    # written, so the get is backed out rather than committed and the message lost.
+    run(["queues", "define", "APP.Q"], tmp_path)
+    assert run(["queues", "put", "APP.Q", "--body", "keep me"], tmp_path).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MQGATHER_")}
+    for extra in ([], ["--json"]):
+        reader = subprocess.Popen([MQGATHER or "mqgather", "queues", "get", "APP.Q", *extra],
+                                  cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)  # fmt: skip
+        reader.stdout.close()  # before the command can write: it starts in a second or so
+        _, err = reader.communicate(timeout=60)
+        assert reader.returncode == 1, err
+        assert b"not written" in err and b"left on APP.Q" in err
+        browsed = json.loads(run(["queues", "browse", "APP.Q", "--json"], tmp_path).stdout)
+        assert browsed["body"] == "keep me"
