@@ -318,17 +318,19 @@ async def test_a_hand_made_registration_of_more_legs_than_a_gather_holds_is_left
 async def test_replies_that_share_a_msg_id_are_each_taken_not_dropped_as_redeliveries(
     temporal_env, tmp_path
 ):
-    # A request sent to a distribution list with one MsgId, answered by back ends that
-    # pass it on (MQRO_PASS_MSG_ID): three different replies, one MsgId.
+    # Back ends that answer with the request's own MQMD (its MsgId passed on, as with
+    # MQRO_PASS_MSG_ID): scatter sends every leg's request under one MsgId (the gather's
+    # key, with legs told by property), so three different replies share it.
     spec = AggregateSpec(name="pass", legs=LEGS, timeout_seconds=300)
-    shared = bytes.fromhex("ab" * 24)
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
         sent = await p.scatter(spec)
-        for leg in ("CREDIT", "STOCK", "TAX"):
+        requests = {leg.name: await p.wait_message(leg.queue()) for leg in LEGS}
+        assert len({r.msg_id for r in requests.values()}) == 1
+        for leg, request in requests.items():
             body = json.dumps({"leg": leg}).encode()
-            message = MQMessage(msg_id=shared, correl_id=sent.correl_id,
-                                properties={"leg": leg}, body=body)  # fmt: skip
-            p.put(spec.reply_queue, message)
+            reply = request.model_copy(update={"correl_id": request.msg_id, "body": body,
+                                               "reply_to_q": "", "msg_type": 2})  # fmt: skip
+            p.qm.put(spec.reply_queue, reply, PutOptions(syncpoint=False))
         response = await p.wait_message("ORDER.RESPONSE")
         result = await p.result(spec, sent.correl_id)
         assert p.empty("GATHER.IN") and p.empty("GATHER.FAILURE") and p.empty("GATHER.LATE")
