@@ -85,7 +85,7 @@ def _whole(reader: hold.HeldReader, item: Item) -> Item:
     if ref is None:
         return item
     message = reader.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
-    return item.model_copy(update={"message": message, "held": None})
+    return item.model_copy(update={"message": hold.as_it_came(message, item.message), "held": None})
 
 
 def _batch_messages(

@@ -289,10 +289,12 @@ def _forwarded(transport: Transport, ledger_queue: str, gather: str, queue: str,
 
 
 def _held(reader: hold.HeldReader, reply: Reply) -> MQMessage:
-    """The whole message of a held reply, got from the hold queue under syncpoint."""
+    """The whole message of a held reply, as it came, got from the hold queue under
+    syncpoint."""
     ref = reply.held
     assert ref is not None
-    return reader.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
+    return hold.as_it_came(reader.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256),
+                           reply.message)  # fmt: skip
 
 
 def _bodies(reader: hold.HeldReader, inp: PutResponseInput) -> list[LegBodies]:

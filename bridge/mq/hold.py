@@ -14,7 +14,14 @@ import hashlib
 import json
 
 from bridge.mq.errors import NoMessageAvailable
-from bridge.mq.models import Match, MQMessage, PropertyValue, PutOptions, encode_properties
+from bridge.mq.models import (
+    MQEI_UNLIMITED,
+    Match,
+    MQMessage,
+    PropertyValue,
+    PutOptions,
+    encode_properties,
+)
 from bridge.mq.transport import Transport
 from mqgather.errors import MQGatherError
 from mqgather.names import TRACE_PROPERTIES
@@ -60,8 +67,19 @@ def without_body(message: MQMessage) -> MQMessage:
 
 
 def hold(transport: Transport, queue: str, message: MQMessage) -> None:
-    """Put a reply on the hold queue under syncpoint, its MQMD and context as they were."""
-    transport.put(queue, message, PutOptions(syncpoint=True, set_all_context=True))
+    """Put a reply on the hold queue under syncpoint, its MQMD and context as they were,
+    but for its Expiry: the bridge got it in time, so it is its gather's now and must not
+    expire while the gather waits for its other legs. Its gather keeps the Expiry it came
+    with (in the MQMD of its reference), and whatever forwards it restores that
+    (:func:`as_it_came`)."""
+    kept = message.model_copy(update={"expiry": MQEI_UNLIMITED})
+    transport.put(queue, kept, PutOptions(syncpoint=True, set_all_context=True))
+
+
+def as_it_came(held: MQMessage, descriptor: MQMessage) -> MQMessage:
+    """A message read back from the hold queue with the Expiry it came with, which
+    ``descriptor`` (the MQMD its gather or collector kept) holds."""
+    return held.model_copy(update={"expiry": descriptor.expiry})
 
 
 class HeldReader:

@@ -3,13 +3,14 @@ hold queue and are PUT from there with their batch (dev server, embedded MQ)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import QueueAttributes
+from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
 from mqgather.constants import COLLECT_HOLD, QMGR_MAXMSGL
 from mqgather.names import PROP_BATCH_SIZE
-from tests.collecting import collecting
+from tests.collecting import SPEC, collecting
 from tests.harness import until
 
 MB = 1024 * 1024
@@ -51,3 +52,25 @@ async def test_a_blob_batch_of_held_messages_is_one_message(temporal_env, tmp_pa
         assert c.depth(COLLECT_HOLD) == 0
     assert batch.body == b"|".join(m.body for m in sent)
     assert status.last_batch.size_bytes == 8 * MB + 5
+
+
+async def test_a_held_message_that_expires_while_its_batch_waits_goes_out_with_it(
+    temporal_env, tmp_path
+):
+    # Got in time, it is the batch's: waiting on the hold queue must not expire it, and
+    # the group PUT gives it back the expiry it came with (less the time it waited).
+    spec = SPEC.model_copy(update={"inline_bytes": 0})
+    async with collecting(temporal_env.client, tmp_path, spec=spec, extra_queues=("PROBE",)) as c:
+        _big_queue(c)
+        c.rule("SHORT", BIG_OUT, max_messages=2, format="group")
+        for queue in (c.spec.input_queue, "PROBE"):  # two seconds to live, here and beside
+            message = MQMessage(properties={"destination": "SHORT"}, expiry=20, body=b"first")
+            c.qm.put(queue, message, PutOptions(syncpoint=False))
+        await until(lambda: c.status("SHORT"), lambda s: s.open_messages == 1)
+        # Until its twin beside it has expired: the time MQ gave it has passed.
+        await until(lambda: asyncio.to_thread(c.depth, "PROBE"), lambda depth: depth == 0)
+        c.send("SHORT", b"second")
+        group = [await c.take(BIG_OUT) for _ in range(2)]
+        assert c.depth(COLLECT_HOLD) == 0
+    assert [m.body for m in group] == [b"first", b"second"]
+    assert 0 < group[0].expiry <= 20 and group[1].expiry == -1
