@@ -16,6 +16,7 @@ import json
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.models import (
     MQEI_UNLIMITED,
+    MQPER_PERSISTENT,
     Match,
     MQMessage,
     PropertyValue,
@@ -68,18 +69,21 @@ def without_body(message: MQMessage) -> MQMessage:
 
 def hold(transport: Transport, queue: str, message: MQMessage) -> None:
     """Put a reply on the hold queue under syncpoint, its MQMD and context as they were,
-    but for its Expiry: the bridge got it in time, so it is its gather's now and must not
-    expire while the gather waits for its other legs. Its gather keeps the Expiry it came
-    with (in the MQMD of its reference), and whatever forwards it restores that
+    but for its Expiry and Persistence. The bridge got it in time, so it is its gather's
+    now: it must not expire while the gather waits for its other legs, nor be lost when
+    the queue manager restarts (which discards non-persistent messages). Its gather keeps
+    the MQMD it came with (in its reference), and whatever forwards it restores both
     (:func:`as_it_came`)."""
-    kept = message.model_copy(update={"expiry": MQEI_UNLIMITED})
+    kept = message.model_copy(update={"expiry": MQEI_UNLIMITED, "persistence": MQPER_PERSISTENT})
     transport.put(queue, kept, PutOptions(syncpoint=True, set_all_context=True))
 
 
 def as_it_came(held: MQMessage, descriptor: MQMessage) -> MQMessage:
-    """A message read back from the hold queue with the Expiry it came with, which
-    ``descriptor`` (the MQMD its gather or collector kept) holds."""
-    return held.model_copy(update={"expiry": descriptor.expiry})
+    """A message read back from the hold queue with the Expiry and Persistence it came
+    with, which ``descriptor`` (the MQMD its gather or collector kept) holds."""
+    return held.model_copy(
+        update={"expiry": descriptor.expiry, "persistence": descriptor.persistence}
+    )
 
 
 class HeldReader:

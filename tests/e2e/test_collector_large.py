@@ -58,13 +58,15 @@ async def test_a_held_message_that_expires_while_its_batch_waits_goes_out_with_i
     temporal_env, tmp_path
 ):
     # Got in time, it is the batch's: waiting on the hold queue must not expire it, and
-    # the group PUT gives it back the expiry it came with (less the time it waited).
+    # the group PUT gives it back the expiry (less the time it waited) and persistence it
+    # came with.
     spec = SPEC.model_copy(update={"inline_bytes": 0})
     async with collecting(temporal_env.client, tmp_path, spec=spec, extra_queues=("PROBE",)) as c:
         _big_queue(c)
         c.rule("SHORT", BIG_OUT, max_messages=2, format="group")
         for queue in (c.spec.input_queue, "PROBE"):  # two seconds to live, here and beside
-            message = MQMessage(properties={"destination": "SHORT"}, expiry=20, body=b"first")
+            message = MQMessage(properties={"destination": "SHORT"}, expiry=20, persistence=0,
+                                body=b"first")  # fmt: skip
             c.qm.put(queue, message, PutOptions(syncpoint=False))
         await until(lambda: c.status("SHORT"), lambda s: s.open_messages == 1)
         # Until its twin beside it has expired: the time MQ gave it has passed.
@@ -74,3 +76,4 @@ async def test_a_held_message_that_expires_while_its_batch_waits_goes_out_with_i
         assert c.depth(COLLECT_HOLD) == 0
     assert [m.body for m in group] == [b"first", b"second"]
     assert 0 < group[0].expiry <= 20 and group[1].expiry == -1
+    assert (group[0].persistence, group[1].persistence) == (0, 1)

@@ -166,12 +166,11 @@ async def test_held_replies_that_share_msg_id_and_correl_id_each_merge_their_own
     assert response.body == _expected(spec, bodies)
 
 
-async def test_a_held_reply_that_expires_while_its_gather_waits_still_merges(
-    temporal_env, tmp_path
-):
-    # Its sender gave it an expiry, and the bridge got it in time: from then on it is the
-    # gather's, and waiting on the hold queue for the other legs must not expire it. A
-    # copy forwarded elsewhere keeps the expiry it came with.
+async def test_a_held_reply_is_kept_as_the_gathers_and_forwarded_as_it_came(temporal_env, tmp_path):
+    # Its sender gave it an expiry and no persistence, and the bridge got it in time:
+    # from then on it is the gather's, and waiting on the hold queue for the other legs
+    # must neither expire it nor leave it to a queue manager restart (which discards
+    # non-persistent messages). A copy forwarded elsewhere goes as it came.
     spec = AggregateSpec(name="expiring", merge="blob", legs=THREE_LEGS, timeout_seconds=300,
                          inline_reply_bytes=0, late_window_seconds=60)  # fmt: skip
     bodies = {"CREDIT": b"credit", "STOCK": b"stock", "TAX": b"tax"}
@@ -180,19 +179,22 @@ async def test_a_held_reply_that_expires_while_its_gather_waits_still_merges(
         handle = p.handle(spec, sent.correl_id)
         for queue, props in ((spec.reply_queue, {"leg": "CREDIT"}), ("PROBE", {})):
             message = MQMessage(correl_id=sent.correl_id, properties=props, expiry=5,
-                                body=bodies["CREDIT"])  # fmt: skip
+                                persistence=0, body=bodies["CREDIT"])  # fmt: skip
             p.put(queue, message)  # half a second to live, on the reply queue and beside it
         await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        (held,) = p.messages(GATHER_HOLD)
         # Until its twin beside it has expired: the time MQ gave it has passed.
         await until(lambda: asyncio.to_thread(p.messages, "PROBE"), lambda left: not left)
         p.reply(spec, sent.correl_id, "STOCK", bodies["STOCK"])
         p.reply(spec, sent.correl_id, "TAX", bodies["TAX"])
         response = await p.wait_message("ORDER.RESPONSE", timeout=60)
         late = MQMessage(correl_id=sent.correl_id, properties={"leg": "TAX"}, expiry=600_000,
-                         body=b"late")  # fmt: skip
+                         persistence=0, body=b"late")  # fmt: skip
         late = p.put(spec.reply_queue, late)
         late_copy = await p.wait_message("GATHER.LATE")
         assert p.empty(GATHER_HOLD)
+    assert (held.persistence, held.expiry) == (1, -1)
     assert response.body == _expected(spec, bodies)
-    # The expiry it came with, less the time it spent: not the hold queue's unlimited.
+    # The expiry it came with, less the time it spent, and its persistence.
     assert late_copy.msg_id == late.msg_id and 0 < late_copy.expiry <= 600_000
+    assert late_copy.persistence == 0
