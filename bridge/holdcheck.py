@@ -19,9 +19,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.identify import IdentificationError, identify
-from bridge.mq.errors import NoMessageAvailable
+from bridge.mq import hold
 from bridge.mq.forward import forward
-from bridge.mq.models import Match, MQMessage
+from bridge.mq.models import MQMessage, fingerprint
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
 from mqgather.routing import Destination, queue_for
@@ -118,13 +118,16 @@ def _move(
     transport: Transport, queue: str, message: MQMessage, target: str, reason: str, gid: str
 ) -> None:
     """Move one held message, intact, with the reason; gone already is fine (its gather
-    or another check took it meanwhile)."""
+    or another check took it meanwhile). Another message there may share its MsgId and
+    CorrelId (a running gather's held reply, say): the one moved is this one, told by its
+    fingerprint, and any other got on the way is put back."""
+    reader = hold.HeldReader(transport, identity=fingerprint, what="fingerprints")
     try:
-        taken = transport.get(
-            queue, match=Match(msg_id=message.msg_id, correl_id=message.correl_id)
-        )
-    except NoMessageAvailable:
+        taken = reader.take(queue, message.msg_id, message.correl_id, fingerprint(message),
+                            wait_ms=0)  # fmt: skip
+    except hold.HeldReplyError:
         transport.backout()
         return
+    reader.put_back()
     forward(transport, target, taken, reason, queue, gid)
     transport.commit()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.models import (
@@ -86,39 +87,51 @@ def as_it_came(held: MQMessage, descriptor: MQMessage) -> MQMessage:
     )
 
 
+def body_digest(message: MQMessage) -> str:
+    """What a reference names a held reply by, beside its ids: its body's digest."""
+    return digest(message.body)
+
+
 class HeldReader:
     """Gets held replies under syncpoint for one unit of work: each leaves the hold queue
     when that unit of work commits.
 
     Back ends may pass the request's MsgId and CorrelId on, so several held messages can
-    share both; they are told apart by body. One got for a reference it does not match
-    is kept for the reference that names it, and whatever no reference took is put back
-    by :meth:`put_back`, which the caller runs before it commits.
+    share both; they are told apart by ``identity`` (by default the body's digest, which
+    a gather's reference keeps). One got for a reference it does not match is kept for
+    the reference that names it, and whatever no reference took is put back by
+    :meth:`put_back`, which the caller runs before it commits.
     """
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        identity: Callable[[MQMessage], str] = body_digest,
+        what: str = "body digests",
+    ) -> None:
         self.transport = transport
-        self._spare: list[tuple[str, str, MQMessage]] = []  # queue, body digest, message
+        self.identity = identity
+        self.what = what
+        self._spare: list[tuple[str, str, MQMessage]] = []  # queue, identity, message
 
     def take(
         self,
         queue: str,
         msg_id: bytes,
         correl_id: bytes,
-        sha256: str,
+        want: str,
         *,
         wait_ms: int = HELD_WAIT_MS,
     ) -> MQMessage:
-        """The held reply the reference names.
+        """The held message with these ids whose identity is ``want``.
 
         Raises:
-            HeldReplyError: it did not come within the wait, or no message there has the
-                body the reference names (the gets are backed out with the caller's unit
-                of work).
+            HeldReplyError: it did not come within the wait, or no message there is the
+                one named (the gets are backed out with the caller's unit of work).
         """
-        for index, (where, body, message) in enumerate(self._spare):
+        for index, (where, found, message) in enumerate(self._spare):
             same = message.msg_id == msg_id and message.correl_id == correl_id
-            if where == queue and same and body == sha256:
+            if where == queue and same and found == want:
                 del self._spare[index]
                 return message
         while True:
@@ -127,23 +140,23 @@ class HeldReader:
                     queue, wait_ms=wait_ms, match=Match(msg_id=msg_id, correl_id=correl_id)
                 )
             except NoMessageAvailable as exc:
-                raise HeldReplyError(self._missing(queue, msg_id, correl_id, sha256)) from exc
-            found = digest(message.body)
-            if found == sha256:
+                raise HeldReplyError(self._missing(queue, msg_id, correl_id, want)) from exc
+            found = self.identity(message)
+            if found == want:
                 return message
             self._spare.append((queue, found, message))
 
-    def _missing(self, queue: str, msg_id: bytes, correl_id: bytes, sha256: str) -> str:
+    def _missing(self, queue: str, msg_id: bytes, correl_id: bytes, want: str) -> str:
         others = [
-            body[:16]
-            for where, body, m in self._spare
+            found[:16]
+            for where, found, m in self._spare
             if where == queue and m.msg_id == msg_id and m.correl_id == correl_id
         ]
         if others:
             return (
                 f"held reply MsgId {msg_id.hex()} on {queue}: the messages there with its "
-                f"MsgId and CorrelId have body digests {', '.join(others)}, not the "
-                f"{sha256[:16]} its gather recorded; was it moved by hand?"
+                f"MsgId and CorrelId have {self.what} {', '.join(others)}, not the "
+                f"{want[:16]} named; was it moved by hand?"
             )
         return (
             f"held reply MsgId {msg_id.hex()} is not on {queue} (MQRC_NO_MSG_AVAILABLE): "

@@ -74,6 +74,35 @@ async def test_check_routes_only_what_no_gather_will_take(temporal_env, tmp_path
         assert p.empty(GATHER_HOLD)
 
 
+async def test_an_orphan_that_shares_ids_with_a_running_gathers_reply_is_the_one_moved(
+    temporal_env, tmp_path
+):
+    async with pipeline(temporal_env.client, tmp_path, [SPEC]) as p:
+        running = await p.scatter(SPEC)
+        legit = p.reply(SPEC, running.correl_id, "CREDIT", json.dumps({"y": "z" * 500}).encode())
+        handle = p.handle(SPEC, running.correl_id)
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        await until(_depth(p), lambda n: n == 1)
+        # Behind it on the hold queue, a message with its MsgId and CorrelId that no
+        # aggregate claims (no leg property): the check must move that one, not the
+        # running gather's, which a get by MsgId and CorrelId finds first.
+        [held] = p.messages(GATHER_HOLD)
+        stray = held.model_copy(update={"properties": {}, "body": b"stray"})
+        p.qm.put(GATHER_HOLD, stray, PutOptions(syncpoint=False, set_all_context=True))
+        with LocalQueueManager(p.path) as qm:
+            routed = await check_held(p.client, qm, [SPEC])
+        [failed] = p.messages("GATHER.FAILURE")
+        [kept] = p.messages(GATHER_HOLD)
+        p.reply(SPEC, running.correl_id, "STOCK", b"{}")
+        p.reply(SPEC, running.correl_id, "TAX", b"{}")
+        response = await p.wait_message("ORDER.RESPONSE")
+        assert p.empty(GATHER_HOLD)
+    assert [h.verdict for h in routed] == ["running", "unidentified"]
+    assert (failed.msg_id, failed.body) == (legit.msg_id, b"stray")
+    assert kept.body == legit.body
+    assert json.loads(response.body)["legs"]["credit"] == {"y": "z" * 500}
+
+
 def _depth(p):
     async def get() -> int:
         return p.depth(GATHER_HOLD)

@@ -24,9 +24,9 @@ def test_each_reference_gets_its_own_twin_and_the_others_stay(connect, make_queu
     _twins(qm, queue)
     second = list(qm.browse(queue))[1]
     reader = hold.HeldReader(qm)
-    got = reader.take(queue, sha256=hold.digest(b"third"), **IDS)
+    got = reader.take(queue, want=hold.digest(b"third"), **IDS)
     # The one got on the way for it serves the reference that names it, with no get.
-    again = reader.take(queue, sha256=hold.digest(b"first"), **IDS)
+    again = reader.take(queue, want=hold.digest(b"first"), **IDS)
     reader.put_back()
     qm.commit()
     left = [qm.get(queue) for _ in range(qm.inquire(queue).curdepth)]
@@ -46,10 +46,10 @@ def test_a_body_no_twin_has_is_an_error_that_names_the_digests_and_leaves_them(c
     _twins(qm, queue)
     reader = hold.HeldReader(qm)
     with pytest.raises(hold.HeldReplyError, match="have body digests") as refused:
-        reader.take(queue, sha256=hold.digest(b"fourth"), wait_ms=0, **IDS)
+        reader.take(queue, want=hold.digest(b"fourth"), wait_ms=0, **IDS)
     qm.backout()  # as the caller's unit of work does on the error
     assert hold.digest(b"first")[:16] in str(refused.value)
     assert [qm.get(queue).body for _ in range(3)] == [b"first", b"second", b"third"]
     qm.commit()
     with pytest.raises(hold.HeldReplyError, match="MQRC_NO_MSG_AVAILABLE"):
-        hold.HeldReader(qm).take(queue, sha256=hold.digest(b"first"), wait_ms=0, **IDS)
+        hold.HeldReader(qm).take(queue, want=hold.digest(b"first"), wait_ms=0, **IDS)
