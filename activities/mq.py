@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -16,8 +17,10 @@ from bridge.mq.errors import MQError, undeliverable
 from bridge.mq.forward import forward
 from bridge.mq.ledger import ledger_key
 from bridge.mq.models import (
+    MQEI_UNLIMITED,
     MQFMT_STRING,
     MQMT_REPLY,
+    MQRO_NONE,
     MQRO_PASS_CORREL_ID,
     MQMessage,
     PropertyValue,
@@ -26,7 +29,7 @@ from bridge.mq.models import (
 from bridge.mq.transport import Transport
 from mqgather import names
 from mqgather.config import AggregateSpec
-from mqgather.constants import DEFAULT_HELD_MB, HELD_BUDGET_WAIT_SECONDS, MB
+from mqgather.constants import DEFAULT_HELD_MB, HELD_BUDGET_WAIT_SECONDS, MAX_EXPIRY_TENTHS, MB
 from mqgather.names import (
     APPL_NAME,
     PROP_ATTEMPT,
@@ -68,6 +71,19 @@ def response_queues(inp: PutResponseInput) -> list[str]:
             queues.append(inp.reply_to_q)
         return queues
     return [queue_for(spec, Destination.RESPONSE)]
+
+
+def response_life(inp: PutResponseInput, now: datetime) -> tuple[int, int]:
+    """A response's Expiry (tenths of a second) and Report options: what its requester's
+    request asked to be passed on (MQRO_PASS_DISCARD_AND_EXPIRY), the Expiry counted to
+    ``now``. Partial results on the timeout queue are the operators' and never expire."""
+    if inp.outcome in ("TIMEOUT", "CANCELLED"):
+        return MQEI_UNLIMITED, MQRO_NONE
+    if inp.response_expires_at is None:
+        return MQEI_UNLIMITED, inp.response_report
+    tenths = math.ceil((inp.response_expires_at - now).total_seconds() * 10)
+    # A request that expired meanwhile gets a response with the shortest life MQ takes.
+    return min(max(tenths, 1), MAX_EXPIRY_TENTHS), inp.response_report
 
 
 class MQActivities:
@@ -149,10 +165,13 @@ class MQActivities:
                 return  # committed by an earlier attempt
             # Held bodies leave the hold queue in this unit of work, with the PUT.
             merged = _merged(inp, _bodies(reader, inp))
+            expiry, report = response_life(inp, datetime.now(UTC))
             response = MQMessage(
                 msg_id=msg_id,
                 correl_id=inp.request_msg_id or inp.correl_id,
                 msg_type=MQMT_REPLY,  # a reply, though it names the requester's ReplyToQ
+                expiry=expiry,
+                report=report,
                 format=merged.format,
                 coded_char_set_id=merged.ccsid,
                 reply_to_q=inp.reply_to_q,

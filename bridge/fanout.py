@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 from temporalio.client import Client
@@ -13,7 +14,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from bridge.identify import INDEX_LENGTH, KEY_LENGTH, gather_correl_id, leg_correl_id
 from bridge.mq import hold
-from bridge.mq.models import ID_LENGTH, MQMessage, PropertyValue, PutOptions
+from bridge.mq.models import ID_LENGTH, MQRO_NONE, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec, over_limits
 from mqgather.constants import MAX_KEPT_REQUEST_BYTES, MAX_WAIT_SECONDS
@@ -134,8 +135,10 @@ async def scatter(
         reply_to_q: where the requester wants the response (replyToQueue mode).
         request: the requester's message, got by the caller: the response goes to its
             ReplyToQ/ReplyToQMgr with the CorrelId its report options ask for (its
-            CorrelId with MQRO_PASS_CORREL_ID, else its MsgId). It stands in for
-            ``request_msg_id``, ``reply_to_q`` and ``reply_to_qmgr``.
+            CorrelId with MQRO_PASS_CORREL_ID, else its MsgId) and, with
+            MQRO_PASS_DISCARD_AND_EXPIRY, the Expiry it has left now and its
+            MQRO_DISCARD_MSG. It stands in for ``request_msg_id``, ``reply_to_q`` and
+            ``reply_to_qmgr``.
         leg_properties: extra properties per leg request.
 
     Raises:
@@ -147,9 +150,11 @@ async def scatter(
             f"aggregate {spec.name} takes its replies as one logical group: the first reply "
             "starts the gather, so there is nothing to register"
         )
+    expires_at, report = None, MQRO_NONE
     if request is not None:
         request_msg_id = request.reply_correl_id()
         reply_to_q, reply_to_qmgr = request.reply_to_q, request.reply_to_qmgr
+        expires_at, report = request.reply_expires_at(datetime.now(UTC)), request.reply_report()
     chosen = tuple(legs or spec.legs)
     if not chosen:
         raise ScatterError(f"aggregate {spec.name} lists no legs; pass the legs to scatter")
@@ -190,6 +195,8 @@ async def scatter(
             reply_to_qmgr=reply_to_qmgr,
             timeout_seconds=timeout_seconds,
             requests=requests,
+            response_expires_at=expires_at,
+            response_report=report,
         )
         await client.start_workflow(
             GatherWorkflow.run,

@@ -204,6 +204,8 @@ def register(spec: AggregateSpec, state: GatherState, reg: Registration, now: da
     state.request_msg_id = reg.request_msg_id or state.request_msg_id
     state.reply_to_q = reg.reply_to_q or state.reply_to_q
     state.reply_to_qmgr = reg.reply_to_qmgr or state.reply_to_qmgr
+    state.response_expires_at = reg.response_expires_at or state.response_expires_at
+    state.response_report = reg.response_report or state.response_report
     state.requests.update(reg.requests)
     if first or not state.expected:
         if reg.legs:
@@ -493,6 +495,8 @@ def response_input(
         request_msg_id=state.request_msg_id,
         reply_to_q=state.reply_to_q,
         reply_to_qmgr=state.reply_to_qmgr,
+        response_expires_at=state.response_expires_at,
+        response_report=state.response_report,
         started_at=state.started_at,
         reason=_operator_reason(state, outcome),
         rerequested=[leg.name for leg in state.expected if leg.name in state.rerequested],

@@ -104,6 +104,14 @@ class Registration(BaseModel):
     requests: dict[str, LegRequest] = Field(
         default_factory=dict, description="what scatter sent, by leg, for re-requests"
     )
+    response_expires_at: datetime | None = Field(
+        default=None,
+        description="when the response to the requester expires (its request's "
+        "MQRO_PASS_DISCARD_AND_EXPIRY); None: never",
+    )
+    response_report: int = Field(
+        default=0, description="report options the response carries (MQRO_DISCARD_MSG)"
+    )
 
 
 class ExtendInput(BaseModel):
@@ -179,6 +187,8 @@ class GatherState(BaseModel):
     request_msg_id: bytes | None = None
     reply_to_q: str = ""
     reply_to_qmgr: str = ""
+    response_expires_at: datetime | None = None
+    response_report: int = 0
     started_at: datetime | None = None
     registered_at: datetime | None = None
     deadline: datetime | None = None
@@ -315,6 +325,10 @@ class PutResponseInput(BaseModel):
     request_msg_id: bytes | None = None
     reply_to_q: str = ""
     reply_to_qmgr: str = ""
+    response_expires_at: datetime | None = Field(
+        default=None, description="when a response to the requester expires (None: never)"
+    )
+    response_report: int = Field(default=0, description="report options of the response")
     started_at: datetime | None = None
     reason: str = Field(default="", description="the operator's reason (RELEASED, CANCELLED)")
     rerequested: list[str] = Field(default_factory=list, description="legs asked again")

@@ -6,7 +6,7 @@ import base64
 import binascii
 import hashlib
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import IntFlag
 from typing import Any, Literal, cast
 
@@ -50,6 +50,9 @@ MQRO_NONE, MQFB_NONE = 0, 0
 #: Report options a requester sets for its reply's CorrelId: its own CorrelId passed on,
 #: instead of its MsgId copied (MQRO_COPY_MSG_ID_TO_CORREL_ID, the default, 0).
 MQRO_PASS_CORREL_ID = 0x40
+#: Report options a requester sets for its reply's life: the Expiry left on the request,
+#: and its MQRO_DISCARD_MSG (discard, not dead-letter, what cannot be delivered), passed on.
+MQRO_PASS_DISCARD_AND_EXPIRY, MQRO_DISCARD_MSG = 0x4000, 0x08000000
 MQAT_UNIX = 6
 
 INT64_MIN = -(2**63)
@@ -332,6 +335,21 @@ class MQMessage(BaseModel):
         """The CorrelId a reply to this request carries, as its report options ask:
         its CorrelId with MQRO_PASS_CORREL_ID, else its MsgId."""
         return self.correl_id if self.report & MQRO_PASS_CORREL_ID else self.msg_id
+
+    def reply_expires_at(self, got_at: datetime) -> datetime | None:
+        """When a reply to this request expires, as its report options ask: with
+        MQRO_PASS_DISCARD_AND_EXPIRY and an Expiry, when the Expiry left at ``got_at``
+        runs out; else never (None)."""
+        if self.report & MQRO_PASS_DISCARD_AND_EXPIRY and self.expiry > 0:
+            return got_at + timedelta(seconds=self.expiry / 10)
+        return None
+
+    def reply_report(self) -> int:
+        """The report options a reply to this request carries: its MQRO_DISCARD_MSG, passed
+        on with MQRO_PASS_DISCARD_AND_EXPIRY; else none."""
+        if self.report & MQRO_PASS_DISCARD_AND_EXPIRY:
+            return self.report & MQRO_DISCARD_MSG
+        return MQRO_NONE
 
     @property
     def message_type(self) -> int:

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.mq import MQActivities, response_msg_id
+from activities.mq import MQActivities, response_life, response_msg_id
 from bridge.mq import dlh
 from bridge.mq.errors import NoMessageAvailable, QueueFull
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMT_REPLY, MQMessage, QueueAttributes
+from bridge.mq.models import MQMT_REPLY, MQRO_DISCARD_MSG, MQMessage, QueueAttributes
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.constants import DEAD_LETTER_QUEUE
+from mqgather.constants import DEAD_LETTER_QUEUE, MAX_EXPIRY_TENTHS
 from mqgather.routing import Destination
 from tests.harness import prepare_queues
 from workflows.models import PutResponseInput, ReceivedLeg, Reply, Routed, RouteInput
@@ -152,3 +152,20 @@ def test_a_destination_list_delivers_where_it_can_and_dead_letters_the_rest(qm_p
     assert result.outcome == "FAILED" and "GONE.Q" in result.error
     assert len(delivered) == 1 and len(dead) == 1
     assert dlh.unpack(dead[0].body)[0].dest_q_name == "GONE.Q"
+
+
+def test_a_response_lives_as_long_as_its_requester_asked_and_no_longer():
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    asked = {"response_expires_at": now + timedelta(seconds=12.34),
+             "response_report": MQRO_DISCARD_MSG}  # fmt: skip
+    assert response_life(response_input(spec, **asked), now) == (124, MQRO_DISCARD_MSG)
+    assert response_life(response_input(spec, outcome="RELEASED", **asked), now)[0] == 124
+    # Its request expired meanwhile: the shortest life MQ takes (0 is refused on a put).
+    assert response_life(response_input(spec, **asked), now + timedelta(hours=1))[0] == 1
+    far = {"response_expires_at": now + timedelta(days=10_000)}
+    assert response_life(response_input(spec, **far), now)[0] == MAX_EXPIRY_TENTHS
+    # Partial results on the timeout queue are the operators': they never expire.
+    for outcome in ("TIMEOUT", "CANCELLED"):
+        assert response_life(response_input(spec, outcome=outcome, **asked), now) == (-1, 0)
+    assert response_life(response_input(spec), now) == (-1, 0)

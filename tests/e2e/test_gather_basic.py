@@ -6,7 +6,16 @@ import json
 
 from temporalio.api.enums.v1 import EventType
 
-from bridge.mq.models import MQRO_PASS_CORREL_ID, MQMessage, QueueAttributes, parse_id
+from bridge.fanout import new_gather_key
+from bridge.mq.models import (
+    MQRO_DISCARD_MSG,
+    MQRO_NONE,
+    MQRO_PASS_CORREL_ID,
+    MQRO_PASS_DISCARD_AND_EXPIRY,
+    MQMessage,
+    QueueAttributes,
+    parse_id,
+)
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline
 
@@ -83,3 +92,24 @@ async def test_the_response_correlates_as_the_requesters_report_options_ask(temp
         got = {(await p.wait_message("APP.R2")).correl_id for _ in requests}
     # MQRO_PASS_CORREL_ID: the request's CorrelId; by default its MsgId.
     assert got == {parse_id("CONV-1"), parse_id("REQ-MSG-2")}
+
+
+async def test_the_response_lives_as_long_as_the_requester_asked(temporal_env, tmp_path):
+    # A requester that gives up after a minute asks, with MQRO_PASS_DISCARD_AND_EXPIRY,
+    # that its reply expire with its request: responses it no longer waits for must not
+    # pile up on its reply queue. One that does not ask gets a response for ever.
+    spec = AggregateSpec(name="lives", legs=LEGS, timeout_seconds=30, destination="replyToQueue")
+    asks = MQRO_PASS_DISCARD_AND_EXPIRY | MQRO_DISCARD_MSG
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        p.qm.define(QueueAttributes(name="APP.R3"))
+        responses = []
+        for report, expiry in ((asks, 600), (MQRO_NONE, 600)):
+            request = MQMessage(msg_id=new_gather_key(), report=report, expiry=expiry,
+                                reply_to_q="APP.R3")  # fmt: skip
+            sent = await p.scatter(spec, request=request)
+            for leg in ("CREDIT", "STOCK", "TAX"):
+                p.reply(spec, sent.correl_id, leg, b"{}")
+            responses.append(await p.wait_message("APP.R3"))
+    asked, plain = responses
+    assert 0 < asked.expiry <= 600 and asked.report == MQRO_DISCARD_MSG
+    assert (plain.expiry, plain.report) == (-1, MQRO_NONE)
