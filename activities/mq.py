@@ -73,17 +73,32 @@ def response_queues(inp: PutResponseInput) -> list[str]:
     return [queue_for(spec, Destination.RESPONSE)]
 
 
+def _to_requester(inp: PutResponseInput) -> bool:
+    """Whether a response answers its requester (partial results on the timeout queue are
+    the operators')."""
+    return inp.outcome not in ("TIMEOUT", "CANCELLED")
+
+
 def response_life(inp: PutResponseInput, now: datetime) -> tuple[int, int]:
     """A response's Expiry (tenths of a second) and Report options: what its requester's
     request asked to be passed on (MQRO_PASS_DISCARD_AND_EXPIRY), the Expiry counted to
-    ``now``. Partial results on the timeout queue are the operators' and never expire."""
-    if inp.outcome in ("TIMEOUT", "CANCELLED"):
+    ``now``. Partial results on the timeout queue never expire."""
+    if not _to_requester(inp):
         return MQEI_UNLIMITED, MQRO_NONE
     if inp.response_expires_at is None:
         return MQEI_UNLIMITED, inp.response_report
     tenths = math.ceil((inp.response_expires_at - now).total_seconds() * 10)
     # A request that expired meanwhile gets a response with the shortest life MQ takes.
     return min(max(tenths, 1), MAX_EXPIRY_TENTHS), inp.response_report
+
+
+def response_id(inp: PutResponseInput) -> bytes:
+    """A response's MsgId: the request's, when it asked for it (MQRO_PASS_MSG_ID) and the
+    response answers it; else derived from the gather and outcome. The ledger records the
+    PUT under the derived one either way."""
+    if inp.reply_msg_id is not None and _to_requester(inp):
+        return inp.reply_msg_id
+    return response_msg_id(inp.gather_id, inp.outcome)
 
 
 class MQActivities:
@@ -140,7 +155,8 @@ class MQActivities:
         gather ends FAILED.
         """
         spec = inp.aggregate
-        msg_id = response_msg_id(inp.gather_id, inp.outcome)
+        msg_id = response_msg_id(inp.gather_id, inp.outcome)  # the PUT's ledger key
+        sent_id = response_id(inp)
         queues = response_queues(inp)
         properties: dict[str, PropertyValue] = {
             PROP_STATE: inp.outcome,
@@ -167,7 +183,7 @@ class MQActivities:
             merged = _merged(inp, _bodies(reader, inp))
             expiry, report = response_life(inp, datetime.now(UTC))
             response = MQMessage(
-                msg_id=msg_id,
+                msg_id=sent_id,
                 correl_id=inp.request_msg_id or inp.correl_id,
                 msg_type=MQMT_REPLY,  # a reply, though it names the requester's ReplyToQ
                 expiry=expiry,
@@ -206,12 +222,12 @@ class MQActivities:
             return PutResponseResult(
                 outcome="FAILED",
                 queues=[q for q in queues if q not in {r[0] for r in refused}] + [dlq],
-                msg_id=msg_id.hex(),
+                msg_id=sent_id.hex(),
                 error=f"response undeliverable after {spec.delivery_attempts} attempts, put "
                 f"to the dead-letter queue {dlq}: {error}",
             )
         _record_close(inp, inp.outcome)
-        return PutResponseResult(outcome=inp.outcome, queues=queues, msg_id=msg_id.hex())
+        return PutResponseResult(outcome=inp.outcome, queues=queues, msg_id=sent_id.hex())
 
     @activity.defn(name=names.ACTIVITY_SEND_REQUEST)
     def send_request(self, inp: SendRequestInput) -> str:

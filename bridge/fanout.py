@@ -135,10 +135,10 @@ async def scatter(
         reply_to_q: where the requester wants the response (replyToQueue mode).
         request: the requester's message, got by the caller: the response goes to its
             ReplyToQ/ReplyToQMgr with the CorrelId its report options ask for (its
-            CorrelId with MQRO_PASS_CORREL_ID, else its MsgId) and, with
-            MQRO_PASS_DISCARD_AND_EXPIRY, the Expiry it has left now and its
-            MQRO_DISCARD_MSG. It stands in for ``request_msg_id``, ``reply_to_q`` and
-            ``reply_to_qmgr``.
+            CorrelId with MQRO_PASS_CORREL_ID, else its MsgId), its MsgId with
+            MQRO_PASS_MSG_ID and, with MQRO_PASS_DISCARD_AND_EXPIRY, the Expiry it has
+            left now and its MQRO_DISCARD_MSG. It stands in for ``request_msg_id``,
+            ``reply_to_q`` and ``reply_to_qmgr``.
         leg_properties: extra properties per leg request.
 
     Raises:
@@ -150,11 +150,12 @@ async def scatter(
             f"aggregate {spec.name} takes its replies as one logical group: the first reply "
             "starts the gather, so there is nothing to register"
         )
-    expires_at, report = None, MQRO_NONE
+    expires_at, report, reply_msg_id = None, MQRO_NONE, None
     if request is not None:
         request_msg_id = request.reply_correl_id()
         reply_to_q, reply_to_qmgr = request.reply_to_q, request.reply_to_qmgr
         expires_at, report = request.reply_expires_at(datetime.now(UTC)), request.reply_report()
+        reply_msg_id = request.reply_msg_id()
     chosen = tuple(legs or spec.legs)
     if not chosen:
         raise ScatterError(f"aggregate {spec.name} lists no legs; pass the legs to scatter")
@@ -197,6 +198,7 @@ async def scatter(
             requests=requests,
             response_expires_at=expires_at,
             response_report=report,
+            reply_msg_id=reply_msg_id,
         )
         await client.start_workflow(
             GatherWorkflow.run,

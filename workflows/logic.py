@@ -206,6 +206,7 @@ def register(spec: AggregateSpec, state: GatherState, reg: Registration, now: da
     state.reply_to_qmgr = reg.reply_to_qmgr or state.reply_to_qmgr
     state.response_expires_at = reg.response_expires_at or state.response_expires_at
     state.response_report = reg.response_report or state.response_report
+    state.reply_msg_id = reg.reply_msg_id or state.reply_msg_id
     state.requests.update(reg.requests)
     if first or not state.expected:
         if reg.legs:
@@ -497,6 +498,7 @@ def response_input(
         reply_to_qmgr=state.reply_to_qmgr,
         response_expires_at=state.response_expires_at,
         response_report=state.response_report,
+        reply_msg_id=state.reply_msg_id,
         started_at=state.started_at,
         reason=_operator_reason(state, outcome),
         rerequested=[leg.name for leg in state.expected if leg.name in state.rerequested],

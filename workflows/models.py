@@ -109,6 +109,11 @@ class Registration(BaseModel):
         description="when the response to the requester expires (its request's "
         "MQRO_PASS_DISCARD_AND_EXPIRY); None: never",
     )
+    reply_msg_id: bytes | None = Field(
+        default=None,
+        description="the MsgId the response to the requester carries (its request's, "
+        "MQRO_PASS_MSG_ID); None: one derived from the gather",
+    )
     response_report: int = Field(
         default=0, description="report options the response carries (MQRO_DISCARD_MSG)"
     )
@@ -189,6 +194,7 @@ class GatherState(BaseModel):
     reply_to_qmgr: str = ""
     response_expires_at: datetime | None = None
     response_report: int = 0
+    reply_msg_id: bytes | None = None
     started_at: datetime | None = None
     registered_at: datetime | None = None
     deadline: datetime | None = None
@@ -329,6 +335,9 @@ class PutResponseInput(BaseModel):
         default=None, description="when a response to the requester expires (None: never)"
     )
     response_report: int = Field(default=0, description="report options of the response")
+    reply_msg_id: bytes | None = Field(
+        default=None, description="the MsgId a response to the requester carries (None: derived)"
+    )
     started_at: datetime | None = None
     reason: str = Field(default="", description="the operator's reason (RELEASED, CANCELLED)")
     rerequested: list[str] = Field(default_factory=list, description="legs asked again")

@@ -50,6 +50,9 @@ MQRO_NONE, MQFB_NONE = 0, 0
 #: Report options a requester sets for its reply's CorrelId: its own CorrelId passed on,
 #: instead of its MsgId copied (MQRO_COPY_MSG_ID_TO_CORREL_ID, the default, 0).
 MQRO_PASS_CORREL_ID = 0x40
+#: Report option a requester sets for its reply's MsgId: its own MsgId passed on, instead
+#: of a new one (MQRO_NEW_MSG_ID, the default, 0).
+MQRO_PASS_MSG_ID = 0x80
 #: Report options a requester sets for its reply's life: the Expiry left on the request,
 #: and its MQRO_DISCARD_MSG (discard, not dead-letter, what cannot be delivered), passed on.
 MQRO_PASS_DISCARD_AND_EXPIRY, MQRO_DISCARD_MSG = 0x4000, 0x08000000
@@ -335,6 +338,11 @@ class MQMessage(BaseModel):
         """The CorrelId a reply to this request carries, as its report options ask:
         its CorrelId with MQRO_PASS_CORREL_ID, else its MsgId."""
         return self.correl_id if self.report & MQRO_PASS_CORREL_ID else self.msg_id
+
+    def reply_msg_id(self) -> bytes | None:
+        """The MsgId a reply to this request carries, as its report options ask: its own
+        with MQRO_PASS_MSG_ID; else a new one (None)."""
+        return self.msg_id if self.report & MQRO_PASS_MSG_ID else None
 
     def reply_expires_at(self, got_at: datetime) -> datetime | None:
         """When a reply to this request expires, as its report options ask: with

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.mq import MQActivities, response_life, response_msg_id
+from activities.mq import MQActivities, response_id, response_life, response_msg_id
 from bridge.mq import dlh
 from bridge.mq.errors import NoMessageAvailable, QueueFull
 from bridge.mq.local_qm import LocalQueueManager
@@ -169,3 +169,23 @@ def test_a_response_lives_as_long_as_its_requester_asked_and_no_longer():
     for outcome in ("TIMEOUT", "CANCELLED"):
         assert response_life(response_input(spec, outcome=outcome, **asked), now) == (-1, 0)
     assert response_life(response_input(spec), now) == (-1, 0)
+
+
+def test_a_response_carries_the_requests_msg_id_when_asked_and_is_still_put_once(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = ActivityEnvironment()
+    asked = response_input(spec, reply_msg_id=b"R" * 24)
+    first = env.run(acts.put_response, asked)
+    with LocalQueueManager(qm_path) as requester:
+        taken = drain(requester, "ORDER.RESPONSE")
+        # Run again after a lost completion: the ledger, keyed apart from that MsgId,
+        # knows the PUT was made.
+        again = env.run(acts.put_response, asked)
+        assert drain(requester, "ORDER.RESPONSE") == []
+    assert [m.msg_id for m in taken] == [b"R" * 24] and first == again
+    assert first.msg_id == (b"R" * 24).hex()
+    # Partial results on the timeout queue are the operators': their MsgId is derived.
+    assert response_id(response_input(spec, outcome="TIMEOUT", reply_msg_id=b"R" * 24)) == (
+        response_msg_id(GATHER, "TIMEOUT")
+    )

@@ -12,6 +12,7 @@ from bridge.mq.models import (
     MQRO_NONE,
     MQRO_PASS_CORREL_ID,
     MQRO_PASS_DISCARD_AND_EXPIRY,
+    MQRO_PASS_MSG_ID,
     MQMessage,
     QueueAttributes,
     parse_id,
@@ -92,6 +93,25 @@ async def test_the_response_correlates_as_the_requesters_report_options_ask(temp
         got = {(await p.wait_message("APP.R2")).correl_id for _ in requests}
     # MQRO_PASS_CORREL_ID: the request's CorrelId; by default its MsgId.
     assert got == {parse_id("CONV-1"), parse_id("REQ-MSG-2")}
+
+
+async def test_the_response_carries_the_requests_msg_id_when_it_asks(temporal_env, tmp_path):
+    spec = AggregateSpec(name="passid", legs=LEGS, timeout_seconds=30,
+                         destination="replyToQueue")  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        p.qm.define(QueueAttributes(name="APP.R4"))
+        got = []
+        for report in (MQRO_PASS_MSG_ID, MQRO_NONE):
+            request = MQMessage(msg_id=new_gather_key(), report=report, reply_to_q="APP.R4")
+            sent = await p.scatter(spec, request=request)
+            for leg in ("CREDIT", "STOCK", "TAX"):
+                p.reply(spec, sent.correl_id, leg, b"{}")
+            got.append((request, await p.wait_message("APP.R4")))
+    (asked, passed), (plain, new) = got
+    # Both correlate by CorrelId (the request's MsgId); only the one that asked gets its
+    # MsgId back as the response's own.
+    assert passed.msg_id == asked.msg_id and passed.correl_id == asked.msg_id
+    assert new.msg_id != plain.msg_id and new.correl_id == plain.msg_id
 
 
 async def test_the_response_lives_as_long_as_the_requester_asked(temporal_env, tmp_path):

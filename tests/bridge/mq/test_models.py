@@ -11,6 +11,7 @@ from bridge.mq.models import (
     FINGERPRINT_HEX,
     MQRO_DISCARD_MSG,
     MQRO_PASS_DISCARD_AND_EXPIRY,
+    MQRO_PASS_MSG_ID,
     MQMessage,
     QueueAttributes,
     fingerprint,
@@ -131,3 +132,8 @@ def test_a_reply_passes_on_the_expiry_and_discard_its_request_asks_for():
     for other in (MQMessage(report=MQRO_DISCARD_MSG, expiry=600), MQMessage(report=asks)):
         assert other.reply_expires_at(got_at) is None
     assert MQMessage(report=MQRO_DISCARD_MSG, expiry=600).reply_report() == 0
+
+
+def test_a_reply_carries_the_requests_msg_id_only_when_asked():
+    assert MQMessage(msg_id=b"Q" * 24, report=MQRO_PASS_MSG_ID).reply_msg_id() == b"Q" * 24
+    assert MQMessage(msg_id=b"Q" * 24).reply_msg_id() is None
