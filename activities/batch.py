@@ -81,11 +81,10 @@ def batch_key(inp: PutBatchInput) -> bytes:
 
 def _whole(reader: hold.HeldReader, item: Item) -> Item:
     """The item with its whole message: a held one got from the hold queue."""
-    ref = item.held
-    if ref is None:
+    if item.held is None:
         return item
-    message = reader.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
-    return item.model_copy(update={"message": hold.as_it_came(message, item.message), "held": None})
+    message = reader.take_held(item.held, item.message)
+    return item.model_copy(update={"message": message, "held": None})
 
 
 def _batch_messages(

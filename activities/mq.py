@@ -58,10 +58,16 @@ def response_msg_id(gather: str, outcome: str) -> bytes:
     return hashlib.sha256(f"{gather}|{outcome}".encode()).digest()[:24]
 
 
+def _to_requester(inp: PutResponseInput) -> bool:
+    """Whether a response answers its requester (partial results on the timeout queue are
+    the operators')."""
+    return inp.outcome not in ("TIMEOUT", "CANCELLED")
+
+
 def response_queues(inp: PutResponseInput) -> list[str]:
     """Where a response goes, by outcome and the aggregate's destination mode."""
     spec = inp.aggregate
-    if inp.outcome in ("TIMEOUT", "CANCELLED"):
+    if not _to_requester(inp):
         return [queue_for(spec, Destination.TIMEOUT)]
     if spec.destination == "replyToQueue" and inp.reply_to_q:
         return [inp.reply_to_q]
@@ -73,31 +79,27 @@ def response_queues(inp: PutResponseInput) -> list[str]:
     return [queue_for(spec, Destination.RESPONSE)]
 
 
-def _to_requester(inp: PutResponseInput) -> bool:
-    """Whether a response answers its requester (partial results on the timeout queue are
-    the operators')."""
-    return inp.outcome not in ("TIMEOUT", "CANCELLED")
-
-
 def response_life(inp: PutResponseInput, now: datetime) -> tuple[int, int]:
     """A response's Expiry (tenths of a second) and Report options: what its requester's
     request asked to be passed on (MQRO_PASS_DISCARD_AND_EXPIRY), the Expiry counted to
     ``now``. Partial results on the timeout queue never expire."""
-    if not _to_requester(inp):
+    terms = inp.reply_terms
+    if terms is None or not _to_requester(inp):
         return MQEI_UNLIMITED, MQRO_NONE
-    if inp.response_expires_at is None:
-        return MQEI_UNLIMITED, inp.response_report
-    tenths = math.ceil((inp.response_expires_at - now).total_seconds() * 10)
+    if terms.expires_at is None:
+        return MQEI_UNLIMITED, terms.report
+    tenths = math.ceil((terms.expires_at - now).total_seconds() * 10)
     # A request that expired meanwhile gets a response with the shortest life MQ takes.
-    return min(max(tenths, 1), MAX_EXPIRY_TENTHS), inp.response_report
+    return min(max(tenths, 1), MAX_EXPIRY_TENTHS), terms.report
 
 
 def response_id(inp: PutResponseInput) -> bytes:
     """A response's MsgId: the request's, when it asked for it (MQRO_PASS_MSG_ID) and the
     response answers it; else derived from the gather and outcome. The ledger records the
     PUT under the derived one either way."""
-    if inp.reply_msg_id is not None and _to_requester(inp):
-        return inp.reply_msg_id
+    passed = inp.reply_terms.msg_id if inp.reply_terms else None
+    if passed is not None and _to_requester(inp):
+        return passed
     return response_msg_id(inp.gather_id, inp.outcome)
 
 
@@ -326,10 +328,8 @@ def _forwarded(transport: Transport, ledger_queue: str, gather: str, queue: str,
 def _held(reader: hold.HeldReader, reply: Reply) -> MQMessage:
     """The whole message of a held reply, as it came, got from the hold queue under
     syncpoint."""
-    ref = reply.held
-    assert ref is not None
-    return hold.as_it_came(reader.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256),
-                           reply.message)  # fmt: skip
+    assert reply.held is not None
+    return reader.take_held(reply.held, reply.message)
 
 
 def _bodies(reader: hold.HeldReader, inp: PutResponseInput) -> list[LegBodies]:

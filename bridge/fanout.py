@@ -14,7 +14,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from bridge.identify import INDEX_LENGTH, KEY_LENGTH, gather_correl_id, leg_correl_id
 from bridge.mq import hold
-from bridge.mq.models import ID_LENGTH, MQRO_NONE, MQMessage, PropertyValue, PutOptions
+from bridge.mq.models import ID_LENGTH, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec, over_limits
 from mqgather.constants import MAX_KEPT_REQUEST_BYTES, MAX_WAIT_SECONDS
@@ -22,7 +22,14 @@ from mqgather.errors import MQGatherError, first_problem
 from mqgather.limits import shown
 from mqgather.names import PROP_AGGREGATE, SIGNAL_EXPECT, TASK_QUEUE
 from workflows.gather import GatherWorkflow
-from workflows.models import LegRequest, Registration, gather_id, start_input, start_options
+from workflows.models import (
+    LegRequest,
+    Registration,
+    ReplyTerms,
+    gather_id,
+    start_input,
+    start_options,
+)
 
 
 class ScatterError(MQGatherError):
@@ -150,12 +157,11 @@ async def scatter(
             f"aggregate {spec.name} takes its replies as one logical group: the first reply "
             "starts the gather, so there is nothing to register"
         )
-    expires_at, report, reply_msg_id = None, MQRO_NONE, None
+    terms = None
     if request is not None:
         request_msg_id = request.reply_correl_id()
         reply_to_q, reply_to_qmgr = request.reply_to_q, request.reply_to_qmgr
-        expires_at, report = request.reply_expires_at(datetime.now(UTC)), request.reply_report()
-        reply_msg_id = request.reply_msg_id()
+        terms = ReplyTerms.asked_by(request, datetime.now(UTC))
     chosen = tuple(legs or spec.legs)
     if not chosen:
         raise ScatterError(f"aggregate {spec.name} lists no legs; pass the legs to scatter")
@@ -196,9 +202,7 @@ async def scatter(
             reply_to_qmgr=reply_to_qmgr,
             timeout_seconds=timeout_seconds,
             requests=requests,
-            response_expires_at=expires_at,
-            response_report=report,
-            reply_msg_id=reply_msg_id,
+            reply_terms=terms,
         )
         await client.start_workflow(
             GatherWorkflow.run,

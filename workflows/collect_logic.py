@@ -38,28 +38,32 @@ def _seen(state: CollectorState) -> set[str]:
     return seen
 
 
-def _has(seen: set[str], key: str) -> bool:
-    """Whether the message of ``key`` was taken: the same message, or its MsgId taken
-    with no fingerprint (which stands for every message of that MsgId)."""
-    if digest_of(bytes.fromhex(key)) in seen:
+def _remembered(key: str) -> str:
+    """What the collector remembers of a message's key."""
+    return digest_of(bytes.fromhex(key))
+
+
+def _has(seen: set[str], key: str, remembered: str) -> bool:
+    """Whether the message of ``key`` (remembered as ``remembered``) was taken: the same
+    message, or its MsgId taken with no fingerprint (which stands for every message of
+    that MsgId), as :meth:`workflows.redelivery.Seen.has` tells for gathers."""
+    if remembered in seen:
         return True
-    return not redelivery.is_bare(key) and (
-        digest_of(bytes.fromhex(redelivery.msg_id_of(key))) in seen
-    )
+    return not redelivery.is_bare(key) and _remembered(redelivery.msg_id_of(key)) in seen
 
 
 def consumed(state: CollectorState, msg_ids: list[str]) -> list[str]:
     """Those of ``msg_ids`` (hex) the collector has taken with no fingerprint (among the
     remembered): the question of bridges of earlier releases."""
     seen = _seen(state)
-    return [m for m in msg_ids if digest_of(bytes.fromhex(m)) in seen]
+    return [m for m in msg_ids if _remembered(m) in seen]
 
 
 def taken(state: CollectorState, keys: list[str]) -> list[str]:
     """Those of ``keys`` (:mod:`workflows.redelivery`) whose message the collector took
     (among the remembered)."""
     seen = _seen(state)
-    return [k for k in keys if _has(seen, k)]
+    return [k for k in keys if _has(seen, k, _remembered(k))]
 
 
 def close(state: CollectorState, now: datetime, reason: CloseReason) -> None:
@@ -114,10 +118,10 @@ def take(
     seen = _seen(state)
     for item in signal.items:
         msg_key = redelivery.key(item.message, item.fingerprint, by_content)
-        if _has(seen, msg_key):
+        remembered = _remembered(msg_key)
+        if _has(seen, msg_key, remembered):
             state.redeliveries += 1
             continue
-        remembered = digest_of(bytes.fromhex(msg_key))
         seen.add(remembered)
         state.seen.append(remembered)
         state.messages += 1

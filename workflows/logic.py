@@ -204,9 +204,7 @@ def register(spec: AggregateSpec, state: GatherState, reg: Registration, now: da
     state.request_msg_id = reg.request_msg_id or state.request_msg_id
     state.reply_to_q = reg.reply_to_q or state.reply_to_q
     state.reply_to_qmgr = reg.reply_to_qmgr or state.reply_to_qmgr
-    state.response_expires_at = reg.response_expires_at or state.response_expires_at
-    state.response_report = reg.response_report or state.response_report
-    state.reply_msg_id = reg.reply_msg_id or state.reply_msg_id
+    state.reply_terms = reg.reply_terms or state.reply_terms
     state.requests.update(reg.requests)
     if first or not state.expected:
         if reg.legs:
@@ -296,8 +294,7 @@ def consumed(state: GatherState, msg_ids: list[str]) -> list[str]:
 
 def taken(state: GatherState, keys: list[str]) -> list[str]:
     """Those of ``keys`` (:mod:`workflows.redelivery`) whose message the gather took."""
-    seen = _seen(state)
-    return [k for k in keys if seen.has(k)]
+    return _seen(state).taken(keys)
 
 
 def unknown_expired(state: GatherState, now: datetime) -> bool:
@@ -496,9 +493,7 @@ def response_input(
         request_msg_id=state.request_msg_id,
         reply_to_q=state.reply_to_q,
         reply_to_qmgr=state.reply_to_qmgr,
-        response_expires_at=state.response_expires_at,
-        response_report=state.response_report,
-        reply_msg_id=state.reply_msg_id,
+        reply_terms=state.reply_terms,
         started_at=state.started_at,
         reason=_operator_reason(state, outcome),
         rerequested=[leg.name for leg in state.expected if leg.name in state.rerequested],

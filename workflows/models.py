@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from bridge.mq.models import FINGERPRINT_PATTERN, MQMessage, id_text
+from bridge.mq.models import (
+    FINGERPRINT_PATTERN,
+    MQRO_DISCARD_MSG,
+    MQRO_PASS_DISCARD_AND_EXPIRY,
+    MQRO_PASS_MSG_ID,
+    MQMessage,
+    id_text,
+)
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import MAX_WAIT_SECONDS
 from mqgather.limits import shown
@@ -90,6 +97,36 @@ class ReplyBatch(BaseModel):
     replies: list[Reply]
 
 
+class ReplyTerms(BaseModel):
+    """What a requester's request asked of its reply through its report options, which
+    the gather's response to it keeps."""
+
+    model_config = _BYTES
+
+    msg_id: bytes | None = Field(
+        default=None, description="the request's MsgId (MQRO_PASS_MSG_ID); None: a derived one"
+    )
+    expires_at: datetime | None = Field(
+        default=None,
+        description="when the request's Expiry runs out (MQRO_PASS_DISCARD_AND_EXPIRY); "
+        "None: never",
+    )
+    report: int = Field(default=0, description="report options passed on (MQRO_DISCARD_MSG)")
+
+    @classmethod
+    def asked_by(cls, request: MQMessage, got_at: datetime) -> ReplyTerms | None:
+        """The terms ``request`` asks for, its Expiry counted from ``got_at``; None when
+        it asks for none of them."""
+        terms = cls()
+        if request.report & MQRO_PASS_MSG_ID:
+            terms.msg_id = request.msg_id
+        if request.report & MQRO_PASS_DISCARD_AND_EXPIRY:
+            terms.report = request.report & MQRO_DISCARD_MSG
+            if request.expiry > 0:
+                terms.expires_at = got_at + timedelta(seconds=request.expiry / 10)
+        return terms if terms != cls() else None
+
+
 class Registration(BaseModel):
     """Signal ``expect`` from the fan-out side (ACE AggregateControl + AggregateRequest)."""
 
@@ -104,18 +141,8 @@ class Registration(BaseModel):
     requests: dict[str, LegRequest] = Field(
         default_factory=dict, description="what scatter sent, by leg, for re-requests"
     )
-    response_expires_at: datetime | None = Field(
-        default=None,
-        description="when the response to the requester expires (its request's "
-        "MQRO_PASS_DISCARD_AND_EXPIRY); None: never",
-    )
-    reply_msg_id: bytes | None = Field(
-        default=None,
-        description="the MsgId the response to the requester carries (its request's, "
-        "MQRO_PASS_MSG_ID); None: one derived from the gather",
-    )
-    response_report: int = Field(
-        default=0, description="report options the response carries (MQRO_DISCARD_MSG)"
+    reply_terms: ReplyTerms | None = Field(
+        default=None, description="what the requester's request asked of its response"
     )
 
 
@@ -192,9 +219,7 @@ class GatherState(BaseModel):
     request_msg_id: bytes | None = None
     reply_to_q: str = ""
     reply_to_qmgr: str = ""
-    response_expires_at: datetime | None = None
-    response_report: int = 0
-    reply_msg_id: bytes | None = None
+    reply_terms: ReplyTerms | None = None
     started_at: datetime | None = None
     registered_at: datetime | None = None
     deadline: datetime | None = None
@@ -331,13 +356,7 @@ class PutResponseInput(BaseModel):
     request_msg_id: bytes | None = None
     reply_to_q: str = ""
     reply_to_qmgr: str = ""
-    response_expires_at: datetime | None = Field(
-        default=None, description="when a response to the requester expires (None: never)"
-    )
-    response_report: int = Field(default=0, description="report options of the response")
-    reply_msg_id: bytes | None = Field(
-        default=None, description="the MsgId a response to the requester carries (None: derived)"
-    )
+    reply_terms: ReplyTerms | None = None
     started_at: datetime | None = None
     reason: str = Field(default="", description="the operator's reason (RELEASED, CANCELLED)")
     rerequested: list[str] = Field(default_factory=list, description="legs asked again")

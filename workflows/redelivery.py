@@ -70,6 +70,10 @@ class Seen:
         with no fingerprint (which stands for every message of that MsgId)."""
         return key in self.keys or msg_id_of(key) in self.keys
 
+    def taken(self, keys: Iterable[str]) -> list[str]:
+        """Those of ``keys`` whose message was taken (:meth:`has`)."""
+        return [k for k in keys if self.has(k)]
+
     def redelivered(self, key: str) -> bool:
         """Whether a message arriving with ``key`` is one taken before: as :meth:`has`,
         and a MsgId alone also matches any message taken with that MsgId."""
@@ -85,4 +89,4 @@ def taken_among(keys: Iterable[str], asked: Iterable[str]) -> list[str]:
     were taken, by :meth:`Seen.has`."""
     index = Seen()
     index.rebuild(keys)
-    return [k for k in asked if index.has(k)]
+    return index.taken(asked)

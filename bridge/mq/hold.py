@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from typing import Protocol
 
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.models import (
@@ -74,17 +75,19 @@ def hold(transport: Transport, queue: str, message: MQMessage) -> None:
     now: it must not expire while the gather waits for its other legs, nor be lost when
     the queue manager restarts (which discards non-persistent messages). Its gather keeps
     the MQMD it came with (in its reference), and whatever forwards it restores both
-    (:func:`as_it_came`)."""
+    (:meth:`HeldReader.take_held`)."""
     kept = message.model_copy(update={"expiry": MQEI_UNLIMITED, "persistence": MQPER_PERSISTENT})
     transport.put(queue, kept, PutOptions(syncpoint=True, set_all_context=True))
 
 
-def as_it_came(held: MQMessage, descriptor: MQMessage) -> MQMessage:
-    """A message read back from the hold queue with the Expiry and Persistence it came
-    with, which ``descriptor`` (the MQMD its gather or collector kept) holds."""
-    return held.model_copy(
-        update={"expiry": descriptor.expiry, "persistence": descriptor.persistence}
-    )
+class Reference(Protocol):
+    """What names a held message: where it waits, its ids and its body's digest (a
+    gather's or collector's ``HeldBody``)."""
+
+    queue: str
+    msg_id: bytes
+    correl_id: bytes
+    sha256: str
 
 
 def body_digest(message: MQMessage) -> str:
@@ -145,6 +148,18 @@ class HeldReader:
             if found == want:
                 return message
             self._spare.append((queue, found, message))
+
+    def take_held(self, ref: Reference, descriptor: MQMessage) -> MQMessage:
+        """The held message ``ref`` names, as it came: with the Expiry and Persistence of
+        ``descriptor``, the MQMD its gather or collector kept (:func:`hold` changed both).
+
+        Raises:
+            HeldReplyError: as :meth:`take`.
+        """
+        held = self.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
+        return held.model_copy(
+            update={"expiry": descriptor.expiry, "persistence": descriptor.persistence}
+        )
 
     def _missing(self, queue: str, msg_id: bytes, correl_id: bytes, want: str) -> str:
         others = [

@@ -6,7 +6,7 @@ import base64
 import binascii
 import hashlib
 import math
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import IntFlag
 from typing import Any, Literal, cast
 
@@ -338,26 +338,6 @@ class MQMessage(BaseModel):
         """The CorrelId a reply to this request carries, as its report options ask:
         its CorrelId with MQRO_PASS_CORREL_ID, else its MsgId."""
         return self.correl_id if self.report & MQRO_PASS_CORREL_ID else self.msg_id
-
-    def reply_msg_id(self) -> bytes | None:
-        """The MsgId a reply to this request carries, as its report options ask: its own
-        with MQRO_PASS_MSG_ID; else a new one (None)."""
-        return self.msg_id if self.report & MQRO_PASS_MSG_ID else None
-
-    def reply_expires_at(self, got_at: datetime) -> datetime | None:
-        """When a reply to this request expires, as its report options ask: with
-        MQRO_PASS_DISCARD_AND_EXPIRY and an Expiry, when the Expiry left at ``got_at``
-        runs out; else never (None)."""
-        if self.report & MQRO_PASS_DISCARD_AND_EXPIRY and self.expiry > 0:
-            return got_at + timedelta(seconds=self.expiry / 10)
-        return None
-
-    def reply_report(self) -> int:
-        """The report options a reply to this request carries: its MQRO_DISCARD_MSG, passed
-        on with MQRO_PASS_DISCARD_AND_EXPIRY; else none."""
-        if self.report & MQRO_PASS_DISCARD_AND_EXPIRY:
-            return self.report & MQRO_DISCARD_MSG
-        return MQRO_NONE
 
     @property
     def message_type(self) -> int:

@@ -12,15 +12,29 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.mq import MQActivities, response_id, response_life, response_msg_id
-from bridge.mq import dlh
+from bridge.mq import dlh, ledger
 from bridge.mq.errors import NoMessageAvailable, QueueFull
+from bridge.mq.ledger import ledger_key
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMT_REPLY, MQRO_DISCARD_MSG, MQMessage, QueueAttributes
+from bridge.mq.models import (
+    MQMT_REPLY,
+    MQRO_DISCARD_MSG,
+    MQMessage,
+    QueueAttributes,
+    fingerprint,
+)
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import DEAD_LETTER_QUEUE, MAX_EXPIRY_TENTHS
 from mqgather.routing import Destination
 from tests.harness import prepare_queues
-from workflows.models import PutResponseInput, ReceivedLeg, Reply, Routed, RouteInput
+from workflows.models import (
+    PutResponseInput,
+    ReceivedLeg,
+    Reply,
+    ReplyTerms,
+    Routed,
+    RouteInput,
+)
 
 LEG = LegSpec(name="CREDIT", sequence=10)
 GATHER = "gather:t:0a"
@@ -157,13 +171,13 @@ def test_a_destination_list_delivers_where_it_can_and_dead_letters_the_rest(qm_p
 def test_a_response_lives_as_long_as_its_requester_asked_and_no_longer():
     spec = AggregateSpec(name="t", legs=(LEG,))
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    asked = {"response_expires_at": now + timedelta(seconds=12.34),
-             "response_report": MQRO_DISCARD_MSG}  # fmt: skip
+    asked = {"reply_terms": ReplyTerms(expires_at=now + timedelta(seconds=12.34),
+                                       report=MQRO_DISCARD_MSG)}  # fmt: skip
     assert response_life(response_input(spec, **asked), now) == (124, MQRO_DISCARD_MSG)
     assert response_life(response_input(spec, outcome="RELEASED", **asked), now)[0] == 124
     # Its request expired meanwhile: the shortest life MQ takes (0 is refused on a put).
     assert response_life(response_input(spec, **asked), now + timedelta(hours=1))[0] == 1
-    far = {"response_expires_at": now + timedelta(days=10_000)}
+    far = {"reply_terms": ReplyTerms(expires_at=now + timedelta(days=10_000))}
     assert response_life(response_input(spec, **far), now)[0] == MAX_EXPIRY_TENTHS
     # Partial results on the timeout queue are the operators': they never expire.
     for outcome in ("TIMEOUT", "CANCELLED"):
@@ -175,7 +189,7 @@ def test_a_response_carries_the_requests_msg_id_when_asked_and_is_still_put_once
     spec = AggregateSpec(name="t", legs=(LEG,))
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
     env = ActivityEnvironment()
-    asked = response_input(spec, reply_msg_id=b"R" * 24)
+    asked = response_input(spec, reply_terms=ReplyTerms(msg_id=b"R" * 24))
     first = env.run(acts.put_response, asked)
     with LocalQueueManager(qm_path) as requester:
         taken = drain(requester, "ORDER.RESPONSE")
@@ -186,6 +200,26 @@ def test_a_response_carries_the_requests_msg_id_when_asked_and_is_still_put_once
     assert [m.msg_id for m in taken] == [b"R" * 24] and first == again
     assert first.msg_id == (b"R" * 24).hex()
     # Partial results on the timeout queue are the operators': their MsgId is derived.
-    assert response_id(response_input(spec, outcome="TIMEOUT", reply_msg_id=b"R" * 24)) == (
+    passed = ReplyTerms(msg_id=b"R" * 24)
+    assert response_id(response_input(spec, outcome="TIMEOUT", reply_terms=passed)) == (
         response_msg_id(GATHER, "TIMEOUT")
     )
+
+
+def test_a_forward_an_earlier_release_recorded_by_msg_id_alone_is_not_put_again(qm_path):
+    # The worker was upgraded between a forward's commit and Temporal recording it: the
+    # retry's reply has a fingerprint, the marker the earlier release left names its
+    # MsgId alone, and the forward is still put once.
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    late = reply(7)
+    late = late.model_copy(update={"fingerprint": fingerprint(late.message)})
+    with LocalQueueManager(qm_path) as qm:
+        before = ledger_key("forward", GATHER, "GATHER.LATE", late.message.msg_id.hex())
+        ledger.mark(qm, spec.ledger_queue, before, "an earlier release's forward", 1)
+        qm.commit()
+    items = [Routed(kind=Destination.LATE, reply=late, reason="late")]
+    ActivityEnvironment().run(acts.route_replies, RouteInput(aggregate=spec, gather_id=GATHER,
+                                                             items=items))  # fmt: skip
+    with LocalQueueManager(qm_path) as consumer:
+        assert drain(consumer, "GATHER.LATE") == []

@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from bridge.mq.models import MQMessage, fingerprint
+from bridge.mq.models import (
+    MQRO_DISCARD_MSG,
+    MQRO_PASS_DISCARD_AND_EXPIRY,
+    MQRO_PASS_MSG_ID,
+    MQMessage,
+    fingerprint,
+)
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS
@@ -22,6 +28,7 @@ from workflows.models import (
     Registration,
     ReleaseInput,
     Reply,
+    ReplyTerms,
     RerequestInput,
     Routed,
 )
@@ -606,3 +613,22 @@ def test_a_reply_without_a_fingerprint_is_one_taken_with_its_msg_id():
         logic.take_replies(s, state, [first], T0, GATHER, by_content=True)
         logic.take_replies(s, state, [again], T0, GATHER, by_content=True)
         assert state.redeliveries == 1 and bodies(state, "CREDIT") == [1]
+
+
+def test_the_terms_a_request_asks_for_reach_the_response_and_a_later_registration_keeps_them():
+    asks = MQRO_PASS_MSG_ID | MQRO_PASS_DISCARD_AND_EXPIRY | MQRO_DISCARD_MSG
+    request = MQMessage(msg_id=b"Q" * 24, report=asks, expiry=600)
+    terms = ReplyTerms.asked_by(request, T0)
+    assert terms == ReplyTerms(msg_id=b"Q" * 24, expires_at=T0 + timedelta(seconds=60),
+                               report=MQRO_DISCARD_MSG)  # fmt: skip
+    # Each option alone asks for its part only; none, or MQRO_DISCARD_MSG alone, for none.
+    only_id = ReplyTerms.asked_by(MQMessage(msg_id=b"Q" * 24, report=MQRO_PASS_MSG_ID), T0)
+    assert only_id == ReplyTerms(msg_id=b"Q" * 24)
+    no_expiry = MQMessage(report=MQRO_PASS_DISCARD_AND_EXPIRY | MQRO_DISCARD_MSG)
+    assert ReplyTerms.asked_by(no_expiry, T0) == ReplyTerms(report=MQRO_DISCARD_MSG)
+    for plain in (MQMessage(expiry=600), MQMessage(report=MQRO_DISCARD_MSG, expiry=600)):
+        assert ReplyTerms.asked_by(plain, T0) is None
+    s, state = spec(timer="restart"), GatherState()
+    logic.register(s, state, Registration(reply_terms=terms), T0)
+    logic.register(s, state, Registration(), T0)  # IA72's restart: no request this time
+    assert logic.response_input(s, state, b"C", GATHER, "COMPLETE").reply_terms == terms

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
 
 from bridge.mq.models import (
     FINGERPRINT_HEX,
-    MQRO_DISCARD_MSG,
-    MQRO_PASS_DISCARD_AND_EXPIRY,
-    MQRO_PASS_MSG_ID,
     MQMessage,
     QueueAttributes,
     fingerprint,
@@ -120,20 +117,3 @@ def test_a_fingerprint_leaves_out_what_a_redelivery_changes_and_keeps_everything
     }  # fmt: skip
     for field, value in changes.items():
         assert fingerprint(base.model_copy(update={field: value})) != same, field
-
-
-def test_a_reply_passes_on_the_expiry_and_discard_its_request_asks_for():
-    got_at = datetime(2026, 1, 1, tzinfo=UTC)
-    asks = MQRO_PASS_DISCARD_AND_EXPIRY | MQRO_DISCARD_MSG
-    request = MQMessage(report=asks, expiry=600)
-    assert request.reply_expires_at(got_at) == got_at + timedelta(seconds=60)
-    assert request.reply_report() == MQRO_DISCARD_MSG
-    # Without the option, or with no Expiry, the reply lives for ever and discards nothing.
-    for other in (MQMessage(report=MQRO_DISCARD_MSG, expiry=600), MQMessage(report=asks)):
-        assert other.reply_expires_at(got_at) is None
-    assert MQMessage(report=MQRO_DISCARD_MSG, expiry=600).reply_report() == 0
-
-
-def test_a_reply_carries_the_requests_msg_id_only_when_asked():
-    assert MQMessage(msg_id=b"Q" * 24, report=MQRO_PASS_MSG_ID).reply_msg_id() == b"Q" * 24
-    assert MQMessage(msg_id=b"Q" * 24).reply_msg_id() is None
