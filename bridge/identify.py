@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bridge.mq.models import ID_LENGTH, NONE_ID, MQMessage
+from bridge.mq.errors import feedback_name
+from bridge.mq.models import ID_LENGTH, MQMT_REPORT, NONE_ID, MQMessage
 from mqgather.config import AggregateSpec
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_AGGREGATE
+from mqgather.routing import owner_of_shared_queue
 
 #: CorrelId layout of our own fan-out: 20 bytes of gather key, then the leg index.
 KEY_LENGTH = 20
@@ -23,6 +25,13 @@ class IdentificationError(MQGatherError):
     def __init__(self, reason: str, aggregate: AggregateSpec | None = None) -> None:
         self.aggregate = aggregate
         super().__init__(reason)
+
+
+class ReportMessage(IdentificationError):
+    """A report message (MsgType MQMT_REPORT) that its aggregate does not take as a reply:
+    it goes to the aggregate's report queue, the message says which report it is."""
+
+    aggregate: AggregateSpec
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,8 @@ def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identif
         IdentificationError: no CorrelId, unknown aggregate, no leg, or too big.
     """
     named = message.properties.get(PROP_AGGREGATE)
+    if message.message_type == MQMT_REPORT:
+        _refuse_report(message, named, candidates)
     if named is not None:
         spec = next((a for a in candidates if a.name == named), None)
         if spec is None:
@@ -87,6 +98,25 @@ def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identif
             )
         return Identified(spec, gather_correl_id(message.correl_id), leg_index=index - 1)
     return Identified(spec, message.correl_id)
+
+
+def _refuse_report(message: MQMessage, named: object, candidates: Sequence[AggregateSpec]) -> None:
+    """Raise ReportMessage unless the report's aggregate takes reports as replies.
+
+    A queue manager's reports (COA, COD, expiry, exception, activity) carry the request's
+    MsgId as their CorrelId, as its replies do, so they would match a gather and pass as
+    a leg's answer. One that names no aggregate goes to the shared queue's owner.
+    """
+    spec = next((a for a in candidates if a.name == named), None)
+    spec = spec or owner_of_shared_queue(candidates)
+    if spec.reports_are_replies:
+        return
+    raise ReportMessage(
+        f"a report message (MsgType MQMT_REPORT, Feedback {feedback_name(message.feedback)}), "
+        f"not a reply: aggregate {spec.name} takes no reports as replies "
+        "(reports_are_replies = false)",
+        spec,
+    )
 
 
 def _check_size(message: MQMessage, spec: AggregateSpec) -> None:

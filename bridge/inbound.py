@@ -33,7 +33,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from bridge.identify import IdentificationError, identify
+from bridge.identify import IdentificationError, ReportMessage, identify
 from bridge.mq import hold
 from bridge.mq.errors import REASONS, MQError
 from bridge.mq.forward import forward
@@ -113,6 +113,7 @@ class BridgeStats:
     late: int = 0
     redeliveries_dropped: int = 0
     failures: int = 0
+    reports: int = 0
     backed_out_to_boq: int = 0
     rollbacks: int = 0
     held: int = 0
@@ -388,6 +389,8 @@ class QueueBridge:
             telemetry.instruments().bridge_moved.add(1, {"queue": queue, "kind": move.kind.value})
             if move.kind is Destination.FAILURE:
                 self.stats.failures += 1
+            elif move.kind is Destination.REPORT:
+                self.stats.reports += 1
             elif move.kind in (Destination.BACKOUT, Destination.DEAD_LETTER):
                 self.stats.backed_out_to_boq += 1
             log.info("moved a message from %s to %s: %s", queue, move.queue, move.reason)
@@ -471,6 +474,10 @@ class InboundBridge(QueueBridge):
                     continue
             try:
                 found = identify(message, specs)
+            except ReportMessage as exc:
+                target = queue_for(exc.aggregate, Destination.REPORT)
+                moves.append(Move(Destination.REPORT, target, message, str(exc)))
+                continue
             except IdentificationError as exc:
                 target = queue_for(exc.aggregate or owner, Destination.FAILURE)
                 moves.append(Move(Destination.FAILURE, target, message, str(exc)))

@@ -179,6 +179,18 @@ class AggregateSpec(BaseModel):
         default=k.GATHER_DUPLICATE,
         description='where duplicate replies go; "" counts them and discards the copy',
     )
+    report_queue: str = Field(
+        default=k.GATHER_REPORT,
+        min_length=1,
+        max_length=48,
+        description="report messages (MsgType MQMT_REPORT: COA, COD, expiry, exception, "
+        "activity, PAN, NAN) that reach the reply queue: intact, with the Feedback named",
+    )
+    reports_are_replies: bool = Field(
+        default=False,
+        description="take report messages as leg replies (for back ends that answer with "
+        "MQMT_REPORT and an application Feedback) instead of sending them to report_queue",
+    )
     max_reply_bytes: int = Field(
         default=k.QMGR_MAXMSGL,
         gt=0,
@@ -401,6 +413,7 @@ def default_queues() -> dict[str, QueueDefinition]:
         k.GATHER_FAILURE: carrying("bad input, with the reason"),
         k.GATHER_BACKOUT: carrying("replies backed out BOTHRESH times"),
         k.GATHER_DUPLICATE: carrying("duplicate leg replies"),
+        k.GATHER_REPORT: carrying("report messages that reached the reply queue"),
         k.GATHER_HOLD: carrying("large replies held for their gathers"),
         k.LEDGER_QUEUE: QueueDefinition(
             maxdepth=1_000_000, maxmsgl=4096, descr="markers of PUTs done (exactly once)"
@@ -445,6 +458,7 @@ def referenced_queues(config: MQGatherConfig) -> dict[str, str]:
             ("unknown_queue", "unknown replies"),
             ("failure_queue", "bad input"),
             ("duplicate_queue", "duplicate replies"),
+            ("report_queue", "report messages"),
             ("hold_queue", "large replies held for their gathers"),
             ("ledger_queue", "markers of PUTs done"),
         ):

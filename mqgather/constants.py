@@ -39,6 +39,9 @@ GATHER_UNKNOWN = "GATHER.UNKNOWN"
 GATHER_FAILURE = "GATHER.FAILURE"
 GATHER_BACKOUT = "GATHER.BACKOUT"
 GATHER_DUPLICATE = "GATHER.DUPLICATE"
+#: Report messages (COA, COD, expiry, exception, ...) that reach a reply queue: about a
+#: request, not an answer to it, so never a leg's reply unless an aggregate says so.
+GATHER_REPORT = "GATHER.REPORT"
 #: Where the bridge keeps replies too large to travel inside a signal (claim check): the
 #: gather's history holds a reference, the body stays on the queue manager.
 GATHER_HOLD = "GATHER.HOLD"

@@ -22,6 +22,7 @@ class Destination(StrEnum):
     LATE = "late"
     UNKNOWN = "unknown"
     DUPLICATE = "duplicate"
+    REPORT = "report"
     FAILURE = "failure"
     BACKOUT = "backout"
     DEAD_LETTER = "dead_letter"
@@ -52,6 +53,7 @@ def queue_for(
         Destination.LATE: spec.late_queue,
         Destination.UNKNOWN: spec.unknown_queue,
         Destination.DUPLICATE: spec.duplicate_queue,
+        Destination.REPORT: spec.report_queue,
         Destination.FAILURE: spec.failure_queue,
     }[kind]
 

@@ -64,6 +64,45 @@ REASONS: dict[str, int] = {
 }
 REASON_NAMES: dict[int, str] = {code: name for name, code in REASONS.items()}
 
+#: The Feedback of the report messages a queue manager or channel sends (cmqc.h); an
+#: exception report carries an MQRC reason code there instead, and applications use
+#: MQFB_APPL_FIRST to MQFB_APPL_LAST for their own.
+FEEDBACK_NAMES: dict[int, str] = {
+    0: "MQFB_NONE",
+    256: "MQFB_QUIT",
+    258: "MQFB_EXPIRATION",
+    259: "MQFB_COA",
+    260: "MQFB_COD",
+    262: "MQFB_CHANNEL_COMPLETED",
+    263: "MQFB_CHANNEL_FAIL_RETRY",
+    264: "MQFB_CHANNEL_FAIL",
+    265: "MQFB_APPL_CANNOT_BE_STARTED",
+    266: "MQFB_TM_ERROR",
+    267: "MQFB_APPL_TYPE_ERROR",
+    268: "MQFB_STOPPED_BY_MSG_EXIT",
+    269: "MQFB_ACTIVITY",
+    271: "MQFB_XMIT_Q_MSG_ERROR",
+    275: "MQFB_PAN",
+    276: "MQFB_NAN",
+    284: "MQFB_NOT_DELIVERED",
+}
+MQFB_APPL_FIRST, MQFB_APPL_LAST = 65536, 999_999_999
+
+
+def feedback_name(code: int) -> str:
+    """How an operator reads a report's Feedback: the MQFB_ or MQRC_ name, else the number.
+
+    Args:
+        code: the MQMD Feedback.
+    """
+    if code in FEEDBACK_NAMES:
+        return FEEDBACK_NAMES[code]
+    if MQFB_APPL_FIRST <= code <= MQFB_APPL_LAST:
+        return f"MQFB_APPL_FIRST + {code - MQFB_APPL_FIRST} (an application's own)"
+    if code in REASON_NAMES:
+        return f"{REASON_NAMES[code]} ({code})"
+    return f"Feedback {code}"
+
 
 class MQError(MQGatherError):
     """An MQ call failed. ``reason`` is the MQRC_* name, ``code`` its number."""

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.identify import IdentificationError, gather_correl_id, identify, leg_correl_id
-from bridge.mq.models import MQMessage, parse_id
+from bridge.identify import (
+    IdentificationError,
+    ReportMessage,
+    gather_correl_id,
+    identify,
+    leg_correl_id,
+)
+from bridge.mq.errors import feedback_name
+from bridge.mq.models import MQMT_REPLY, MQMT_REPORT, MQMessage, parse_id
 from mqgather.config import AggregateSpec
 
 ORDERS = AggregateSpec(name="orders")
@@ -58,6 +65,60 @@ def test_aggregate_property_picks_among_several():
 def test_bad_input_says_why(message, candidates, reason):
     with pytest.raises(IdentificationError, match=reason):
         identify(message, candidates)
+
+
+MQFB_COA, MQFB_APPL_FIRST = 259, 65536
+
+
+@pytest.mark.parametrize("mode", ["property", "correlid", "count"])
+def test_a_report_is_never_a_reply_by_default(mode):
+    spec = ORDERS.model_copy(update={"leg_identification": mode})
+    # A queue manager's COA: the request's MsgId as CorrelId, and (WITH_DATA) its start.
+    report = MQMessage(
+        correl_id=leg_correl_id(b"K", 1), msg_type=MQMT_REPORT, feedback=MQFB_COA,
+        properties={"leg": "A"}, body=b"{}",
+    )  # fmt: skip
+    with pytest.raises(ReportMessage, match="Feedback MQFB_COA") as raised:
+        identify(report, [spec])
+    assert raised.value.aggregate is spec
+    assert "reports_are_replies" in str(raised.value)
+    # The same message as a reply is one.
+    assert identify(report.model_copy(update={"msg_type": MQMT_REPLY}), [spec]).aggregate is spec
+
+
+def test_a_report_naming_no_aggregate_of_a_shared_queue_goes_to_the_owner():
+    report = MQMessage(correl_id=b"R", msg_type=MQMT_REPORT, feedback=2053)
+    with pytest.raises(ReportMessage, match=r"MQRC_Q_FULL \(2053\)") as raised:
+        identify(report, [PAYMENTS, ORDERS])
+    assert raised.value.aggregate.name == min(ORDERS.name, PAYMENTS.name)
+    named = report.model_copy(update={"properties": {"aggregate": "payments"}})
+    with pytest.raises(ReportMessage) as raised:
+        identify(named, [ORDERS, PAYMENTS])
+    assert raised.value.aggregate is PAYMENTS
+
+
+def test_an_aggregate_may_take_reports_as_replies():
+    spec = ORDERS.model_copy(update={"reports_are_replies": True})
+    report = MQMessage(
+        correl_id=b"R", msg_type=MQMT_REPORT, feedback=MQFB_APPL_FIRST + 7,
+        properties={"leg": "A"},
+    )  # fmt: skip
+    assert identify(report, [spec]).leg == "A"
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        (259, "MQFB_COA"),
+        (258, "MQFB_EXPIRATION"),
+        (269, "MQFB_ACTIVITY"),
+        (2053, "MQRC_Q_FULL (2053)"),
+        (MQFB_APPL_FIRST + 7, "MQFB_APPL_FIRST + 7 (an application's own)"),
+        (1234567890, "Feedback 1234567890"),
+    ],
+)
+def test_feedback_is_named_as_an_operator_reads_it(code, name):
+    assert feedback_name(code) == name
 
 
 async def test_scatter_refuses_a_correl_id_that_does_not_fit_the_layout(tmp_path):

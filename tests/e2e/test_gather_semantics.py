@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from bridge.mq.models import MQMessage, PutOptions, parse_id
+from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import PROP_REASON, PROP_SOURCE_QUEUE
 from tests.harness import pipeline, status, until
@@ -229,6 +229,84 @@ async def test_correlid_layout_identifies_legs(temporal_env, tmp_path):
         "credit": {"i": 0},
         "stock": {"i": 1},
         "tax": {"i": 2},
+    }
+
+
+async def test_report_messages_are_not_replies(temporal_env, tmp_path):
+
+    by_correl = AggregateSpec(name="bycorrel", legs=LEGS, leg_identification="correlid")
+    counted = AggregateSpec(
+        name="counted", legs=LEGS[:2], leg_identification="count", merge="blob",
+        reply_queue="COUNT.IN",
+    )  # fmt: skip
+    async with pipeline(
+        temporal_env.client, tmp_path, [by_correl, counted], extra_queues=["COUNT.IN"]
+    ) as p:
+        sent = await p.scatter(by_correl)
+        requests = [await p.wait_message(leg.queue()) for leg in LEGS]
+        # The queue manager confirms the first request's arrival (COA, with its data) and
+        # reports the second undeliverable (an exception report, Feedback MQRC_Q_FULL);
+        # each carries its request's MsgId as CorrelId, as a reply does.
+        coa = p.put(
+            by_correl.reply_queue,
+            MQMessage(correl_id=requests[0].msg_id, msg_type=MQMT_REPORT, feedback=259,
+                      body=b"{}"),
+        )  # fmt: skip
+        exception = p.put(
+            by_correl.reply_queue,
+            MQMessage(correl_id=requests[1].msg_id, msg_type=MQMT_REPORT, feedback=2053),
+        )
+        reports = [await p.wait_message("GATHER.REPORT") for _ in range(2)]
+        assert (await status(p.handle(by_correl, sent.correl_id))).legs_received == []
+        for i, request in enumerate(requests):
+            p.put(by_correl.reply_queue, MQMessage(correl_id=request.msg_id, body=b'{"i":%d}' % i))
+        response = await p.wait_message("ORDER.RESPONSE")
+        # A count-only gather takes any message with its CorrelId: a report would count.
+        second = await p.scatter(counted)
+        cod = p.put(
+            "COUNT.IN", MQMessage(correl_id=second.correl_id, msg_type=MQMT_REPORT, feedback=260)
+        )
+        reports.append(await p.wait_message("GATHER.REPORT"))
+        p.put("COUNT.IN", MQMessage(correl_id=second.correl_id, body=b"one"))
+        p.put("COUNT.IN", MQMessage(correl_id=second.correl_id, body=b"two"))
+        blob = await p.wait_message("ORDER.RESPONSE")
+        for queue in ("GATHER.REPORT", "GATHER.DUPLICATE", "GATHER.FAILURE", "GATHER.LATE"):
+            assert p.empty(queue), queue
+    assert json.loads(response.body)["legs"] == {"credit": {"i": 0}, "stock": {"i": 1},
+                                                 "tax": {"i": 2}}  # fmt: skip
+    assert blob.body == b"onetwo"
+    by_id = {m.msg_id: m for m in reports}
+    for original, feedback, source in (
+        (coa, "MQFB_COA", "GATHER.IN"),
+        (exception, "MQRC_Q_FULL", "GATHER.IN"),
+        (cod, "MQFB_COD", "COUNT.IN"),
+    ):
+        moved = by_id[original.msg_id]
+        assert moved.msg_type == MQMT_REPORT and moved.correl_id == original.correl_id
+        assert moved.body == original.body and moved.feedback == original.feedback
+        assert f"Feedback {feedback}" in str(moved.properties[PROP_REASON])
+        assert moved.properties[PROP_SOURCE_QUEUE] == source
+
+
+async def test_an_aggregate_may_take_reports_as_replies(temporal_env, tmp_path):
+    # A back end that answers a failed request with a report and an application Feedback.
+    spec = AggregateSpec(
+        name="reportsok", legs=LEGS[:2], leg_identification="correlid", reports_are_replies=True
+    )
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        await p.scatter(spec)
+        first, second = [await p.wait_message(leg.queue()) for leg in LEGS[:2]]
+        p.put(
+            spec.reply_queue,
+            MQMessage(correl_id=first.msg_id, msg_type=MQMT_REPORT, feedback=65536 + 4,
+                      body=b'{"error":"no credit line"}'),
+        )  # fmt: skip
+        p.put(spec.reply_queue, MQMessage(correl_id=second.msg_id, body=b'{"ok":1}'))
+        response = await p.wait_message("ORDER.RESPONSE")
+        assert p.empty("GATHER.REPORT")
+    assert json.loads(response.body)["legs"] == {
+        "credit": {"error": "no credit line"},
+        "stock": {"ok": 1},
     }
 
 

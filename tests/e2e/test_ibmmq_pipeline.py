@@ -1,6 +1,7 @@
 """The whole gather pipeline over the IBM MQ adapter: bridge and worker talk to the queue
 manager only through the real ``ibmmq`` package (over the stand-in for IBM's library).
-Complete, duplicate, late, unknown and poison replies each end in exactly one place."""
+Complete, duplicate, late, unknown and poison replies, and reports, each end in exactly
+one place."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import json
 from datetime import UTC, datetime
 
-from bridge.mq.models import MQMessage, PutOptions, parse_id
+from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from tests.conftest import standin_connector
 from tests.harness import pipeline, status, until
@@ -24,7 +25,8 @@ LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
 CONTEXT = set(CONTEXT_FIELDS)
 OUTPUTS = ("ORDER.RESPONSE", "GATHER.DUPLICATE", "GATHER.LATE", "GATHER.UNKNOWN",
-           "GATHER.FAILURE", "GATHER.BACKOUT", "SYSTEM.DEAD.LETTER.QUEUE")  # fmt: skip
+           "GATHER.FAILURE", "GATHER.REPORT", "GATHER.BACKOUT",
+           "SYSTEM.DEAD.LETTER.QUEUE")  # fmt: skip
 
 
 async def test_a_gather_with_duplicate_late_unknown_and_poison_replies(temporal_env, tmp_path):
@@ -45,13 +47,20 @@ async def test_a_gather_with_duplicate_late_unknown_and_poison_replies(temporal_
             put_date_time=datetime(2026, 3, 4, 5, 6, 7, 80000, tzinfo=UTC))  # fmt: skip
         dup = p.qm.put(spec.reply_queue, relayed, PutOptions(syncpoint=False, set_all_context=True))
         await until(lambda: status(p.handle(spec, g.correl_id)), lambda s: s.duplicates == 1)
+        # A confirmation of arrival (COA) for STOCK's request, before its reply.
+        coa = p.put(
+            spec.reply_queue,
+            MQMessage(correl_id=g.correl_id, msg_type=MQMT_REPORT, feedback=259,
+                      properties={"leg": "STOCK"}, body=b'{"coa":1}'),
+        )  # fmt: skip
         rest = [p.reply(spec, g.correl_id, leg, b"{}") for leg in ("STOCK", "TAX")]
         result = await p.result(spec, g.correl_id)
         late = p.reply(spec, g.correl_id, "TAX", b'{"late":1}')
         unknown = p.reply(spec, parse_id("NOBODY-IBM"), "TAX", b"{}")
         poison = p.put("GATHER.IN", MQMessage(properties={"leg": "TAX"}, body=b"poison"))
         expected = {dup.msg_id: "GATHER.DUPLICATE", late.msg_id: "GATHER.LATE",
-                    unknown.msg_id: "GATHER.UNKNOWN", poison.msg_id: "GATHER.FAILURE"}  # fmt: skip
+                    unknown.msg_id: "GATHER.UNKNOWN", poison.msg_id: "GATHER.FAILURE",
+                    coa.msg_id: "GATHER.REPORT"}  # fmt: skip
         await until(
             lambda: asyncio.sleep(0, sum(p.depth(q) for q in OUTPUTS[1:])),
             lambda n: n == len(expected),
@@ -68,6 +77,8 @@ async def test_a_gather_with_duplicate_late_unknown_and_poison_replies(temporal_
     assert result.state == "COMPLETE"
     assert len(responses) == 1 and responses[0].correl_id == g.request_msg_id
     assert json.loads(responses[0].body)["legs"]["credit"] == {"c": 1}
+    assert json.loads(responses[0].body)["legs"]["stock"] == {}
+    assert copies[coa.msg_id].feedback == 259 and copies[coa.msg_id].msg_type == MQMT_REPORT
     merged = {bytes.fromhex(msg_id_of(k)) for k in result.consumed_msg_ids}
     assert {first.msg_id, *(m.msg_id for m in rest)} <= merged
     for msg_id, queue in expected.items():

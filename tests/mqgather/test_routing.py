@@ -9,7 +9,7 @@ from mqgather.routing import Destination, owner_of_shared_queue, queue_for
 
 SPEC = AggregateSpec(
     name="a", response_queue="R", timeout_queue="T", late_queue="L", unknown_queue="U",
-    duplicate_queue="D", failure_queue="F",
+    duplicate_queue="D", failure_queue="F", report_queue="P",
 )  # fmt: skip
 
 
@@ -22,6 +22,7 @@ SPEC = AggregateSpec(
         (Destination.UNKNOWN, "U"),
         (Destination.DUPLICATE, "D"),
         (Destination.FAILURE, "F"),
+        (Destination.REPORT, "P"),
     ],
 )
 def test_the_aggregate_names_its_own_queues(kind, queue):
