@@ -31,7 +31,7 @@ from bridge.inbound import (
     refused_for_content,
 )
 from bridge.mq import hold
-from bridge.mq.models import MQMessage, QueueAttributes, fingerprint
+from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
 from mqgather.ccsid import CCSIDError
 from mqgather.collector_config import CollectorRule, CollectorSpec
@@ -161,8 +161,9 @@ class CollectorBridge(QueueBridge):
         sizes: dict[int, int] = {}
         whole: dict[int, MQMessage] = {}  # held messages, whole
         for message in batch:
-            if message.unreadable:  # its destination could be among what is missing
-                moves.append(Move(Destination.FAILURE, failure, message, message.unreadable))
+            # Its destination could be among what is missing, or in another segment.
+            if problem := message.unreadable or not_whole(message):
+                moves.append(Move(Destination.FAILURE, failure, message, problem))
                 continue
             routed = self._route(message)
             if isinstance(routed, str):

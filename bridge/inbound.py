@@ -37,7 +37,7 @@ from bridge.identify import IdentificationError, ReportMessage, identify
 from bridge.mq import hold
 from bridge.mq.errors import REASONS, MQError
 from bridge.mq.forward import forward
-from bridge.mq.models import MQMessage, QueueAttributes, fingerprint
+from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
 from mqgather.names import PROP_TRACEPARENT, SIGNAL_REPLIES, TASK_QUEUE
@@ -452,9 +452,10 @@ class InboundBridge(QueueBridge):
         whole: dict[int, MQMessage] = {}
         owner = owner_of_shared_queue(specs)
         for message in batch:
-            if message.unreadable:  # its leg or CorrelId could be among what is missing
+            # Its leg or CorrelId could be among what is missing, or in another segment.
+            if problem := message.unreadable or not_whole(message):
                 target = queue_for(owner, Destination.FAILURE)
-                moves.append(Move(Destination.FAILURE, target, message, message.unreadable))
+                moves.append(Move(Destination.FAILURE, target, message, problem))
                 continue
             if attrs.bothresh and message.backout_count >= attrs.bothresh:
                 # A redelivery the gather took already is dropped, unless it is held: the

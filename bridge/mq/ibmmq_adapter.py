@@ -475,7 +475,7 @@ class IBMMQTransport(Transport):
             # handle per queue (the cache below) carries a group across calls.
             pmo_opts |= C.MQPMO_LOGICAL_ORDER
         md = self.mq.MD()
-        md.Version = C.MQMD_VERSION_2  # GroupId, MsgSeqNumber and MsgFlags live in v2
+        md.Version = C.MQMD_VERSION_2  # GroupId, MsgSeqNumber, MsgFlags and Offset: v2 only
         md.MsgType = message.message_type
         md.Report = message.report
         md.Feedback = message.feedback
@@ -484,6 +484,8 @@ class IBMMQTransport(Transport):
         md.GroupId = message.group_id
         md.MsgSeqNumber = message.msg_seq_number
         md.MsgFlags = message.msg_flags
+        md.Offset = message.offset
+        md.OriginalLength = message.original_length
         md.Format = _md_bytes(message.format.ljust(8), "format")
         md.CodedCharSetId = message.coded_char_set_id
         md.Encoding = message.encoding
@@ -599,6 +601,8 @@ class IBMMQTransport(Transport):
             group_id=bytes(md.GroupId),
             msg_seq_number=max(1, int(md.MsgSeqNumber)),
             msg_flags=int(md.MsgFlags) | status_flags(C, gmo.GroupStatus),
+            offset=int(md.Offset),
+            original_length=int(md.OriginalLength),
             format=_md_chars(md.Format),
             coded_char_set_id=int(md.CodedCharSetId),
             encoding=int(md.Encoding),

@@ -64,6 +64,7 @@ from bridge.mq.models import (
     decode_properties,
     descriptor_refusal,
     encode_properties,
+    stored_original_length,
     wait_refusal,
 )
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
@@ -148,7 +149,9 @@ CREATE TABLE IF NOT EXISTS messages (
     appl_origin_data TEXT NOT NULL DEFAULT '',
     msg_type INTEGER,
     report INTEGER NOT NULL DEFAULT 0,
-    feedback INTEGER NOT NULL DEFAULT 0
+    feedback INTEGER NOT NULL DEFAULT 0,
+    msg_offset INTEGER NOT NULL DEFAULT 0,
+    original_length INTEGER NOT NULL DEFAULT -1
 );
 CREATE INDEX IF NOT EXISTS messages_order ON messages (queue, state, priority DESC, id);
 -- A get that matches an id finds it through its own index, in queue order, however deep
@@ -186,7 +189,7 @@ _INSERT_COLUMNS = (
     "format, persistence, expiry_at, reply_to_q, reply_to_qmgr, put_appl_name, "
     "put_date_time, backout_count, properties, body, ccsid, encoding, user_identifier, "
     "accounting_token, appl_identity_data, put_appl_type, appl_origin_data, msg_type, "
-    "report, feedback"
+    "report, feedback, msg_offset, original_length"
 )
 _INSERT = (
     f"INSERT INTO messages ({_INSERT_COLUMNS}) "
@@ -267,7 +270,7 @@ _COLUMNS = (
     "m.put_date_time, m.backout_count, m.properties, COALESCE(b.body, m.body), m.ccsid, "
     "m.encoding, "
     "m.user_identifier, m.accounting_token, m.appl_identity_data, m.put_appl_type, "
-    "m.appl_origin_data, m.msg_type, m.report, m.feedback"
+    "m.appl_origin_data, m.msg_type, m.report, m.feedback, m.msg_offset, m.original_length"
 )
 #: Columns added since the first file format, with their definitions: an older file gets
 #: them when first opened (its messages take the defaults, which is what they were).
@@ -282,6 +285,8 @@ _ADDED_COLUMNS = {
     "msg_type": "INTEGER",
     "report": "INTEGER NOT NULL DEFAULT 0",
     "feedback": "INTEGER NOT NULL DEFAULT 0",
+    "msg_offset": "INTEGER NOT NULL DEFAULT 0",
+    "original_length": "INTEGER NOT NULL DEFAULT -1",
 }
 
 
@@ -561,7 +566,11 @@ class LocalQueueManager(Transport):
         msg_id = message.msg_id
         if msg_id == NONE_ID:
             msg_id = (b"AMQ " + self.qmgr_name.encode()[:12].ljust(12) + os.urandom(8))[:ID_LENGTH]
-        updates: dict[str, Any] = {"msg_id": msg_id, "backout_count": 0}
+        updates: dict[str, Any] = {
+            "msg_id": msg_id,
+            "backout_count": 0,
+            "original_length": stored_original_length(message),
+        }
         if message.persistence == MQPER_PERSISTENCE_AS_Q_DEF:
             # The queues here are defined with MQ's default DEFPSIST(NO).
             updates["persistence"] = MQPER_NOT_PERSISTENT
@@ -711,6 +720,8 @@ class LocalQueueManager(Transport):
             m.msg_type,
             m.report,
             m.feedback,
+            m.offset,
+            m.original_length,
         )
 
     def get(
@@ -977,6 +988,8 @@ class LocalQueueManager(Transport):
             msg_type,
             report,
             feedback,
+            offset,
+            original_length,
         ) = row
         return MQMessage(
             msg_id=msg_id,
@@ -1005,6 +1018,8 @@ class LocalQueueManager(Transport):
             msg_type=msg_type,
             report=report,
             feedback=feedback,
+            offset=offset,
+            original_length=original_length,
         )
 
     def commit(self) -> None:

@@ -34,6 +34,12 @@ MQPER_PERSISTENT = 1
 #: Persistence as the queue's DEFPSIST says (NO on a queue defined with the defaults).
 MQPER_PERSISTENCE_AS_Q_DEF = 2
 MQEI_UNLIMITED = -1
+#: MQOL_UNDEFINED: OriginalLength of a message that is no segment.
+MQOL_UNDEFINED = -1
+#: The largest Offset a segment may begin at (MQRC_OFFSET_ERROR past it).
+MAX_SEGMENT_OFFSET = 999_999_999
+#: MsgFlags MQ refuses when unknown (MQMF_REJECT_UNSUP_MASK), and those it knows.
+MQMF_REJECT_UNSUP_MASK, MQMF_KNOWN = 0x0FFF, 0x1F
 MQFMT_NONE = ""
 MQFMT_STRING = "MQSTR"
 #: MQENC_NATIVE on little-endian platforms (x86, ARM Linux): integers low byte first.
@@ -73,15 +79,38 @@ _PROPERTY_TAGS: dict[type, str] = {
 
 
 class MsgFlags(IntFlag):
-    """MQMF_* message flags for logical groups."""
+    """MQMF_* message flags for logical groups and segments."""
 
     NONE = 0
+    SEGMENT = 0x02
+    LAST_SEGMENT = 0x04
     MSG_IN_GROUP = 0x08
     LAST_MSG_IN_GROUP = 0x10
 
 
 #: The flags that make a message part of a group (the last one implies "in group").
 GROUP_FLAGS = MsgFlags.MSG_IN_GROUP | MsgFlags.LAST_MSG_IN_GROUP
+#: The flags of a physical segment of a logical message, split by its sender or a queue
+#: manager on the way (MQMF_SEGMENTATION_ALLOWED and a message larger than a MAXMSGL).
+SEGMENT_FLAGS = MsgFlags.SEGMENT | MsgFlags.LAST_SEGMENT
+
+
+def not_whole(message: MQMessage) -> str:
+    """Why a message got off a queue is not a whole message, or "" when it is.
+
+    A segment carries part of its logical message's body, so taking it as a reply or a
+    message to batch would merge a truncated body, and count the others as duplicates.
+    """
+    if not message.msg_flags & SEGMENT_FLAGS or message.message_type == MQMT_REPORT:
+        # A report on a segment carries the segment's flags, and a whole report's data.
+        return ""
+    which = "MQMF_LAST_SEGMENT" if message.msg_flags & MsgFlags.LAST_SEGMENT else "MQMF_SEGMENT"
+    return (
+        f"a segment of a segmented message (MsgFlags {which}), not a whole message: "
+        "raise the MAXMSGL of the queue and the queue manager above the message's size "
+        "so that no queue manager on the way segments it, or have its sender put it whole"
+    )
+
 
 GroupStatus = Literal["not-in-group", "in-group", "last-in-group"]
 
@@ -242,6 +271,18 @@ class MQMessage(BaseModel):
     group_id: bytes = NONE_ID
     msg_seq_number: int = Field(default=1, ge=1, le=MQLONG_MAX)
     msg_flags: int = Field(default=0, ge=MQLONG_MIN, le=MQLONG_MAX)
+    offset: int = Field(
+        default=0,
+        ge=MQLONG_MIN,
+        le=MQLONG_MAX,
+        description="Offset: where a segment's data begins in its logical message",
+    )
+    original_length: int = Field(
+        default=MQOL_UNDEFINED,
+        ge=MQLONG_MIN,
+        le=MQLONG_MAX,
+        description="OriginalLength: a segment's length (MQOL_UNDEFINED for no segment)",
+    )
     format: str = Field(default=MQFMT_STRING, max_length=8)
     coded_char_set_id: int = Field(
         default=CCSID_UTF8, ge=0, le=MQLONG_MAX, description="CodedCharSetId"
@@ -370,13 +411,17 @@ def fingerprint(message: MQMessage) -> str:
     not change the fingerprint of a message a previous release saw.
     """
     m = message
-    described = (
+    described: tuple[object, ...] = (
         m.msg_id, m.correl_id, m.group_id, m.msg_seq_number, m.msg_flags, m.format,
         m.coded_char_set_id, m.encoding, m.persistence, m.priority, m.reply_to_q,
         m.reply_to_qmgr, m.put_appl_name, m.put_date_time, m.user_identifier,
         m.accounting_token, m.appl_identity_data, m.put_appl_type, m.appl_origin_data,
         m.msg_type, m.report, m.feedback, sorted(m.properties.items()),
     )  # fmt: skip
+    if m.offset or m.original_length != MQOL_UNDEFINED:
+        # Only a segment (or a report on one) has them: every other message keeps the
+        # fingerprint it had before they were kept.
+        described += (m.offset, m.original_length)
     # repr keeps what JSON would blur (NaN against null, bytes against text, 1 against
     # True) and writes a lone surrogate as an escape, so any property value digests.
     digest = hashlib.blake2b(repr(described).encode(), digest_size=FINGERPRINT_HEX // 2)
@@ -459,4 +504,38 @@ def descriptor_refusal(message: MQMessage) -> tuple[str, str] | None:
             f"Persistence {message.persistence} is none of 0 (not persistent), 1 "
             "(persistent), 2 (as the queue's DEFPSIST)"
         )
+    return _segment_refusal(message)
+
+
+def _segment_refusal(message: MQMessage) -> tuple[str, str] | None:
+    """MQ's checks of a message's flags and, for a segment, its Offset, length and (on a
+    report) OriginalLength."""
+    flags = message.msg_flags
+    if flags & MQMF_REJECT_UNSUP_MASK & ~MQMF_KNOWN:
+        return "MQRC_MSG_FLAGS_ERROR", (
+            f"MsgFlags {flags:#x} has flags MQ does not know "
+            f"({flags & MQMF_REJECT_UNSUP_MASK & ~MQMF_KNOWN:#x})"
+        )
+    if not 0 <= message.offset <= MAX_SEGMENT_OFFSET:
+        return "MQRC_OFFSET_ERROR", f"Offset {message.offset} is not 0 to {MAX_SEGMENT_OFFSET}"
+    last = bool(flags & MsgFlags.LAST_SEGMENT)
+    if flags & SEGMENT_FLAGS and not last and not message.body:
+        return "MQRC_SEGMENT_LENGTH_ZERO", "only the last segment of a message may be empty"
+    if flags & SEGMENT_FLAGS and message.message_type == MQMT_REPORT:
+        length = message.original_length
+        if length < len(message.body) or length < (0 if last else 1):
+            return "MQRC_ORIGINAL_LENGTH_ERROR", (
+                f"OriginalLength {length} of a report on a segment must be at least its "
+                f"data's length ({len(message.body)}), and above 0 unless the last segment"
+            )
     return None
+
+
+def stored_original_length(message: MQMessage) -> int:
+    """The OriginalLength MQ keeps for a put message: as given on a report on a segment,
+    the data's length on another segment, MQOL_UNDEFINED on any other message."""
+    if not message.msg_flags & SEGMENT_FLAGS:
+        return MQOL_UNDEFINED
+    if message.message_type == MQMT_REPORT:
+        return message.original_length
+    return len(message.body)

@@ -22,7 +22,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.collect import CollectorBridge
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
+from bridge.mq.models import MQMessage, MsgFlags, PutOptions, QueueAttributes
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.names import PROP_BATCH_REASON, PROP_REASON
 from tests.collecting import OUT, SPEC, Collecting, collecting, order
@@ -357,3 +357,30 @@ async def test_messages_that_reuse_one_msg_id_are_each_batched(temporal_env, tmp
         assert c.depth("CMAIN") == 0
     assert [f"<Test>line {i}</Test>" in batch.text() for i in range(3)] == [True] * 3
     assert final.messages == 3 and final.redeliveries == 0
+
+
+async def test_segments_of_a_message_go_to_the_failure_queue_not_into_a_batch(
+    temporal_env, tmp_path
+):
+    # A message that reached the queue in segments: batched one by one, its parts would
+    # be two messages of the batch, the first cut short.
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=1, max_delay_seconds=60)
+        group = b"SEGMENTED".ljust(24, b"\x00")
+        segments = [
+            c.qm.put(c.spec.input_queue, MQMessage(
+                group_id=group, msg_flags=flags, offset=offset,
+                properties={"destination": "France"}, body=body,
+            ), PutOptions(syncpoint=False))
+            for flags, offset, body in ((MsgFlags.SEGMENT, 0, order("first")[:20]),
+                                        (MsgFlags.LAST_SEGMENT, 20, order("first")[20:]))
+        ]  # fmt: skip
+        c.send("France", order("whole"))
+        failed = [await c.take(c.spec.failure_queue) for _ in segments]
+        batch = await c.take("CMAOUT.FR")
+        left = [c.depth(q) for q in ("CMAIN", "CMAOUT.FR", c.spec.failure_queue)]
+    assert "<Test>whole</Test>" in batch.text() and left == [0, 0, 0]
+    assert batch.text().count("<Test>") == 1  # the whole message alone, no segment
+    for sent, moved in zip(segments, failed, strict=True):
+        assert (moved.msg_id, moved.body, moved.offset) == (sent.msg_id, sent.body, sent.offset)
+        assert "a segment of a segmented message" in str(moved.properties[PROP_REASON])

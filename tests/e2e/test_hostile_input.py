@@ -9,14 +9,24 @@ import json
 import math
 from collections.abc import AsyncIterator
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq import dlh
-from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes, parse_id
+from bridge.mq.models import (
+    SEGMENT_FLAGS,
+    Match,
+    MQMessage,
+    MsgFlags,
+    PutOptions,
+    QueueAttributes,
+    parse_id,
+)
 from mqgather.ccsid import codec as ccsid_codec
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import GATHER_STATE, PROP_REASON, SIGNAL_EXPECT, SIGNAL_REPLIES
+from tests.conftest import standin_connector
 from tests.harness import pipeline, status, until
 from workflows.gather import GatherWorkflow
 from workflows.models import Registration, ReplyBatch, start_input
@@ -382,3 +392,36 @@ async def test_after_the_close_a_reply_that_reuses_a_msg_id_is_late_and_a_redeli
         assert p.empty("GATHER.IN") and p.empty("GATHER.LATE") and p.empty("GATHER.BACKOUT")
     assert late.msg_id == taken[0].msg_id and late.body == b'{"again":"no"}'
     assert p.bridge.stats.redeliveries_dropped == 1 and p.bridge.stats.late == 1
+
+
+@pytest.mark.parametrize("over", ["embedded", "ibmmq"])
+async def test_a_segmented_reply_goes_to_failure_whole_not_merged_truncated(
+    temporal_env, tmp_path, over
+):
+    """A reply that reached the queue in segments (its sender's, or a queue manager's on
+    the way with MQMF_SEGMENTATION_ALLOWED) is not taken segment by segment: the first
+    would be merged as the whole reply, the second counted a duplicate."""
+    spec = AggregateSpec(name="segments", legs=LEGS[:2], merge="blob", timeout_seconds=2)
+    transport = (lambda path: standin_connector(path)) if over == "ibmmq" else None
+    async with pipeline(temporal_env.client, tmp_path, [spec], transport=transport) as p:
+        g = await p.scatter(spec)
+        p.reply(spec, g.correl_id, "CREDIT", b"credit")
+        group = parse_id("SEGMENTED-REPLY")
+        halves = ((MsgFlags.SEGMENT, 0, b"stock, first half"), (MsgFlags.LAST_SEGMENT, 17, b"+"))
+        segments = []
+        for flags, offset, body in halves:
+            segment = MQMessage(correl_id=g.correl_id, group_id=group, msg_flags=flags,
+                                offset=offset, properties={"leg": "STOCK"}, body=body)  # fmt: skip
+            segments.append(p.put(spec.reply_queue, segment))
+        failed = [await p.wait_message("GATHER.FAILURE") for _ in segments]
+        partial = await p.wait_message("GATHER.TIMEOUT")
+        result = await p.result(spec, g.correl_id)
+        for queue in ("ORDER.RESPONSE", "GATHER.DUPLICATE", "GATHER.FAILURE", spec.reply_queue):
+            assert p.empty(queue), queue
+    assert result.state == "TIMEOUT" and result.legs_missing == ["STOCK"]
+    assert partial.body == b"credit"
+    for sent, moved in zip(segments, failed, strict=True):
+        assert (moved.msg_id, moved.body, moved.group_id) == (sent.msg_id, sent.body, group)
+        assert moved.msg_flags & SEGMENT_FLAGS == sent.msg_flags
+        assert (moved.offset, moved.original_length) == (sent.offset, len(sent.body))
+        assert "a segment of a segmented message" in str(moved.properties[PROP_REASON])

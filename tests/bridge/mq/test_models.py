@@ -9,10 +9,13 @@ from pydantic import ValidationError
 
 from bridge.mq.models import (
     FINGERPRINT_HEX,
+    MQMT_REPORT,
     MQMessage,
+    MsgFlags,
     QueueAttributes,
     fingerprint,
     format_id,
+    not_whole,
     parse_id,
 )
 from mqgather.errors import ConfigError
@@ -102,6 +105,9 @@ def test_a_fingerprint_leaves_out_what_a_redelivery_changes_and_keeps_everything
     )  # fmt: skip
     same = fingerprint(base)
     assert len(same) == FINGERPRINT_HEX and int(same, 16) >= 0
+    # As a release before Offset and OriginalLength were kept computed it: a redelivery
+    # of a message signalled by it is still known.
+    assert same == "b128ce6d57ebf18d"
     assert fingerprint(base.model_copy(update={"backout_count": 4, "expiry": 17})) == same
     # Properties are compared as a set of names and values, whatever their order.
     reordered = dict(reversed(list(base.properties.items())))
@@ -113,7 +119,26 @@ def test_a_fingerprint_leaves_out_what_a_redelivery_changes_and_keeps_everything
         "put_date_time": datetime(2026, 1, 2, tzinfo=UTC), "user_identifier": "u",
         "accounting_token": b"\x01" * 32, "appl_identity_data": "i", "put_appl_type": 11,
         "appl_origin_data": "o", "msg_type": 2, "report": 1, "feedback": 256,
+        "offset": 100, "original_length": 4,
         "properties": {**base.properties, "a": True}, "body": b"bodY", "msg_id": b"N" * 24,
     }  # fmt: skip
     for field, value in changes.items():
         assert fingerprint(base.model_copy(update={field: value})) != same, field
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [(MsgFlags.SEGMENT, "MQMF_SEGMENT"), (MsgFlags.LAST_SEGMENT, "MQMF_LAST_SEGMENT"),
+     (MsgFlags.SEGMENT | MsgFlags.MSG_IN_GROUP, "MQMF_SEGMENT")],
+)  # fmt: skip
+def test_a_segment_is_not_a_whole_message_and_says_what_to_change(flags, named):
+    reason = not_whole(MQMessage(msg_flags=flags, body=b"part"))
+    assert f"(MsgFlags {named})" in reason and "MAXMSGL" in reason
+
+
+def test_whole_messages_and_reports_on_segments_are_whole():
+    assert not_whole(MQMessage(body=b"x")) == ""
+    assert not_whole(MQMessage(msg_flags=MsgFlags.LAST_MSG_IN_GROUP, body=b"x")) == ""
+    # A report on a segment copies the segment's flags; its own data is whole.
+    report = MQMessage(msg_type=MQMT_REPORT, msg_flags=MsgFlags.SEGMENT, original_length=9)
+    assert not_whole(report) == ""

@@ -17,13 +17,19 @@ from bridge.mq.errors import (
 from bridge.mq.models import (
     MQACT_NONE,
     MQAT_UNIX,
+    MQMT_REPORT,
+    MQOL_UNDEFINED,
     MQPER_PERSISTENCE_AS_Q_DEF,
+    NONE_ID,
     Match,
     MQMessage,
+    MsgFlags,
     PutOptions,
     fingerprint,
     parse_id,
 )
+
+SEGMENT, LAST = int(MsgFlags.SEGMENT), int(MsgFlags.LAST_SEGMENT)
 
 
 def test_fifo_within_priority(connect, make_queue):
@@ -244,17 +250,52 @@ def test_mqmd_fields_round_trip(connect, make_queue):
         ({"expiry": 1_000_000_000}, "MQRC_EXPIRY_ERROR"),
         ({"persistence": 3}, "MQRC_PERSISTENCE_ERROR"),
         ({"persistence": -1}, "MQRC_PERSISTENCE_ERROR"),
+        ({"msg_flags": 0x20}, "MQRC_MSG_FLAGS_ERROR"),
+        ({"offset": -1}, "MQRC_OFFSET_ERROR"),
+        ({"offset": 1_000_000_000, "msg_flags": SEGMENT}, "MQRC_OFFSET_ERROR"),
+        ({"msg_flags": SEGMENT, "body": b""}, "MQRC_SEGMENT_LENGTH_ZERO"),
+        # A report on a segment says how long that segment was.
+        ({"msg_flags": SEGMENT, "msg_type": MQMT_REPORT, "original_length": 0},
+         "MQRC_ORIGINAL_LENGTH_ERROR"),
+        ({"msg_flags": LAST, "msg_type": MQMT_REPORT, "original_length": 0},
+         "MQRC_ORIGINAL_LENGTH_ERROR"),  # shorter than the report's own data
     ],
-)
+)  # fmt: skip
 def test_a_descriptor_mq_refuses_is_refused_and_nothing_is_put(connect, make_queue, fields, reason):
     qm = connect()
     q = make_queue(qm)
     with pytest.raises(MQError) as refused:
-        qm.put(q, MQMessage(body=b"x", **fields))
+        qm.put(q, MQMessage(**{"body": b"x", **fields}))
     assert refused.value.reason == reason
     qm.put(q, MQMessage(body=b"kept"))
     qm.commit()
     assert [m.body for m in qm.browse(q)] == [b"kept"]
+
+
+def test_segments_keep_their_offset_and_mq_sets_their_original_length(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    group = parse_id("LOGICAL-1")
+    sent = [
+        # OriginalLength given on a segment that is no report is replaced by its length.
+        MQMessage(group_id=group, msg_flags=SEGMENT, offset=0, original_length=99, body=b"abc"),
+        MQMessage(group_id=group, msg_flags=LAST, offset=3, body=b"de"),
+        # A report on a segment keeps the one given: the length of the segment it is on.
+        MQMessage(group_id=group, msg_flags=LAST, offset=3, msg_type=MQMT_REPORT,
+                  original_length=2, body=b""),
+        # On a message that is no segment, MQ keeps none.
+        MQMessage(body=b"whole", original_length=5),
+    ]  # fmt: skip
+    for message in sent:
+        qm.put(q, message)
+    qm.commit()
+    got = [qm.get(q) for _ in sent]
+    qm.commit()
+    assert [(m.group_id, m.msg_flags & (SEGMENT | LAST), m.offset) for m in got] == [
+        (group, SEGMENT, 0), (group, LAST, 3), (group, LAST, 3), (NONE_ID, 0, 0)
+    ]  # fmt: skip
+    assert [m.original_length for m in got] == [3, 2, 2, MQOL_UNDEFINED]
+    assert [m.body for m in got] == [m.body for m in sent]
 
 
 @pytest.mark.parametrize("wait_ms", [-2, -5000, 2**31])
