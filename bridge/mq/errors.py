@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bridge.mq.models import MQFB_APPL_FIRST, MQFB_APPL_LAST
 from mqgather.errors import MQGatherError
 
 if TYPE_CHECKING:
@@ -16,6 +17,10 @@ REASONS: dict[str, int] = {
     "MQRC_DATA_LENGTH_ERROR": 2010,
     "MQRC_ENVIRONMENT_ERROR": 2012,
     "MQRC_EXPIRY_ERROR": 2013,
+    "MQRC_FEEDBACK_ERROR": 2014,
+    "MQRC_MISSING_REPLY_TO_Q": 2027,
+    "MQRC_MSG_TYPE_ERROR": 2029,
+    "MQRC_REPORT_OPTIONS_ERROR": 2061,
     "MQRC_PERSISTENCE_ERROR": 2047,
     "MQRC_PRIORITY_ERROR": 2050,
     "MQRC_GET_INHIBITED": 2016,
@@ -90,7 +95,6 @@ FEEDBACK_NAMES: dict[int, str] = {
     276: "MQFB_NAN",
     284: "MQFB_NOT_DELIVERED",
 }
-MQFB_APPL_FIRST, MQFB_APPL_LAST = 65536, 999_999_999
 
 
 def feedback_name(code: int) -> str:

@@ -53,6 +53,14 @@ MQAT_NO_CONTEXT = 0
 MQMT_REQUEST, MQMT_REPLY, MQMT_REPORT, MQMT_DATAGRAM = 1, 2, 4, 8
 #: MQMD Report: no report options; Feedback: none.
 MQRO_NONE, MQFB_NONE = 0, 0
+#: The ranges MQ takes for MsgType and Feedback: system, then applications' own.
+MQMT_SYSTEM_FIRST, MQMT_APPL_LAST = 1, 999_999_999
+MQFB_SYSTEM_FIRST, MQFB_APPL_FIRST, MQFB_APPL_LAST = 1, 65536, 999_999_999
+#: Report options that ask for a report (exception, expiration, COA, COD, PAN, NAN,
+#: activity, with or without data): each needs a ReplyToQ to send it to.
+MQRO_REPORTS_ASKED = 0x07000000 | 0x00E00000 | 0x00000700 | 0x00003800 | 0x7
+#: Report options MQ refuses when it does not know them (MQRO_REJECT_UNSUP_MASK).
+MQRO_REJECT_UNSUP_MASK = 0x101C0000
 #: Report options a requester sets for its reply's CorrelId: its own CorrelId passed on,
 #: instead of its MsgId copied (MQRO_COPY_MSG_ID_TO_CORREL_ID, the default, 0).
 MQRO_PASS_CORREL_ID = 0x40
@@ -504,7 +512,33 @@ def descriptor_refusal(message: MQMessage) -> tuple[str, str] | None:
             f"Persistence {message.persistence} is none of 0 (not persistent), 1 "
             "(persistent), 2 (as the queue's DEFPSIST)"
         )
-    return _segment_refusal(message)
+    return _type_refusal(message) or _segment_refusal(message)
+
+
+def _type_refusal(message: MQMessage) -> tuple[str, str] | None:
+    """MQ's checks of what a message is and what it asks for: its MsgType, Feedback and
+    Report, and a ReplyToQ wherever a reply or a report may be sent."""
+    kind = message.message_type
+    if not MQMT_SYSTEM_FIRST <= kind <= MQMT_APPL_LAST:
+        return "MQRC_MSG_TYPE_ERROR", (
+            f"MsgType {kind} is neither a system type (1 to 65535) nor an application's "
+            f"(65536 to {MQMT_APPL_LAST})"
+        )
+    if message.feedback and not MQFB_SYSTEM_FIRST <= message.feedback <= MQFB_APPL_LAST:
+        return "MQRC_FEEDBACK_ERROR", (
+            f"Feedback {message.feedback} is neither MQFB_NONE (0) nor in 1 to {MQFB_APPL_LAST}"
+        )
+    if message.report & MQRO_REJECT_UNSUP_MASK:
+        return "MQRC_REPORT_OPTIONS_ERROR", (
+            f"Report {message.report:#x} has options MQ does not know "
+            f"({message.report & MQRO_REJECT_UNSUP_MASK:#x})"
+        )
+    if not message.reply_to_q.strip() and (
+        kind == MQMT_REQUEST or message.report & MQRO_REPORTS_ASKED
+    ):
+        asks = "is a request" if kind == MQMT_REQUEST else f"asks for reports ({message.report:#x})"
+        return "MQRC_MISSING_REPLY_TO_Q", f"the message {asks} and names no ReplyToQ"
+    return None
 
 
 def _segment_refusal(message: MQMessage) -> tuple[str, str] | None:

@@ -359,8 +359,10 @@ def test_a_forwarded_report_keeps_its_message_type_report_options_and_feedback(t
     t = adapter()
     t.define(QueueAttributes(name="REPORTS"))
     t.define(QueueAttributes(name="UNKNOWN"))
+    # Reports on it are asked for, so it names where they go (MQ refuses it otherwise).
     original = MQMessage(body=b"expired", msg_type=C.MQMT_REPORT, feedback=C.MQFB_EXPIRATION,
-                         report=C.MQRO_EXPIRATION_WITH_DATA | C.MQRO_PASS_CORREL_ID)  # fmt: skip
+                         report=C.MQRO_EXPIRATION_WITH_DATA | C.MQRO_PASS_CORREL_ID,
+                         reply_to_q="APP.REPORTS")  # fmt: skip
     with LocalQueueManager(tmp_path / "qm.db") as qm:
         qm.put("REPORTS", original, PutOptions(syncpoint=False))
     got = t.get("REPORTS")

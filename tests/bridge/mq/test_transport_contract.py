@@ -18,6 +18,7 @@ from bridge.mq.models import (
     MQACT_NONE,
     MQAT_UNIX,
     MQMT_REPORT,
+    MQMT_REQUEST,
     MQOL_UNDEFINED,
     MQPER_PERSISTENCE_AS_Q_DEF,
     NONE_ID,
@@ -250,6 +251,14 @@ def test_mqmd_fields_round_trip(connect, make_queue):
         ({"expiry": 1_000_000_000}, "MQRC_EXPIRY_ERROR"),
         ({"persistence": 3}, "MQRC_PERSISTENCE_ERROR"),
         ({"persistence": -1}, "MQRC_PERSISTENCE_ERROR"),
+        ({"msg_type": 0}, "MQRC_MSG_TYPE_ERROR"),
+        ({"msg_type": 1_000_000_000}, "MQRC_MSG_TYPE_ERROR"),
+        ({"feedback": -1}, "MQRC_FEEDBACK_ERROR"),
+        ({"feedback": 1_000_000_000}, "MQRC_FEEDBACK_ERROR"),
+        ({"report": 0x00040000}, "MQRC_REPORT_OPTIONS_ERROR"),
+        # A request, or a message that asks for a report (COA here), needs a ReplyToQ.
+        ({"msg_type": MQMT_REQUEST}, "MQRC_MISSING_REPLY_TO_Q"),
+        ({"report": 0x100, "reply_to_q": "  "}, "MQRC_MISSING_REPLY_TO_Q"),
         ({"msg_flags": 0x20}, "MQRC_MSG_FLAGS_ERROR"),
         ({"offset": -1}, "MQRC_OFFSET_ERROR"),
         ({"offset": 1_000_000_000, "msg_flags": SEGMENT}, "MQRC_OFFSET_ERROR"),
@@ -270,6 +279,26 @@ def test_a_descriptor_mq_refuses_is_refused_and_nothing_is_put(connect, make_que
     qm.put(q, MQMessage(body=b"kept"))
     qm.commit()
     assert [m.body for m in qm.browse(q)] == [b"kept"]
+
+
+def test_what_mq_takes_in_msg_type_feedback_and_report_is_kept(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    sent = [
+        # An application's own MsgType and Feedback; report options that ask for no
+        # report need no ReplyToQ.
+        MQMessage(msg_type=65536 + 7, feedback=65536 + 3, report=0x40 | 0x80, body=b"a"),
+        MQMessage(msg_type=MQMT_REPORT, feedback=2053, body=b"b"),
+        MQMessage(msg_type=MQMT_REQUEST, reply_to_q="R", report=0x4000, body=b"c"),
+    ]
+    for message in sent:
+        qm.put(q, message)
+    qm.commit()
+    got = [qm.get(q) for _ in sent]
+    qm.commit()
+    assert [(m.msg_type, m.feedback, m.report) for m in got] == [
+        (m.msg_type, m.feedback, m.report) for m in sent
+    ]
 
 
 def test_segments_keep_their_offset_and_mq_sets_their_original_length(connect, make_queue):
