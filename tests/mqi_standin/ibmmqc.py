@@ -13,7 +13,9 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
   another handle holds it exclusively, context authority (2035) for set/pass all context,
   MAXHANDS open handles per connection (2017).
 - put: MsgId generation, CCSID / Encoding / Format / MsgType / context fields kept, the
-  unit of work, Q_FULL and MAXMSGL from the queue manager.
+  unit of work, Q_FULL and MAXMSGL from the queue manager; the descriptor checked as MQ
+  checks it on a put (Expiry, Persistence, Priority, and MsgType 2029, Feedback 2014,
+  unknown Report options 2061, a request or a report asked for without a ReplyToQ 2027).
 - groups and segments: MQMD version 2 carries GroupId / MsgSeqNumber / MsgFlags / Offset /
   OriginalLength (version 1 none); a segment's flags, Offset and length checked on the
   put (2249, 2251, 2252, 2253) and its SegmentStatus reported on the get, segments got
