@@ -19,6 +19,7 @@ from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.models import (
     MQEI_UNLIMITED,
     MQPER_PERSISTENT,
+    MQRO_REPORTS_ASKED,
     Match,
     MQMessage,
     PropertyValue,
@@ -71,12 +72,21 @@ def without_body(message: MQMessage) -> MQMessage:
 
 def hold(transport: Transport, queue: str, message: MQMessage) -> None:
     """Put a reply on the hold queue under syncpoint, its MQMD and context as they were,
-    but for its Expiry and Persistence. The bridge got it in time, so it is its gather's
-    now: it must not expire while the gather waits for its other legs, nor be lost when
-    the queue manager restarts (which discards non-persistent messages). Its gather keeps
-    the MQMD it came with (in its reference), and whatever forwards it restores both
+    but for its Expiry, Persistence and the reports it asks for. The bridge got it in
+    time, so it is its gather's now: it must not expire while the gather waits for its
+    other legs, nor be lost when the queue manager restarts (which discards
+    non-persistent messages). Its arrival and delivery were confirmed on the reply queue
+    (COA, COD); the hold queue is mqgather's own, so its put there and the merge's get
+    must not confirm them again to the sender. Its gather keeps the MQMD it came with
+    (in its reference), and whatever forwards it restores all three
     (:meth:`HeldReader.take_held`)."""
-    kept = message.model_copy(update={"expiry": MQEI_UNLIMITED, "persistence": MQPER_PERSISTENT})
+    kept = message.model_copy(
+        update={
+            "expiry": MQEI_UNLIMITED,
+            "persistence": MQPER_PERSISTENT,
+            "report": message.report & ~MQRO_REPORTS_ASKED,
+        }
+    )
     transport.put(queue, kept, PutOptions(syncpoint=True, set_all_context=True))
 
 
@@ -150,15 +160,20 @@ class HeldReader:
             self._spare.append((queue, found, message))
 
     def take_held(self, ref: Reference, descriptor: MQMessage) -> MQMessage:
-        """The held message ``ref`` names, as it came: with the Expiry and Persistence of
-        ``descriptor``, the MQMD its gather or collector kept (:func:`hold` changed both).
+        """The held message ``ref`` names, as it came: with the Expiry, Persistence and
+        Report of ``descriptor``, the MQMD its gather or collector kept (:func:`hold`
+        changed them).
 
         Raises:
             HeldReplyError: as :meth:`take`.
         """
         held = self.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256)
         return held.model_copy(
-            update={"expiry": descriptor.expiry, "persistence": descriptor.persistence}
+            update={
+                "expiry": descriptor.expiry,
+                "persistence": descriptor.persistence,
+                "report": descriptor.report,
+            }
         )
 
     def _missing(self, queue: str, msg_id: bytes, correl_id: bytes, want: str) -> str:

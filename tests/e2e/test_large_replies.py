@@ -10,7 +10,7 @@ import json
 import os
 
 from activities.merge import LegBodies, merge_blob
-from bridge.mq.models import MQMessage
+from bridge.mq.models import MQRO_PASS_CORREL_ID, MQMessage
 from mqgather.config import AggregateSpec
 from mqgather.constants import GATHER_HOLD
 from mqgather.names import PROP_REASON
@@ -166,11 +166,17 @@ async def test_held_replies_that_share_msg_id_and_correl_id_each_merge_their_own
     assert response.body == _expected(spec, bodies)
 
 
+#: Report options a sender sets: COA and COD, and its CorrelId passed on.
+ASKS = 0x100 | 0x800 | MQRO_PASS_CORREL_ID
+
+
 async def test_a_held_reply_is_kept_as_the_gathers_and_forwarded_as_it_came(temporal_env, tmp_path):
     # Its sender gave it an expiry and no persistence, and the bridge got it in time:
     # from then on it is the gather's, and waiting on the hold queue for the other legs
     # must neither expire it nor leave it to a queue manager restart (which discards
-    # non-persistent messages). A copy forwarded elsewhere goes as it came.
+    # non-persistent messages). Its arrival and delivery were confirmed on the reply
+    # queue, so on the hold queue it asks for no report. A copy forwarded elsewhere goes
+    # as it came.
     spec = AggregateSpec(name="expiring", merge="blob", legs=THREE_LEGS, timeout_seconds=300,
                          inline_reply_bytes=0, late_window_seconds=60)  # fmt: skip
     bodies = {"CREDIT": b"credit", "STOCK": b"stock", "TAX": b"tax"}
@@ -179,7 +185,8 @@ async def test_a_held_reply_is_kept_as_the_gathers_and_forwarded_as_it_came(temp
         handle = p.handle(spec, sent.correl_id)
         for queue, props in ((spec.reply_queue, {"leg": "CREDIT"}), ("PROBE", {})):
             message = MQMessage(correl_id=sent.correl_id, properties=props, expiry=5,
-                                persistence=0, body=bodies["CREDIT"])  # fmt: skip
+                                persistence=0, body=bodies["CREDIT"], report=ASKS,
+                                reply_to_q="APP.REPORTS")  # fmt: skip
             p.put(queue, message)  # half a second to live, on the reply queue and beside it
         await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
         (held,) = p.messages(GATHER_HOLD)
@@ -189,12 +196,13 @@ async def test_a_held_reply_is_kept_as_the_gathers_and_forwarded_as_it_came(temp
         p.reply(spec, sent.correl_id, "TAX", bodies["TAX"])
         response = await p.wait_message("ORDER.RESPONSE", timeout=60)
         late = MQMessage(correl_id=sent.correl_id, properties={"leg": "TAX"}, expiry=600_000,
-                         persistence=0, body=b"late")  # fmt: skip
+                         persistence=0, body=b"late", report=ASKS,
+                         reply_to_q="APP.REPORTS")  # fmt: skip
         late = p.put(spec.reply_queue, late)
         late_copy = await p.wait_message("GATHER.LATE")
         assert p.empty(GATHER_HOLD)
-    assert (held.persistence, held.expiry) == (1, -1)
+    assert (held.persistence, held.expiry, held.report) == (1, -1, MQRO_PASS_CORREL_ID)
     assert response.body == _expected(spec, bodies)
     # The expiry it came with, less the time it spent, and its persistence.
     assert late_copy.msg_id == late.msg_id and 0 < late_copy.expiry <= 600_000
-    assert late_copy.persistence == 0
+    assert late_copy.persistence == 0 and late_copy.report == ASKS
