@@ -16,11 +16,13 @@ from rich.table import Table
 from bridge.mq import dlh
 from bridge.mq.admin import setup_queues
 from bridge.mq.connect import open_transport
-from bridge.mq.errors import REASON_NAMES, NoMessageAvailable
+from bridge.mq.errors import REASON_NAMES, NoMessageAvailable, feedback_name
 from bridge.mq.models import (
     MQENC_NATIVE,
+    MQMT_REPORT,
     MQPER_NOT_PERSISTENT,
     MQPER_PERSISTENT,
+    SEGMENT_FLAGS,
     Match,
     MQMessage,
     MsgFlags,
@@ -109,6 +111,12 @@ def message_to_json(message: MQMessage) -> dict[str, Any]:
         "msg_seq_number": message.msg_seq_number,
         "msg_flags": message.msg_flags,
         "group_status": message.group_status,
+        "offset": message.offset,
+        "original_length": message.original_length,
+        "msg_type": message.message_type,
+        "report": message.report,
+        "feedback": message.feedback,
+        "feedback_name": feedback_name(message.feedback),
         "format": message.format,
         "coded_char_set_id": message.coded_char_set_id,
         "encoding": message.encoding,
@@ -387,6 +395,11 @@ def _show(message: MQMessage, as_json: bool, count: int) -> None:
     if message.in_group:
         group = f"  group {format_id(message.group_id)} #{message.msg_seq_number}"
         group += " (last)" if message.group_status == "last-in-group" else ""
+    if message.message_type == MQMT_REPORT:
+        group += f"  report {feedback_name(message.feedback)}"
+    if message.msg_flags & SEGMENT_FLAGS:
+        group += f"  segment at {message.offset}"
+        group += " (last)" if message.msg_flags & MsgFlags.LAST_SEGMENT else ""
     click.echo(
         f"{count:>6}  {format_id(message.correl_id)}  "
         f"{len(message.body):>7}B  {message.text()[:60]!r}{group}"

@@ -281,3 +281,28 @@ def test_a_get_whose_output_cannot_be_written_leaves_the_message_on_the_queue(tm
         assert b"not written" in err and b"left on APP.Q" in err
         browsed = json.loads(run(["queues", "browse", "APP.Q", "--json"], tmp_path).stdout)
         assert browsed["body"] == "keep me"
+
+
+def test_browse_names_a_report_and_a_segment(tmp_path):
+    from bridge.mq.local_qm import LocalQueueManager
+    from bridge.mq.models import MQMT_REPORT, MQMessage, MsgFlags, PutOptions
+
+    assert run(["queues", "define", "GATHER.REPORT"], tmp_path).returncode == 0
+    with LocalQueueManager(tmp_path / ".mqgather" / "qm.db") as qm:
+        for message in (
+            MQMessage(msg_type=MQMT_REPORT, feedback=2053, report=0x40, body=b"head of it"),
+            MQMessage(msg_flags=MsgFlags.LAST_SEGMENT, offset=4096, body=b"tail"),
+        ):
+            qm.put("GATHER.REPORT", message, PutOptions(syncpoint=False))
+    shown = run(["queues", "browse", "GATHER.REPORT"], tmp_path).stdout.decode().splitlines()
+    assert "report MQRC_Q_FULL (2053)" in shown[0] and "segment" not in shown[0]
+    assert "segment at 4096 (last)" in shown[1] and "report" not in shown[1]
+    report, segment = (
+        json.loads(line)
+        for line in run(
+            ["queues", "browse", "GATHER.REPORT", "--json"], tmp_path
+        ).stdout.splitlines()
+    )
+    assert (report["msg_type"], report["feedback"], report["report"]) == (MQMT_REPORT, 2053, 0x40)
+    assert report["feedback_name"] == "MQRC_Q_FULL (2053)"
+    assert (segment["offset"], segment["original_length"], segment["msg_flags"]) == (4096, 4, 4)
