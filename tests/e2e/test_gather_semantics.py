@@ -310,6 +310,28 @@ async def test_an_aggregate_may_take_reports_as_replies(temporal_env, tmp_path):
     }
 
 
+async def test_a_report_bound_for_a_queue_not_yet_defined_is_backed_out_not_lost(
+    temporal_env, tmp_path
+):
+    # A release that adds report_queue, started before `queues setup` defined it.
+    spec = AggregateSpec(name="upgraded", legs=LEGS[:1], report_queue="NOT.DEFINED.YET")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        coa = MQMessage(correl_id=sent.correl_id, msg_type=MQMT_REPORT, feedback=259)
+        report = p.put(spec.reply_queue, coa)
+        reply = p.reply(spec, sent.correl_id, "CREDIT", b'{"ok":1}')
+        backed_out = await p.wait_message("GATHER.BACKOUT")
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, sent.correl_id)
+        for queue in ("GATHER.IN", "GATHER.BACKOUT", "GATHER.FAILURE", "GATHER.DUPLICATE"):
+            assert p.empty(queue), queue
+    assert backed_out.msg_id == report.msg_id and backed_out.feedback == 259
+    assert "backed out 3 times" in str(backed_out.properties[PROP_REASON])
+    assert json.loads(response.body)["legs"] == {"credit": {"ok": 1}}
+    assert result.consumed_msg_ids and result.duplicates == 0
+    assert reply.msg_id.hex() in result.consumed_msg_ids[0]
+
+
 async def test_count_only_gathers_n_replies(temporal_env, tmp_path):
     spec = AggregateSpec(
         name="counted", legs=LEGS[:2], leg_identification="count", merge="blob", separator="|"
