@@ -18,9 +18,15 @@ from bridge.mq.forward import forward
 from bridge.mq.ledger import ledger_key
 from bridge.mq.models import (
     MQEI_UNLIMITED,
+    MQFB_NAN,
+    MQFB_PAN,
+    MQFMT_NONE,
     MQFMT_STRING,
     MQMT_REPLY,
+    MQMT_REPORT,
+    MQRO_NAN,
     MQRO_NONE,
+    MQRO_PAN,
     MQRO_PASS_CORREL_ID,
     MQMessage,
     PropertyValue,
@@ -48,6 +54,7 @@ from workflows.models import (
     PutResponseInput,
     PutResponseResult,
     Reply,
+    ReplyTerms,
     RouteInput,
     SendRequestInput,
 )
@@ -86,6 +93,11 @@ def response_life(inp: PutResponseInput, now: datetime) -> tuple[int, int]:
     terms = inp.reply_terms
     if terms is None or not _to_requester(inp):
         return MQEI_UNLIMITED, MQRO_NONE
+    return _requester_life(terms, now)
+
+
+def _requester_life(terms: ReplyTerms, now: datetime) -> tuple[int, int]:
+    """What a message to the requester gets of its request's Expiry and Report."""
     if terms.expires_at is None:
         return MQEI_UNLIMITED, terms.report
     tenths = math.ceil((terms.expires_at - now).total_seconds() * 10)
@@ -101,6 +113,58 @@ def response_id(inp: PutResponseInput) -> bytes:
     if passed is not None and _to_requester(inp):
         return passed
     return response_msg_id(inp.gather_id, inp.outcome)
+
+
+def notification(
+    inp: PutResponseInput, now: datetime, *, refused: bool = False
+) -> MQMessage | None:
+    """The action notification the requester asked for (MQRO_PAN, MQRO_NAN), or None: a
+    report with Feedback MQFB_PAN when the gather answers it, MQFB_NAN when it does not
+    (timed out or cancelled: its partial result goes to the operators' timeout queue; or
+    its response ``refused`` for good), so the requester need not wait out its own
+    timeout. It goes to the request's ReplyToQ correlated as the response would be, with
+    the Expiry and MsgId its request asked the response to have."""
+    terms = inp.reply_terms
+    if terms is None or not inp.reply_to_q.strip():
+        return None
+    answered = _to_requester(inp) and not refused
+    if not terms.notify & (MQRO_PAN if answered else MQRO_NAN):
+        return None
+    expiry, report = _requester_life(terms, now)
+    return MQMessage(
+        msg_id=terms.msg_id or response_msg_id(inp.gather_id, f"{inp.outcome} notification"),
+        correl_id=inp.request_msg_id or inp.correl_id,
+        msg_type=MQMT_REPORT,
+        feedback=MQFB_PAN if answered else MQFB_NAN,
+        expiry=expiry,
+        report=report,
+        format=MQFMT_NONE,
+        properties={
+            PROP_STATE: "FAILED" if refused else inp.outcome,
+            PROP_GATHER_ID: inp.gather_id,
+            PROP_MISSING: ",".join(inp.missing),
+        },
+    )
+
+
+def _put_or_dead_letter(
+    transport: Transport, queue: str, message: MQMessage, final: bool
+) -> MQError | None:
+    """PUT under syncpoint; on the last attempt, a message ``queue`` refuses for good goes
+    to the dead-letter queue behind an MQDLH naming the reason, and the error is returned.
+
+    Raises:
+        MQError: the PUT failed, and it may succeed on a later attempt.
+    """
+    try:
+        transport.put(queue, message, PutOptions(syncpoint=True))
+    except MQError as exc:
+        if not (final and undeliverable(exc)):
+            raise
+        dead = dead_letter(message, exc.code, queue, transport.qmgr_name, APPL_NAME)
+        transport.put(transport.dead_letter_queue(), dead, PutOptions(syncpoint=True))
+        return exc
+    return None
 
 
 class MQActivities:
@@ -198,18 +262,13 @@ class MQActivities:
                 body=merged.body,
             )
             for queue in queues:
-                try:
-                    transport.put(queue, response, PutOptions(syncpoint=True))
-                except MQError as exc:
-                    if not (final and undeliverable(exc)):
-                        raise
+                if exc := _put_or_dead_letter(transport, queue, response, final):
                     dlq = transport.dead_letter_queue()
-                    transport.put(
-                        dlq,
-                        dead_letter(response, exc.code, queue, transport.qmgr_name, APPL_NAME),
-                        PutOptions(syncpoint=True),
-                    )
                     refused.append((queue, exc))
+            told = notification(inp, datetime.now(UTC), refused=bool(refused))
+            if told is not None:
+                # Undeliverable, it is dead-lettered and the gather's outcome stands.
+                _put_or_dead_letter(transport, inp.reply_to_q, told, final)
             note = f"{inp.gather_id} {inp.outcome} response"
             ledger.mark(transport, spec.ledger_queue, msg_id, note, spec.ledger_hours)
 

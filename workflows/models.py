@@ -12,6 +12,8 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from bridge.mq.models import (
     FINGERPRINT_PATTERN,
     MQRO_DISCARD_MSG,
+    MQRO_NAN,
+    MQRO_PAN,
     MQRO_PASS_DISCARD_AND_EXPIRY,
     MQRO_PASS_MSG_ID,
     MQMessage,
@@ -112,6 +114,11 @@ class ReplyTerms(BaseModel):
         "None: never",
     )
     report: int = Field(default=0, description="report options passed on (MQRO_DISCARD_MSG)")
+    notify: int = Field(
+        default=0,
+        description="the action notifications asked for (MQRO_PAN when its request is "
+        "answered, MQRO_NAN when not)",
+    )
 
     @classmethod
     def asked_by(cls, request: MQMessage, got_at: datetime) -> ReplyTerms | None:
@@ -124,6 +131,7 @@ class ReplyTerms(BaseModel):
             terms.report = request.report & MQRO_DISCARD_MSG
             if request.expiry > 0:
                 terms.expires_at = got_at + timedelta(seconds=request.expiry / 10)
+        terms.notify = request.report & (MQRO_PAN | MQRO_NAN)
         return terms if terms != cls() else None
 
 

@@ -67,6 +67,9 @@ MQRO_PASS_CORREL_ID = 0x40
 #: Report option a requester sets for its reply's MsgId: its own MsgId passed on, instead
 #: of a new one (MQRO_NEW_MSG_ID, the default, 0).
 MQRO_PASS_MSG_ID = 0x80
+#: Report options a requester sets to hear whether its request was acted on: a positive
+#: or a negative action notification (a report with Feedback MQFB_PAN / MQFB_NAN).
+MQRO_PAN, MQRO_NAN, MQFB_PAN, MQFB_NAN = 0x1, 0x2, 275, 276
 #: Report options a requester sets for its reply's life: the Expiry left on the request,
 #: and its MQRO_DISCARD_MSG (discard, not dead-letter, what cannot be delivered), passed on.
 MQRO_PASS_DISCARD_AND_EXPIRY, MQRO_DISCARD_MSG = 0x4000, 0x08000000

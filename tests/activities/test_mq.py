@@ -11,14 +11,25 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.mq import MQActivities, response_id, response_life, response_msg_id
+from activities.mq import (
+    MQActivities,
+    notification,
+    response_id,
+    response_life,
+    response_msg_id,
+)
 from bridge.mq import dlh, ledger
 from bridge.mq.errors import NoMessageAvailable, QueueFull
 from bridge.mq.ledger import ledger_key
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import (
+    MQFB_NAN,
+    MQFB_PAN,
     MQMT_REPLY,
+    MQMT_REPORT,
     MQRO_DISCARD_MSG,
+    MQRO_NAN,
+    MQRO_PAN,
     MQMessage,
     QueueAttributes,
     fingerprint,
@@ -223,3 +234,69 @@ def test_a_forward_an_earlier_release_recorded_by_msg_id_alone_is_not_put_again(
                                                              items=items))  # fmt: skip
     with LocalQueueManager(qm_path) as consumer:
         assert drain(consumer, "GATHER.LATE") == []
+
+
+@pytest.mark.parametrize(
+    ("outcome", "feedback"),
+    [("COMPLETE", MQFB_PAN), ("RELEASED", MQFB_PAN), ("TIMEOUT", MQFB_NAN),
+     ("CANCELLED", MQFB_NAN)],
+)  # fmt: skip
+def test_the_requester_hears_whether_its_request_was_answered_when_it_asks(outcome, feedback):
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    terms = ReplyTerms(notify=MQRO_PAN | MQRO_NAN, expires_at=now + timedelta(seconds=9),
+                       report=MQRO_DISCARD_MSG)  # fmt: skip
+    asked = response_input(spec, outcome=outcome, reply_terms=terms, reply_to_q="APP.REPLY",
+                           request_msg_id=b"Q" * 24, missing=["STOCK"])  # fmt: skip
+    told = notification(asked, now)
+    assert told is not None
+    assert (told.msg_type, told.feedback, told.correl_id) == (MQMT_REPORT, feedback, b"Q" * 24)
+    # It lives as long as a response to that request would, and is told by a MsgId of its
+    # own, so a retried PUT of it is recognised.
+    assert (told.expiry, told.report) == (90, MQRO_DISCARD_MSG)
+    assert told.msg_id == response_msg_id(GATHER, f"{outcome} notification")
+    assert told.properties["mqgather_state"] == outcome
+    assert told.properties["mqgather_missing"] == "STOCK"
+    # Only the one it asked for; none without a ReplyToQ to send it to.
+    one = terms.model_copy(update={"notify": MQRO_PAN if feedback == MQFB_NAN else MQRO_NAN})
+    assert notification(asked.model_copy(update={"reply_terms": one}), now) is None
+    assert notification(asked.model_copy(update={"reply_to_q": ""}), now) is None
+    assert notification(asked.model_copy(update={"reply_terms": None}), now) is None
+    # A response its destination refused for good answered nobody.
+    if feedback == MQFB_PAN:
+        failed = notification(asked, now, refused=True)
+        assert failed is not None and failed.feedback == MQFB_NAN
+        assert failed.properties["mqgather_state"] == "FAILED"
+
+
+def test_a_negative_action_notification_is_put_once_beside_the_partial_result(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = ActivityEnvironment()
+    with LocalQueueManager(qm_path) as qm:
+        qm.define(QueueAttributes(name="APP.REPLY"))
+    timed_out = response_input(spec, outcome="TIMEOUT", reply_to_q="APP.REPLY",
+                               request_msg_id=b"Q" * 24,
+                               reply_terms=ReplyTerms(notify=MQRO_NAN))  # fmt: skip
+    env.run(acts.put_response, timed_out)
+    with LocalQueueManager(qm_path) as requester:
+        told = drain(requester, "APP.REPLY")
+        partial = drain(requester, "GATHER.TIMEOUT")
+        # Run again after a lost completion: neither is put twice.
+        env.run(acts.put_response, timed_out)
+        assert drain(requester, "APP.REPLY") == [] == drain(requester, "GATHER.TIMEOUT")
+    assert [(m.feedback, m.correl_id) for m in told] == [(MQFB_NAN, b"Q" * 24)]
+    assert len(partial) == 1
+
+
+def test_an_undeliverable_notification_is_dead_lettered_and_the_outcome_stands(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,), delivery_attempts=1)
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    timed_out = response_input(spec, outcome="TIMEOUT", reply_to_q="GONE.Q",
+                               reply_terms=ReplyTerms(notify=MQRO_NAN))  # fmt: skip
+    result = ActivityEnvironment().run(acts.put_response, timed_out)
+    with LocalQueueManager(qm_path) as qm:
+        partial, dead = drain(qm, "GATHER.TIMEOUT"), drain(qm, DEAD_LETTER_QUEUE)
+    assert result.outcome == "TIMEOUT" and len(partial) == 1
+    header, _ = dlh.unpack(dead[0].body)
+    assert len(dead) == 1 and header.dest_q_name == "GONE.Q"

@@ -9,7 +9,9 @@ from temporalio.api.enums.v1 import EventType
 from bridge.fanout import new_gather_key
 from bridge.mq.models import (
     MQRO_DISCARD_MSG,
+    MQRO_NAN,
     MQRO_NONE,
+    MQRO_PAN,
     MQRO_PASS_CORREL_ID,
     MQRO_PASS_DISCARD_AND_EXPIRY,
     MQRO_PASS_MSG_ID,
@@ -133,3 +135,34 @@ async def test_the_response_lives_as_long_as_the_requester_asked(temporal_env, t
     asked, plain = responses
     assert 0 < asked.expiry <= 600 and asked.report == MQRO_DISCARD_MSG
     assert (plain.expiry, plain.report) == (-1, MQRO_NONE)
+
+
+async def test_the_requester_hears_at_once_that_its_gather_timed_out_when_it_asks(
+    temporal_env, tmp_path
+):
+    # A requester that asks for action notifications (MQRO_PAN, MQRO_NAN) hears on its
+    # ReplyToQ that its request was answered, or at once that it will not be: it need not
+    # wait out its own timeout. The partial result still goes to the operators.
+    spec = AggregateSpec(name="notify", legs=LEGS, timeout_seconds=1)
+    asks = MQRO_PAN | MQRO_NAN
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        p.qm.define(QueueAttributes(name="APP.R5"))
+        told = []
+        for report, answered in ((asks, True), (asks, False), (MQRO_NONE, False)):
+            request = MQMessage(msg_id=new_gather_key(), report=report, reply_to_q="APP.R5")
+            sent = await p.scatter(spec, request=request)
+            for leg in ("CREDIT", "STOCK", "TAX") if answered else ("CREDIT",):
+                p.reply(spec, sent.correl_id, leg, b"{}")
+            result = await p.result(spec, sent.correl_id)
+            told.append((request, result.state))
+        notes = [await p.wait_message("APP.R5") for _ in range(2)]
+        response = await p.wait_message("ORDER.RESPONSE")
+        partials = [await p.wait_message("GATHER.TIMEOUT") for _ in range(2)]
+        assert p.empty("APP.R5") and p.empty("ORDER.RESPONSE") and p.empty("GATHER.TIMEOUT")
+    (pan_request, complete), (nan_request, timed_out), (_, quiet) = told
+    assert (complete, timed_out, quiet) == ("COMPLETE", "TIMEOUT", "TIMEOUT")
+    pan, nan = sorted(notes, key=lambda m: m.feedback)
+    assert (pan.msg_type, pan.feedback, pan.correl_id) == (4, 275, pan_request.msg_id)
+    assert (nan.msg_type, nan.feedback, nan.correl_id) == (4, 276, nan_request.msg_id)
+    assert nan.properties["mqgather_missing"] == "STOCK,TAX"
+    assert response.correl_id == pan_request.msg_id and len(partials) == 2
