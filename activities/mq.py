@@ -115,19 +115,18 @@ def response_id(inp: PutResponseInput) -> bytes:
     return response_msg_id(inp.gather_id, inp.outcome)
 
 
-def notification(
-    inp: PutResponseInput, now: datetime, *, refused: bool = False
-) -> MQMessage | None:
+def notification(inp: PutResponseInput, now: datetime, *, failed: bool = False) -> MQMessage | None:
     """The action notification the requester asked for (MQRO_PAN, MQRO_NAN), or None: a
     report with Feedback MQFB_PAN when the gather answers it, MQFB_NAN when it does not
     (timed out or cancelled: its partial result goes to the operators' timeout queue; or
-    its response ``refused`` for good), so the requester need not wait out its own
-    timeout. It goes to the request's ReplyToQ correlated as the response would be, with
-    the Expiry and MsgId its request asked the response to have."""
+    ``failed``: its response refused for good, or its legs not merged), so the requester
+    need not wait out its own timeout. It goes to the request's ReplyToQ, correlated as
+    the response would be, with the Expiry and MsgId its request asked the response to
+    have."""
     terms = inp.reply_terms
     if terms is None or not inp.reply_to_q.strip():
         return None
-    answered = _to_requester(inp) and not refused
+    answered = _to_requester(inp) and not failed
     if not terms.notify & (MQRO_PAN if answered else MQRO_NAN):
         return None
     expiry, report = _requester_life(terms, now)
@@ -140,7 +139,7 @@ def notification(
         report=report,
         format=MQFMT_NONE,
         properties={
-            PROP_STATE: "FAILED" if refused else inp.outcome,
+            PROP_STATE: "FAILED" if failed else inp.outcome,
             PROP_GATHER_ID: inp.gather_id,
             PROP_MISSING: ",".join(inp.missing),
         },
@@ -265,7 +264,7 @@ class MQActivities:
                 if exc := _put_or_dead_letter(transport, queue, response, final):
                     dlq = transport.dead_letter_queue()
                     refused.append((queue, exc))
-            told = notification(inp, datetime.now(UTC), refused=bool(refused))
+            told = notification(inp, datetime.now(UTC), failed=bool(refused))
             if told is not None:
                 # Undeliverable, it is dead-lettered and the gather's outcome stands.
                 _put_or_dead_letter(transport, inp.reply_to_q, told, final)
@@ -327,10 +326,29 @@ class MQActivities:
             inp.gather_id,
             [(failure_queue, r, f"merge failed: {exc}") for r in replies],
         )
+        told = notification(inp, datetime.now(UTC), failed=True)
+        if told is not None:
+            self._notify_once(inp, told)
         _record_close(inp, "FAILED")
         return PutResponseResult(
             outcome="FAILED", queues=[failure_queue], msg_id="", error=str(exc)
         )
+
+    def _notify_once(self, inp: PutResponseInput, told: MQMessage) -> None:
+        """PUT a notification of its own, exactly once across retries (the ledger records
+        it under a key of its own)."""
+        spec = inp.aggregate
+        key = response_msg_id(inp.gather_id, "FAILED notification")
+        final = inp.attempts_before + activity.info().attempt >= spec.delivery_attempts
+
+        def work(transport: Transport) -> None:
+            if ledger.done(transport, spec.ledger_queue, key):
+                return
+            _put_or_dead_letter(transport, inp.reply_to_q, told, final)
+            note = f"{inp.gather_id} FAILED notification"
+            ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
+
+        self._unit_of_work(work)
 
     @activity.defn(name=names.ACTIVITY_ROUTE_REPLIES)
     def route_replies(self, inp: RouteInput) -> int:

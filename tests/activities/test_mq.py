@@ -264,7 +264,7 @@ def test_the_requester_hears_whether_its_request_was_answered_when_it_asks(outco
     assert notification(asked.model_copy(update={"reply_terms": None}), now) is None
     # A response its destination refused for good answered nobody.
     if feedback == MQFB_PAN:
-        failed = notification(asked, now, refused=True)
+        failed = notification(asked, now, failed=True)
         assert failed is not None and failed.feedback == MQFB_NAN
         assert failed.properties["mqgather_state"] == "FAILED"
 
@@ -300,3 +300,25 @@ def test_an_undeliverable_notification_is_dead_lettered_and_the_outcome_stands(q
     assert result.outcome == "TIMEOUT" and len(partial) == 1
     header, _ = dlh.unpack(dead[0].body)
     assert len(dead) == 1 and header.dest_q_name == "GONE.Q"
+
+
+def test_a_gather_whose_legs_cannot_be_merged_tells_its_requester_once(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = ActivityEnvironment()
+    with LocalQueueManager(qm_path) as qm:
+        qm.define(QueueAttributes(name="APP.REPLY"))
+    bad = reply(3)
+    bad = bad.model_copy(update={"message": bad.message.model_copy(update={"body": b"{no"})})
+    failing = response_input(spec, legs=[ReceivedLeg(leg=LEG, replies=[bad])],
+                             reply_to_q="APP.REPLY", request_msg_id=b"Q" * 24,
+                             reply_terms=ReplyTerms(notify=MQRO_PAN | MQRO_NAN))  # fmt: skip
+    first = env.run(acts.put_response, failing)
+    with LocalQueueManager(qm_path) as requester:
+        told = drain(requester, "APP.REPLY")
+        failed = drain(requester, "GATHER.FAILURE")
+        again = env.run(acts.put_response, failing)
+        assert drain(requester, "APP.REPLY") == [] == drain(requester, "GATHER.FAILURE")
+    assert first.outcome == again.outcome == "FAILED"
+    assert [(m.feedback, m.properties["mqgather_state"]) for m in told] == [(MQFB_NAN, "FAILED")]
+    assert [m.body for m in failed] == [b"{no"]
