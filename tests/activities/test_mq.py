@@ -269,12 +269,16 @@ def test_the_requester_hears_whether_its_request_was_answered_when_it_asks(outco
         assert failed.properties["mqgather_state"] == "FAILED"
 
 
-def test_a_negative_action_notification_is_put_once_beside_the_partial_result(qm_path):
-    spec = AggregateSpec(name="t", legs=(LEG,))
-    acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    env = ActivityEnvironment()
+def with_requester(qm_path: Path) -> tuple[AggregateSpec, MQActivities, ActivityEnvironment]:
+    """An aggregate, its activities, and its requester's reply queue APP.REPLY."""
     with LocalQueueManager(qm_path) as qm:
         qm.define(QueueAttributes(name="APP.REPLY"))
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    return spec, MQActivities(lambda: LocalQueueManager(qm_path)), ActivityEnvironment()
+
+
+def test_a_negative_action_notification_is_put_once_beside_the_partial_result(qm_path):
+    spec, acts, env = with_requester(qm_path)
     timed_out = response_input(spec, outcome="TIMEOUT", reply_to_q="APP.REPLY",
                                request_msg_id=b"Q" * 24,
                                reply_terms=ReplyTerms(notify=MQRO_NAN))  # fmt: skip
@@ -303,11 +307,7 @@ def test_an_undeliverable_notification_is_dead_lettered_and_the_outcome_stands(q
 
 
 def test_a_gather_whose_legs_cannot_be_merged_tells_its_requester_once(qm_path):
-    spec = AggregateSpec(name="t", legs=(LEG,))
-    acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    env = ActivityEnvironment()
-    with LocalQueueManager(qm_path) as qm:
-        qm.define(QueueAttributes(name="APP.REPLY"))
+    spec, acts, env = with_requester(qm_path)
     bad = reply(3)
     bad = bad.model_copy(update={"message": bad.message.model_copy(update={"body": b"{no"})})
     failing = response_input(spec, legs=[ReceivedLeg(leg=LEG, replies=[bad])],
