@@ -131,6 +131,13 @@ class CollectorBridge(QueueBridge):
         rule = self.rules.rule_for(destination)
         if isinstance(rule, BadRule):
             return f"the rule of destination {destination!r} is invalid: {rule.problem}"
+        if rule.target_queue == spec.input_queue:
+            # Its batch would come straight back here as one more message to batch.
+            return (
+                f"the rule of destination {destination!r} sends its batches to "
+                f"{spec.input_queue}, this collector's input_queue; give it another "
+                "target_queue"
+            )
         if len(message.body) > rule.max_bytes:
             return (
                 f"the message is {len(message.body)} bytes, more than max_bytes "

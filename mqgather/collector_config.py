@@ -155,6 +155,12 @@ class CollectorSpec(BaseModel):
     def _wrapper(self) -> CollectorSpec:
         if not _XML_NAME.match(self.xml_wrapper):
             raise ValueError("xml_wrapper: must be a valid XML element name")
+        for field in ("default_queue", "failure_queue", "hold_queue", "ledger_queue"):
+            if getattr(self, field) == self.input_queue:
+                raise ValueError(
+                    f"{field}: {self.input_queue} is also input_queue, so what is sent there "
+                    "would come straight back to the bridge; name another queue"
+                )
         return self
 
     def default_rule(self, destination: str) -> CollectorRule:

@@ -287,6 +287,7 @@ class AggregateSpec(BaseModel):
         if self.destination == "destinationList" and not self.destination_list:
             raise ValueError("destination_list: needed when destination is destinationList")
         self._check_rule(names)
+        self._check_outputs()
         for index, leg in enumerate(self.legs):
             if leg.retries and self.mode == "static":
                 raise ValueError(
@@ -295,6 +296,20 @@ class AggregateSpec(BaseModel):
                     'use mode = "registration" with scatter'
                 )
         return self
+
+    def _check_outputs(self) -> None:
+        """No queue the aggregate sends to is its reply queue: what goes there would come
+        straight back to its bridge (a failure forwarded for ever, a leg's request taken
+        for its reply)."""
+        sent_to = [(field, getattr(self, field)) for field in OUTPUT_QUEUE_FIELDS]
+        sent_to += [("destination_list", queue) for queue in self.destination_list]
+        sent_to += [(f"legs.{i}.request_queue", leg.queue()) for i, leg in enumerate(self.legs)]
+        for field, queue in sent_to:
+            if queue == self.reply_queue:
+                raise ValueError(
+                    f"{field}: {queue} is also reply_queue, so what is sent there would come "
+                    "straight back to the bridge; name another queue"
+                )
 
     def _check_rule(self, names: list[str]) -> None:
         """The rule fits the legs: an expression names only listed legs, a quorum is
@@ -393,6 +408,13 @@ DEMO_LEGS = (
     LegSpec(name="STOCK", sequence=20, retries=1, retry_after_seconds=2.5),
     LegSpec(name="TAX", sequence=30),
 )
+
+
+#: The aggregate's queues that messages are sent to (none may be its reply queue).
+OUTPUT_QUEUE_FIELDS = (
+    "response_queue", "timeout_queue", "late_queue", "unknown_queue", "failure_queue",
+    "duplicate_queue", "report_queue", "hold_queue", "ledger_queue",
+)  # fmt: skip
 
 
 def default_queues() -> dict[str, QueueDefinition]:

@@ -384,3 +384,20 @@ async def test_segments_of_a_message_go_to_the_failure_queue_not_into_a_batch(
     for sent, moved in zip(segments, failed, strict=True):
         assert (moved.msg_id, moved.body, moved.offset) == (sent.msg_id, sent.body, sent.offset)
         assert "a segment of a segmented message" in str(moved.properties[PROP_REASON])
+
+
+async def test_a_rule_that_targets_the_input_queue_sends_its_messages_to_failure(
+    temporal_env, tmp_path
+):
+    # Its batches would come straight back to be batched again, for ever.
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("Loop", c.spec.input_queue, max_messages=1)
+        c.rule("France", "CMAOUT.FR", max_messages=1)
+        looping = c.send("Loop", order("round and round"))
+        c.send("France", order("fine"))
+        failed = await c.take(c.spec.failure_queue)
+        batch = await c.take("CMAOUT.FR")
+        left = [c.depth(q) for q in ("CMAIN", "CMAOUT.FR", c.spec.failure_queue)]
+    assert failed.msg_id == looping.msg_id and failed.body == looping.body
+    assert "this collector's input_queue" in str(failed.properties[PROP_REASON])
+    assert "<Test>fine</Test>" in batch.text() and left == [0, 0, 0]

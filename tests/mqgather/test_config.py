@@ -74,8 +74,16 @@ def test_a_valid_file_loads(tmp_path):
         ("[collectors.c]\ndefault_max_delay_seconds = 1e9", "default_max_delay_seconds"),
         ("[collectors.c]\ndefault_max_bytes = 1_000_000_000", "collectors.c.default_max_bytes"),
         ("not toml at all [", "not valid TOML"),
+        # A queue sent to that is also the one read: what goes there comes straight back.
+        ('[aggregates.a]\nfailure_queue = "GATHER.IN"', "failure_queue: GATHER.IN is also"),
+        ('[aggregates.a]\nreply_queue = "R"\nreport_queue = "R"', "report_queue: R is also"),
+        ("[aggregates.a]\nreply_queue = 'R'\nlegs = [{name='X', request_queue='R'}]",
+         "legs.0.request_queue: R is also reply_queue"),
+        ("[aggregates.a]\ndestination = 'destinationList'\ndestination_list = ['GATHER.IN']",
+         "destination_list: GATHER.IN is also reply_queue"),
+        ('[collectors.c]\ninput_queue = "IN"\nfailure_queue = "IN"', "failure_queue: IN is also"),
     ],
-)
+)  # fmt: skip
 def test_invalid_files_name_the_key_and_reason(tmp_path, text, fragment):
     path = tmp_path / "bad.toml"
     path.write_text(text)
