@@ -150,6 +150,11 @@ def rules_set(
 ) -> None:
     """Insert or replace DESTINATION's rule; new batches follow it within a few seconds."""
     spec = _spec(config_path, name)
+    if target_queue == spec.input_queue:
+        raise MQGatherError(
+            f"--queue {target_queue} is collector {name}'s input_queue: its batches would "
+            "come straight back to be batched again; name another queue"
+        )
     rule = check_rule(
         {
             "destination": destination,

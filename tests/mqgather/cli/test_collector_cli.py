@@ -39,5 +39,10 @@ def test_an_invalid_rule_is_refused_with_the_column_and_reason(tmp_path):
     zero = run(["collector", "rules", "set", "cma", "UK", "--queue", "Q", "--max-messages", "0",
                 *cfg], tmp_path)  # fmt: skip
     assert zero.returncode != 0 and b"column max_messages" in zero.stderr
+    # The collector's own input (COLLECT.IN by default): its batches would loop.
+    loop = run(["collector", "rules", "set", "cma", "UK", "--queue", "COLLECT.IN", *cfg], tmp_path)
+    assert loop.returncode != 0 and b"is collector cma's input_queue" in loop.stderr
+    listed = run(["collector", "rules", "list", "cma", "--json", *cfg], tmp_path)
+    assert listed.stdout == b""
     unknown = run(["collector", "rules", "list", "nope", *cfg], tmp_path)
     assert unknown.returncode != 0 and b"collectors.nope" in unknown.stderr
