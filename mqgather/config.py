@@ -301,7 +301,7 @@ class AggregateSpec(BaseModel):
         """No queue the aggregate sends to is its reply queue: what goes there would come
         straight back to its bridge (a failure forwarded for ever, a leg's request taken
         for its reply)."""
-        sent_to = [(field, getattr(self, field)) for field in OUTPUT_QUEUE_FIELDS]
+        sent_to = [(field, getattr(self, field)) for field, _ in OUTPUT_QUEUES]
         sent_to += [("destination_list", queue) for queue in self.destination_list]
         sent_to += [(f"legs.{i}.request_queue", leg.queue()) for i, leg in enumerate(self.legs)]
         for field, queue in sent_to:
@@ -410,11 +410,19 @@ DEMO_LEGS = (
 )
 
 
-#: The aggregate's queues that messages are sent to (none may be its reply queue).
-OUTPUT_QUEUE_FIELDS = (
-    "response_queue", "timeout_queue", "late_queue", "unknown_queue", "failure_queue",
-    "duplicate_queue", "report_queue", "hold_queue", "ledger_queue",
-)  # fmt: skip
+#: The aggregate's queues that messages are sent to (none may be its reply queue), and
+#: what each holds.
+OUTPUT_QUEUES = (
+    ("response_queue", "responses"),
+    ("timeout_queue", "partial responses on timeout"),
+    ("late_queue", "late replies"),
+    ("unknown_queue", "unknown replies"),
+    ("failure_queue", "bad input"),
+    ("duplicate_queue", "duplicate replies"),
+    ("report_queue", "report messages"),
+    ("hold_queue", "large replies held for their gathers"),
+    ("ledger_queue", "markers of PUTs done"),
+)
 
 
 def default_queues() -> dict[str, QueueDefinition]:
@@ -473,17 +481,7 @@ def referenced_queues(config: MQGatherConfig) -> dict[str, str]:
     for spec in config.aggregates.values():
         where = f"aggregate {spec.name}"
         note(spec.reply_queue, f"replies of {where}")
-        for field, purpose in (
-            ("response_queue", "responses"),
-            ("timeout_queue", "partial responses on timeout"),
-            ("late_queue", "late replies"),
-            ("unknown_queue", "unknown replies"),
-            ("failure_queue", "bad input"),
-            ("duplicate_queue", "duplicate replies"),
-            ("report_queue", "report messages"),
-            ("hold_queue", "large replies held for their gathers"),
-            ("ledger_queue", "markers of PUTs done"),
-        ):
+        for field, purpose in OUTPUT_QUEUES:
             note(getattr(spec, field), f"{purpose} of {where}")
         for queue in spec.destination_list:
             note(queue, f"destination list of {where}")
