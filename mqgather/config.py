@@ -352,7 +352,28 @@ class MQGatherConfig(BaseModel):
     def _named(self) -> MQGatherConfig:
         self.aggregates = _named_after_keys(self.aggregates)
         self.collectors = _named_after_keys(self.collectors)
+        self._no_ping_pong()
         return self
+
+    def _no_ping_pong(self) -> None:
+        """No queue that holds what a bridge set aside (late, unknown, failure, duplicate,
+        report, hold, ledger) is another's input: the other bridge would set it aside
+        again, back to the first, for ever. A response may feed another gather."""
+        inputs = {spec.reply_queue: f"aggregates.{name}.reply_queue"
+                  for name, spec in self.aggregates.items()}  # fmt: skip
+        inputs |= {spec.input_queue: f"collectors.{name}.input_queue"
+                   for name, spec in self.collectors.items()}  # fmt: skip
+        aside = [(f"aggregates.{name}.{field}", getattr(spec, field))
+                 for name, spec in self.aggregates.items() for field in SET_ASIDE]  # fmt: skip
+        aside += [(f"collectors.{name}.{field}", getattr(spec, field))
+                  for name, spec in self.collectors.items()
+                  for field in ("failure_queue", "hold_queue", "ledger_queue")]  # fmt: skip
+        for key, queue in aside:
+            if queue in inputs:
+                raise ValueError(
+                    f"{key}: {queue} is also {inputs[queue]}, so what is set aside there "
+                    "would be read again by that bridge; name another queue"
+                )
 
     def collector(self, name: str) -> CollectorSpec:
         """The collector called ``name``.
@@ -423,6 +444,13 @@ OUTPUT_QUEUES = (
     ("hold_queue", "large replies held for their gathers"),
     ("ledger_queue", "markers of PUTs done"),
 )
+
+
+#: The output queues that hold what a bridge or gather set aside, as opposed to answers.
+SET_ASIDE = (
+    "late_queue", "unknown_queue", "failure_queue", "duplicate_queue", "report_queue",
+    "hold_queue", "ledger_queue",
+)  # fmt: skip
 
 
 def default_queues() -> dict[str, QueueDefinition]:

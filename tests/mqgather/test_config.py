@@ -82,6 +82,11 @@ def test_a_valid_file_loads(tmp_path):
         ("[aggregates.a]\ndestination = 'destinationList'\ndestination_list = ['GATHER.IN']",
          "destination_list: GATHER.IN is also reply_queue"),
         ('[collectors.c]\ninput_queue = "IN"\nfailure_queue = "IN"', "failure_queue: IN is also"),
+        # Set aside onto another bridge's input: set aside again, back and forth.
+        ("[aggregates.a]\nfailure_queue = 'B.IN'\n[aggregates.b]\nreply_queue = 'B.IN'",
+         "aggregates.a.failure_queue: B.IN is also aggregates.b.reply_queue"),
+        ("[aggregates.a]\n[collectors.c]\nfailure_queue = 'GATHER.IN'",
+         "collectors.c.failure_queue: GATHER.IN is also aggregates.a.reply_queue"),
     ],
 )  # fmt: skip
 def test_invalid_files_name_the_key_and_reason(tmp_path, text, fragment):
@@ -158,3 +163,12 @@ def test_queues_setup_defines_every_queue_the_guide_example_names(tmp_path):
         assert {q.name for q in qm.list_queues("*")} >= set(wanted)
         # A second run only updates what [queues] defines.
         assert setup_queues(qm, config) == ["APP.REPLIES"]
+
+
+def test_a_gathers_response_may_feed_another_gather(tmp_path):
+    # Nested scatter-gather: one aggregate's response is a reply of another's.
+    path = tmp_path / "chained.toml"
+    path.write_text("[aggregates.inner]\nresponse_queue = 'OUTER.IN'\n"
+                    "[aggregates.outer]\nreply_queue = 'OUTER.IN'\n")  # fmt: skip
+    config = load_config(path)
+    assert config.aggregate("inner").response_queue == config.aggregate("outer").reply_queue
