@@ -130,8 +130,9 @@ def notification(inp: PutResponseInput, now: datetime, *, failed: bool = False) 
     if not terms.notify & (MQRO_PAN if answered else MQRO_NAN):
         return None
     expiry, report = _requester_life(terms, now)
+    state = "FAILED" if failed else inp.outcome
     return MQMessage(
-        msg_id=terms.msg_id or response_msg_id(inp.gather_id, f"{inp.outcome} notification"),
+        msg_id=terms.msg_id or notification_id(inp.gather_id, state),
         correl_id=inp.request_msg_id or inp.correl_id,
         msg_type=MQMT_REPORT,
         feedback=MQFB_PAN if answered else MQFB_NAN,
@@ -139,18 +140,32 @@ def notification(inp: PutResponseInput, now: datetime, *, failed: bool = False) 
         report=report,
         format=MQFMT_NONE,
         properties={
-            PROP_STATE: "FAILED" if failed else inp.outcome,
+            PROP_STATE: state,
             PROP_GATHER_ID: inp.gather_id,
             PROP_MISSING: ",".join(inp.missing),
         },
     )
 
 
+def notification_id(gather: str, state: str) -> bytes:
+    """MsgId of a gather's notification in ``state`` (unless its request's MsgId is
+    passed on), and the key the ledger records its PUT under when it has a unit of work
+    of its own."""
+    return response_msg_id(gather, f"{state} notification")
+
+
+def _final_attempt(inp: PutResponseInput) -> bool:
+    """Whether this is the last delivery attempt (they count across the workflow's
+    rounds: it retries after showing the error)."""
+    return inp.attempts_before + activity.info().attempt >= inp.aggregate.delivery_attempts
+
+
 def _put_or_dead_letter(
     transport: Transport, queue: str, message: MQMessage, final: bool
-) -> MQError | None:
+) -> tuple[MQError, str] | None:
     """PUT under syncpoint; on the last attempt, a message ``queue`` refuses for good goes
-    to the dead-letter queue behind an MQDLH naming the reason, and the error is returned.
+    to the dead-letter queue behind an MQDLH naming the reason, and the error and that
+    queue are returned.
 
     Raises:
         MQError: the PUT failed, and it may succeed on a later attempt.
@@ -160,9 +175,10 @@ def _put_or_dead_letter(
     except MQError as exc:
         if not (final and undeliverable(exc)):
             raise
+        dlq = transport.dead_letter_queue()
         dead = dead_letter(message, exc.code, queue, transport.qmgr_name, APPL_NAME)
-        transport.put(transport.dead_letter_queue(), dead, PutOptions(syncpoint=True))
-        return exc
+        transport.put(dlq, dead, PutOptions(syncpoint=True))
+        return exc, dlq
     return None
 
 
@@ -234,8 +250,7 @@ class MQActivities:
         if inp.rerequested:
             properties[PROP_REREQUESTED] = ",".join(inp.rerequested)
         telemetry.inject(properties)  # the requester can continue the gather's trace
-        # Attempts count across the workflow's rounds (it retries after showing the error).
-        final = inp.attempts_before + activity.info().attempt >= spec.delivery_attempts
+        final = _final_attempt(inp)
         refused: list[tuple[str, MQError]] = []
         dlq = ""
 
@@ -261,8 +276,8 @@ class MQActivities:
                 body=merged.body,
             )
             for queue in queues:
-                if exc := _put_or_dead_letter(transport, queue, response, final):
-                    dlq = transport.dead_letter_queue()
+                if dead := _put_or_dead_letter(transport, queue, response, final):
+                    exc, dlq = dead
                     refused.append((queue, exc))
             told = notification(inp, datetime.now(UTC), failed=bool(refused))
             if told is not None:
@@ -338,8 +353,8 @@ class MQActivities:
         """PUT a notification of its own, exactly once across retries (the ledger records
         it under a key of its own)."""
         spec = inp.aggregate
-        key = response_msg_id(inp.gather_id, "FAILED notification")
-        final = inp.attempts_before + activity.info().attempt >= spec.delivery_attempts
+        key = notification_id(inp.gather_id, "FAILED")
+        final = _final_attempt(inp)
 
         def work(transport: Transport) -> None:
             if ledger.done(transport, spec.ledger_queue, key):

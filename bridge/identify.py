@@ -68,7 +68,7 @@ def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identif
     if message.message_type == MQMT_REPORT:
         _refuse_report(message, named, candidates)
     if named is not None:
-        spec = next((a for a in candidates if a.name == named), None)
+        spec = _named(named, candidates)
         if spec is None:
             raise IdentificationError(f"unknown aggregate {named!r} (property {PROP_AGGREGATE})")
     elif len(candidates) == 1:
@@ -107,8 +107,7 @@ def _refuse_report(message: MQMessage, named: object, candidates: Sequence[Aggre
     MsgId as their CorrelId, as its replies do, so they would match a gather and pass as
     a leg's answer. One that names no aggregate goes to the shared queue's owner.
     """
-    spec = next((a for a in candidates if a.name == named), None)
-    spec = spec or owner_of_shared_queue(candidates)
+    spec = _named(named, candidates) or owner_of_shared_queue(candidates)
     if spec.reports_are_replies:
         return
     raise ReportMessage(
@@ -117,6 +116,11 @@ def _refuse_report(message: MQMessage, named: object, candidates: Sequence[Aggre
         "(reports_are_replies = false)",
         spec,
     )
+
+
+def _named(named: object, candidates: Sequence[AggregateSpec]) -> AggregateSpec | None:
+    """The aggregate a message names in its aggregate property, among those of its queue."""
+    return next((a for a in candidates if a.name == named), None)
 
 
 def _check_size(message: MQMessage, spec: AggregateSpec) -> None:

@@ -54,6 +54,16 @@ class CollectorRule(BaseModel):
     separator: str = Field(default="", max_length=64, description="blob separator")
 
 
+#: A collector's queues that messages are sent to (none may be its input queue), and
+#: what each holds.
+COLLECTOR_OUTPUT_QUEUES = (
+    ("default_queue", "batches without a rule"),
+    ("failure_queue", "unbatchable messages"),
+    ("hold_queue", "large messages held for batches"),
+    ("ledger_queue", "markers of PUTs done"),
+)
+
+
 class CollectorSpec(BaseModel):
     """One ``[collectors.NAME]`` table."""
 
@@ -155,7 +165,7 @@ class CollectorSpec(BaseModel):
     def _wrapper(self) -> CollectorSpec:
         if not _XML_NAME.match(self.xml_wrapper):
             raise ValueError("xml_wrapper: must be a valid XML element name")
-        for field in ("default_queue", "failure_queue", "hold_queue", "ledger_queue"):
+        for field, _ in COLLECTOR_OUTPUT_QUEUES:
             if getattr(self, field) == self.input_queue:
                 raise ValueError(
                     f"{field}: {self.input_queue} is also input_queue, so what is sent there "

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mqgather import constants as k
 from mqgather import limits
 from mqgather.ccsid import codec
-from mqgather.collector_config import CollectorSpec
+from mqgather.collector_config import COLLECTOR_OUTPUT_QUEUES, CollectorSpec
 from mqgather.completion import ALL, QUORUM_PREFIX, Rule, RuleError, parse_rule
 from mqgather.errors import ConfigError
 from mqgather.names import ENV_CONFIG
@@ -367,7 +367,7 @@ class MQGatherConfig(BaseModel):
                  for name, spec in self.aggregates.items() for field in SET_ASIDE]  # fmt: skip
         aside += [(f"collectors.{name}.{field}", getattr(spec, field))
                   for name, spec in self.collectors.items()
-                  for field in ("failure_queue", "hold_queue", "ledger_queue")]  # fmt: skip
+                  for field, _ in COLLECTOR_OUTPUT_QUEUES if field != "default_queue"]  # fmt: skip
         for key, queue in aside:
             if queue in inputs:
                 raise ValueError(
@@ -446,11 +446,10 @@ OUTPUT_QUEUES = (
 )
 
 
-#: The output queues that hold what a bridge or gather set aside, as opposed to answers.
-SET_ASIDE = (
-    "late_queue", "unknown_queue", "failure_queue", "duplicate_queue", "report_queue",
-    "hold_queue", "ledger_queue",
-)  # fmt: skip
+#: The output queues that hold what a bridge or gather set aside: all but the answers.
+SET_ASIDE = tuple(
+    field for field, _ in OUTPUT_QUEUES if field not in ("response_queue", "timeout_queue")
+)
 
 
 def default_queues() -> dict[str, QueueDefinition]:
@@ -518,10 +517,8 @@ def referenced_queues(config: MQGatherConfig) -> dict[str, str]:
     for collector in config.collectors.values():
         where = f"collector {collector.name}"
         note(collector.input_queue, f"messages to batch of {where}")
-        note(collector.default_queue, f"batches without a rule of {where}")
-        note(collector.failure_queue, f"unbatchable messages of {where}")
-        note(collector.hold_queue, f"large messages held for batches of {where}")
-        note(collector.ledger_queue, f"markers of PUTs done of {where}")
+        for field, purpose in COLLECTOR_OUTPUT_QUEUES:
+            note(getattr(collector, field), f"{purpose} of {where}")
     return found
 
 

@@ -201,11 +201,12 @@ def test_ccsid_and_encoding_are_kept_and_an_older_file_gains_them(tmp_path):
     assert got.body.decode("cp1047") == "Grüße"
     # A file written before these columns existed.
     with sqlite3.connect(path) as db:
-        db.execute("ALTER TABLE messages DROP COLUMN ccsid")
-        db.execute("ALTER TABLE messages DROP COLUMN encoding")
+        for column in ("ccsid", "encoding", "msg_offset", "original_length"):
+            db.execute(f"ALTER TABLE messages DROP COLUMN {column}")
     with LocalQueueManager(path) as qm:
         old = qm.get("Q", syncpoint=False)
     assert old.body == b"old" and (old.coded_char_set_id, old.encoding) == (1208, 546)
+    assert (old.offset, old.original_length) == (0, -1)  # no segment, as it was
 
 
 def test_connections_opening_a_new_queue_manager_at_once_all_open(tmp_path):
