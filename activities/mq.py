@@ -13,7 +13,7 @@ from temporalio import activity
 from activities.merge import LegBodies, Merged, MergeError, merge
 from bridge.mq import hold, ledger
 from bridge.mq.dlh import dead_letter
-from bridge.mq.errors import MQError, undeliverable
+from bridge.mq.errors import MQError, SyncpointLimitReached, undeliverable
 from bridge.mq.forward import forward
 from bridge.mq.ledger import ledger_key
 from bridge.mq.models import (
@@ -210,20 +210,39 @@ class MQActivities:
         transport = getattr(self._local, "transport", None)
         if transport is None:
             transport = self._local.transport = self._connect()
+            self._local.maxumsgs = None
         return transport
+
+    def _maxumsgs(self) -> int:
+        """The queue manager's MAXUMSGS, read once per connection."""
+        transport = self._transport()
+        if self._local.maxumsgs is None:
+            try:
+                self._local.maxumsgs = transport.max_uncommitted()
+            except MQError:
+                self._local.transport = None
+                transport.close()
+                raise
+        return int(self._local.maxumsgs)
 
     def _unit_of_work(self, work: Callable[[Transport], None]) -> None:
         transport = self._transport()
         try:
             work(transport)
             transport.commit()
-        except BaseException:
+        except BaseException as exc:
             try:
                 transport.backout()
             finally:
                 # A broken connection is replaced on the next attempt.
                 self._local.transport = None
                 transport.close()
+            if isinstance(exc, SyncpointLimitReached):
+                raise SyncpointLimitReached(
+                    f"{exc.detail}. This activity's unit of work holds more messages than "
+                    "the queue manager's MAXUMSGS; it is retried, and succeeds once MAXUMSGS "
+                    "is raised (ALTER QMGR MAXUMSGS)"
+                ) from exc
             raise
 
     @activity.defn(name=names.ACTIVITY_PUT_RESPONSE)
@@ -380,9 +399,16 @@ class MQActivities:
     def _forward_once(
         self, spec: AggregateSpec, gather: str, items: list[tuple[str, Reply, str]]
     ) -> None:
-        """Forward each (queue, reply, reason) intact, in one unit of work, each exactly
-        once across retries (the ledger records every forward)."""
+        """Forward each (queue, reply, reason) intact, each exactly once across retries
+        (the ledger records every forward), in as few units of work as MAXUMSGS allows:
+        a reply may need a get from the hold queue, its forward and its ledger marker."""
+        per_unit = max(self._maxumsgs() // 3, 1)
+        for start in range(0, len(items), per_unit):
+            self._forward_unit(spec, gather, items[start : start + per_unit])
 
+    def _forward_unit(
+        self, spec: AggregateSpec, gather: str, items: list[tuple[str, Reply, str]]
+    ) -> None:
         def work(transport: Transport, reader: hold.HeldReader) -> None:
             for queue, reply, reason in items:
                 if _forwarded(transport, spec.ledger_queue, gather, queue, reply):

@@ -111,6 +111,8 @@ class CollectorBridge(QueueBridge):
         super().__init__(client, connect, **options)
         self.spec = spec
         self.rules = rules or RuleCache(spec)
+        # Per destination, the batch size MAXUMSGS allows, once warned of.
+        self._clamped: dict[str, int] = {}
 
     def queues(self) -> list[str]:
         return [self.spec.input_queue]
@@ -151,6 +153,23 @@ class CollectorBridge(QueueBridge):
                 return f"destination {destination!r} batches {rule.format}: {exc}"
         return destination, rule
 
+    def _fitted(self, destination: str, rule: CollectorRule) -> CollectorRule:
+        """The rule with max_messages no larger than one unit of work can PUT: a batch's
+        messages may each be got from the hold queue and put (a group) or forwarded (not
+        text), beside the batch's message and its ledger marker, within MAXUMSGS."""
+        most = max((self.maxumsgs - 2) // 2, 1)
+        if rule.max_messages <= most:
+            return rule
+        if self._clamped.get(destination) != most:
+            log.warning(
+                "destination %r: batches of at most %d messages, not max_messages %d: one "
+                "batch's unit of work may need 2 per message and 2 more, and the queue "
+                "manager's MAXUMSGS is %d",
+                destination, most, rule.max_messages, self.maxumsgs,
+            )  # fmt: skip
+            self._clamped[destination] = most
+        return rule.model_copy(update={"max_messages": most})
+
     async def _process(
         self,
         call: Callable[..., Any],
@@ -177,6 +196,7 @@ class CollectorBridge(QueueBridge):
                 moves.append(Move(Destination.FAILURE, failure, message, routed))
                 continue
             destination, rule = routed
+            rule = self._fitted(destination, rule)
             inline = self.spec.inline_bytes
             if attrs.bothresh and message.backout_count >= attrs.bothresh:
                 # A redelivery already batched is dropped, unless it is held: its batch

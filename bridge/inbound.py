@@ -40,6 +40,7 @@ from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
+from mqgather.constants import DEFAULT_MAXUMSGS
 from mqgather.names import PROP_TRACEPARENT, SIGNAL_REPLIES, TASK_QUEUE
 from mqgather.routing import Destination, owner_of_shared_queue, queue_for
 from mqgather.runtime import telemetry
@@ -180,6 +181,10 @@ class QueueBridge:
         self.max_backoff = max_backoff
         self.stats = BridgeStats()
         self._hold_maxmsgl: dict[str, int] = {}
+        #: The queue manager's MAXUMSGS, read at each connect.
+        self.maxumsgs = DEFAULT_MAXUMSGS
+        # Per queue, the batch size MAXUMSGS allows, once warned of.
+        self._capped: dict[str, int] = {}
 
     def queues(self) -> list[str]:
         """The input queues this bridge serves."""
@@ -198,6 +203,7 @@ class QueueBridge:
             return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
 
         transport: Transport | None = None
+        size = self.batch_size
         backoff = 0.2
         try:
             while not stop.is_set():
@@ -206,9 +212,9 @@ class QueueBridge:
                         transport = await call(self.connect)
                         attrs = await call(transport.inquire, queue)
                         dlq = await call(transport.dead_letter_queue)
-                    batch = await call(
-                        transport.get_batch, queue, self.batch_size, wait_ms=self.wait_ms
-                    )
+                        self.maxumsgs = await call(transport.max_uncommitted)
+                        size = self._fitting(queue, self.maxumsgs)
+                    batch = await call(transport.get_batch, queue, size, wait_ms=self.wait_ms)
                     if not batch:
                         continue
                     got_at = time.perf_counter()
@@ -255,6 +261,23 @@ class QueueBridge:
     ) -> None:
         """Signal the batch's messages and move those that cannot go (before MQCMIT)."""
         raise NotImplementedError
+
+    def _fitting(self, queue: str, maxumsgs: int) -> int:
+        """Messages per unit of work: ``batch_size``, or fewer when the queue manager's
+        MAXUMSGS could not hold them. Each message is got and at most once put (held or
+        moved), so a batch may need twice its size; a unit of work past MAXUMSGS would
+        fail and be backed out for ever."""
+        fits = max(maxumsgs // 2, 1)
+        if self.batch_size <= fits:
+            return self.batch_size
+        if self._capped.get(queue) != fits:
+            log.warning(
+                "%s: %d messages per unit of work instead of --batch-size %d: each may need "
+                "a get and a put, and the queue manager's MAXUMSGS is %d",
+                queue, fits, self.batch_size, maxumsgs,
+            )  # fmt: skip
+            self._capped[queue] = fits
+        return fits
 
     async def _recover(
         self, call: Callable[..., Any], transport: Transport | None, exc: BaseException

@@ -15,6 +15,10 @@ DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
 DEFAULT_MAXDEPTH = 5000
 DEFAULT_MAXMSGL = 4 * 1024 * 1024
 QMGR_MAXMSGL = 100 * 1024 * 1024
+#: MAXUMSGS: messages got and put under syncpoint that one unit of work may hold, and the
+#: most it may be set to.
+DEFAULT_MAXUMSGS = 10_000
+MAX_MAXUMSGS = 999_999_999
 #: The largest MAXDEPTH (and BOTHRESH) a queue may be given.
 MAX_QUEUE_DEPTH = 999_999_999
 #: The largest MQMD Expiry a put may give (tenths of a second, about 3.2 years): above it,

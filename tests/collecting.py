@@ -90,10 +90,12 @@ async def collecting(
     version: WorkerDeploymentVersion | None = None,
     rules_db: str | None = None,
     extra_queues: tuple[str, ...] = (),
+    maxumsgs: int | None = None,
 ) -> AsyncIterator[Collecting]:
     """A collector with a worker (of ``version``, when given) and, unless told otherwise,
     its bridge; its name is made unique, since collector workflows never end. Its rules
-    are in a fresh SQLite file unless ``rules_db`` names a database."""
+    are in a fresh SQLite file unless ``rules_db`` names a database; ``maxumsgs`` sets
+    the queue manager's MAXUMSGS."""
     path = tmp_path / "qm.db"
     # Collector workflows never end: a name of its own keeps each test's apart.
     spec = spec.model_copy(
@@ -106,6 +108,8 @@ async def collecting(
     prepare_queues(path, [*OUT, *extra_queues, spec.failure_queue, spec.default_queue])
     with LocalQueueManager(path) as qm:
         qm.define(QueueAttributes(name=spec.input_queue, maxdepth=100_000, bothresh=3))
+        if maxumsgs is not None:
+            qm.set_max_uncommitted(maxumsgs)
     task_queue = f"collect-{uuid.uuid4().hex[:10]}"
     worker = build_worker(
         client, lambda: LocalQueueManager(path), task_queue=task_queue, version=version

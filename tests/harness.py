@@ -129,15 +129,21 @@ async def pipeline(
     run_worker: bool = True,
     run_bridge: bool = True,
     transport: Callable[[Path], Callable[[], Transport]] | None = None,
+    maxumsgs: int | None = None,
+    batch_size: int = 100,
 ) -> AsyncIterator[Pipeline]:
     """Worker and bridge on a unique task queue and a fresh queue manager file.
 
     ``transport(path)`` gives the connections worker and bridge use (default: the
     embedded queue manager); the test itself reads and writes the file directly.
+    ``maxumsgs`` sets the queue manager's MAXUMSGS.
     """
     path = tmp_path / "qm.db"
     leg_queues = [leg.queue() for spec in aggregates for leg in spec.legs]
     prepare_queues(path, [*extra_queues, *leg_queues], bothresh)
+    if maxumsgs is not None:
+        with LocalQueueManager(path) as admin:
+            admin.set_max_uncommitted(maxumsgs)
     task_queue = f"test-{uuid.uuid4().hex[:10]}"
 
     def embedded() -> Transport:
@@ -145,7 +151,9 @@ async def pipeline(
 
     connect = transport(path) if transport is not None else embedded
 
-    bridge = InboundBridge(client, connect, aggregates, task_queue=task_queue, wait_ms=100)
+    bridge = InboundBridge(
+        client, connect, aggregates, task_queue=task_queue, wait_ms=100, batch_size=batch_size
+    )
     stop = asyncio.Event()
     tasks = []
     worker = build_worker(client, connect, task_queue=task_queue) if run_worker else None

@@ -17,6 +17,7 @@ REASONS: dict[str, int] = {
     "MQRC_DATA_LENGTH_ERROR": 2010,
     "MQRC_ENVIRONMENT_ERROR": 2012,
     "MQRC_EXPIRY_ERROR": 2013,
+    "MQRC_SYNCPOINT_LIMIT_REACHED": 2024,
     "MQRC_FEEDBACK_ERROR": 2014,
     "MQRC_MISSING_REPLY_TO_Q": 2027,
     "MQRC_MSG_TYPE_ERROR": 2029,
@@ -198,6 +199,14 @@ class TruncatedMessage(MQError):
         self.message = message
 
 
+class SyncpointLimitReached(MQError):
+    """MQRC_SYNCPOINT_LIMIT_REACHED: the call would take the unit of work past the queue
+    manager's MAXUMSGS (messages got and put under syncpoint since it began). The unit of
+    work stays open; what it holds must be committed or backed out."""
+
+    reason = "MQRC_SYNCPOINT_LIMIT_REACHED"
+
+
 class GroupOrderError(MQError):
     """A logical-group rule was broken: a message outside a group while one is being put
     in logical order (MQRC_INCOMPLETE_GROUP), a group's messages in and out of syncpoint
@@ -219,6 +228,7 @@ _CLASSES: dict[str, type[MQError]] = {
         QueueManagerUnavailable,
         ObjectAlreadyExists,
         UnitOfWorkBackedOut,
+        SyncpointLimitReached,
     )
 }
 # Several reasons mean the same thing to a caller: the connection is unusable, try again later.
@@ -254,5 +264,7 @@ def error_for_reason(code: int, detail: str = "") -> MQError:
 def undeliverable(exc: MQError) -> bool:
     """Whether a PUT was refused for where or what it is (unknown queue, Q_FULL, put
     inhibited, too big, not authorized...) rather than because the connection failed:
-    such a PUT may be retried a bounded number of times, then must go elsewhere."""
-    return not isinstance(exc, ConnectionBroken | QueueManagerUnavailable)
+    such a PUT may be retried a bounded number of times, then must go elsewhere. A unit
+    of work past MAXUMSGS is no fault of the destination: the same PUT elsewhere, in the
+    same unit of work, fails alike."""
+    return not isinstance(exc, ConnectionBroken | QueueManagerUnavailable | SyncpointLimitReached)

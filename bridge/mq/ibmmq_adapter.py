@@ -774,6 +774,12 @@ class IBMMQTransport(Transport):
             for row in rows
         ]
 
+    def max_uncommitted(self) -> int:
+        try:
+            return int(self.qmgr.inquire(self.C.MQIA_MAX_UNCOMMITTED_MSGS))
+        except self.mq.MQMIError as exc:
+            raise self._failed(exc, "inquiring MAXUMSGS") from exc
+
     def dead_letter_queue(self) -> str:
         try:
             return _text(self.qmgr.inquire(self.C.MQCA_DEAD_LETTER_Q_NAME))

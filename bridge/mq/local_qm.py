@@ -45,6 +45,7 @@ from bridge.mq.errors import (
     ObjectAlreadyExists,
     QueueFull,
     QueueManagerUnavailable,
+    SyncpointLimitReached,
     TruncatedMessage,
     UnknownObjectName,
 )
@@ -70,7 +71,9 @@ from bridge.mq.models import (
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
 from mqgather.constants import (
     DEAD_LETTER_QUEUE,
+    DEFAULT_MAXUMSGS,
     DEFAULT_QMGR_NAME,
+    MAX_MAXUMSGS,
     MAX_QUEUE_DEPTH,
     QMGR_MAXMSGL,
 )
@@ -337,6 +340,10 @@ class LocalQueueManager(Transport):
         self._lock = threading.RLock()
         self._got_pending = False
         self._puts: list[tuple[str, tuple[Any, ...]]] = []
+        # Messages got and put under syncpoint in the open unit of work, and the queue
+        # manager's MAXUMSGS as last read (at connect and at each commit).
+        self._uncommitted = 0
+        self._maxumsgs = DEFAULT_MAXUMSGS
         self._browse_pos: dict[str, tuple[int, int]] = {}
         # Logical-order positions per queue: gets, browses and puts each keep their own,
         # as each MQ object handle does.
@@ -389,6 +396,7 @@ class LocalQueueManager(Transport):
                     )
                     row = (qmgr_name,)
                 self.qmgr_name = row[0]
+                self._maxumsgs = self._read_maxumsgs(db)
                 db.execute(
                     "INSERT INTO connections VALUES (?, ?, ?)",
                     (self.conn_id, os.getpid(), time.time()),
@@ -593,12 +601,14 @@ class LocalQueueManager(Transport):
         if opts.syncpoint:
             # Checked now, written by commit: the unit of work holds no lock meanwhile.
             with self._lock:
+                self._check_room(1, f"putting to queue {queue!r}")
                 pending = sum(1 for q, _ in self._puts if q == queue)
                 try:
                     self._check_put(self._db, queue, message, pending)
                 except sqlite3.Error as exc:
                     raise _translate(exc, self.path) from exc
                 self._puts.append((queue, row))
+                self._uncommitted += 1
                 self._advance_put_group(queue, message, position)
             return stored
 
@@ -670,6 +680,21 @@ class LocalQueueManager(Transport):
         """Remember the group positions as they were when the unit of work began."""
         if self._uow_groups is None:
             self._uow_groups = (dict(self._get_groups), dict(self._put_groups))
+
+    def _check_room(self, wanted: int, doing: str) -> None:
+        """MQRC_SYNCPOINT_LIMIT_REACHED unless ``wanted`` more messages fit in the unit of
+        work (MAXUMSGS counts every message got or put under syncpoint since it began)."""
+        if self._uncommitted + wanted > self._maxumsgs:
+            raise SyncpointLimitReached(
+                f"{doing}: the unit of work already holds {self._uncommitted} messages, "
+                f"MAXUMSGS({self._maxumsgs}) of queue manager {self.qmgr_name}; commit or "
+                "back out first"
+            )
+
+    @staticmethod
+    def _read_maxumsgs(db: sqlite3.Connection) -> int:
+        row = db.execute("SELECT value FROM qmgr WHERE key = 'maxumsgs'").fetchone()
+        return int(row[0]) if row else DEFAULT_MAXUMSGS
 
     def _check_put(
         self, db: sqlite3.Connection, queue: str, message: MQMessage, pending: int
@@ -870,6 +895,11 @@ class LocalQueueManager(Transport):
             f"m.state = {_AVAILABLE}",
             "(m.expiry_at IS NULL OR m.expiry_at > :now)",
         ]
+        counted = syncpoint and browse is None
+        if counted:
+            # Take no more than the unit of work has room for; with none left, a get that
+            # finds a message fails as MQ's does.
+            limit = min(limit, max(self._maxumsgs - self._uncommitted, 1))
         params: dict[str, Any] = {"queue": queue, "now": now, "limit": limit}
         positions = self._browse_groups if browse else self._get_groups
         position = positions.get(queue) if choice.logical_order else None
@@ -916,6 +946,9 @@ class LocalQueueManager(Transport):
                 messages[0],
             )
         ids = [(row[0],) for row in rows]
+        if counted:
+            self._check_room(len(ids), f"getting from queue {queue!r}")
+            self._uncommitted += len(ids)
         if browse is not None:
             if position is None:
                 # A group's place among the others is its first message's place.
@@ -1033,14 +1066,17 @@ class LocalQueueManager(Transport):
                     self._end_uow(db, self.conn_id, commit=True)
                 if self._puts:
                     _insert(db, [row for _, row in self._puts])
+                self._maxumsgs = self._read_maxumsgs(db)
 
             self._call(op)
             self._puts.clear()
             self._got_pending = False
+            self._uncommitted = 0
 
     def backout(self) -> None:
         with self._lock:
             self._puts.clear()
+            self._uncommitted = 0
             if self._uow_groups is not None:
                 # A group got or put in this unit of work starts over, as after MQBACK.
                 self._get_groups, self._put_groups = self._uow_groups
@@ -1075,6 +1111,28 @@ class LocalQueueManager(Transport):
         keys = ("name", "maxdepth", "maxmsgl", "bothresh", "boqname", "descr", "curdepth")
         return [QueueAttributes(**dict(zip(keys, row, strict=True))) for row in rows]
 
+    def max_uncommitted(self) -> int:
+        with self._lock:
+            self._maxumsgs = self._call(self._read_maxumsgs, read_only=True)
+            return self._maxumsgs
+
+    def set_max_uncommitted(self, count: int) -> None:
+        """ALTER QMGR MAXUMSGS(count): the most messages one unit of work may get and put
+        under syncpoint; each connection reads it again at its next commit.
+
+        Raises:
+            MQError: ``count`` outside 1 to 999,999,999 (MQRC_UNEXPECTED_ERROR names it).
+        """
+        if not 1 <= count <= MAX_MAXUMSGS:
+            raise MQError(f"MAXUMSGS({count}) is outside 1 to {MAX_MAXUMSGS:,}")
+        with self._lock:
+            self._call(
+                lambda db: db.execute(
+                    "INSERT OR REPLACE INTO qmgr VALUES ('maxumsgs', ?)", (str(count),)
+                )
+            )
+            self._maxumsgs = count
+
     def dead_letter_queue(self) -> str:
         row = self._call(
             lambda db: db.execute("SELECT value FROM qmgr WHERE key = 'deadq'").fetchone(),
@@ -1087,6 +1145,7 @@ class LocalQueueManager(Transport):
             if self._closed:
                 return
             self._puts.clear()
+            self._uncommitted = 0
             # On a broken file the lock release below still frees our connection.
             with contextlib.suppress(MQError):
                 self._call(self._recover_dead, self.conn_id)

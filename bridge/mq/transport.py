@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Literal, Self
 
-from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.errors import NoMessageAvailable, SyncpointLimitReached
 from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
 
 #: MQWI_UNLIMITED: a get that waits until a message comes.
@@ -70,9 +70,13 @@ class Transport(abc.ABC):
     def get_batch(
         self, queue: str, max_messages: int, *, wait_ms: int = 0, match: Match | None = None
     ) -> list[MQMessage]:
-        """Get up to ``max_messages`` under syncpoint, waiting only for the first.
+        """Get up to ``max_messages`` under syncpoint, waiting only for the first; fewer
+        when the unit of work reaches MAXUMSGS.
 
         Returns an empty list when nothing came within the wait.
+
+        Raises:
+            SyncpointLimitReached: the unit of work had no room for even one message.
         """
         batch: list[MQMessage] = []
         wait = wait_ms
@@ -80,6 +84,10 @@ class Transport(abc.ABC):
             try:
                 batch.append(self.get(queue, wait_ms=wait, syncpoint=True, match=match))
             except NoMessageAvailable:
+                break
+            except SyncpointLimitReached:
+                if not batch:
+                    raise
                 break
             wait = 0
         return batch
@@ -103,6 +111,11 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def list_queues(self, pattern: str = "*") -> list[QueueAttributes]:
         """The queues whose names match a generic pattern (``*`` at the end), with depths."""
+
+    @abc.abstractmethod
+    def max_uncommitted(self) -> int:
+        """The queue manager's MAXUMSGS: the most messages one unit of work may get and
+        put under syncpoint; one more fails with MQRC_SYNCPOINT_LIMIT_REACHED."""
 
     @abc.abstractmethod
     def dead_letter_queue(self) -> str:

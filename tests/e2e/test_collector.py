@@ -148,6 +148,28 @@ async def test_json_and_group_formats_and_release_now(temporal_env, tmp_path):
     assert [m.group_status for m in group] == ["in-group", "in-group", "last-in-group"]
 
 
+async def test_a_batch_is_no_larger_than_one_unit_of_work_can_put(temporal_env, tmp_path):
+    """MAXUMSGS 20: a group batch's unit of work puts each message and its ledger marker,
+    and may get each from the hold queue, so a rule of 50 messages closes its batches at
+    9. 27 messages become three groups of 9; one group of 27 would fail at its put, and
+    be retried, for ever."""
+    async with collecting(temporal_env.client, tmp_path, maxumsgs=20) as c:
+        c.rule("G", "CMAOUT.GRP", max_messages=50, max_delay_seconds=3, format="group")
+        for i in range(27):
+            c.send("G", f"g{i}".encode())
+        out = [await c.take("CMAOUT.GRP") for _ in range(27)]
+        assert c.depth("CMAOUT.GRP") == 0 and c.depth("CMAIN") == 0
+        assert c.depth(c.spec.failure_queue) == 0
+    assert [m.body for m in out] == [f"g{i}".encode() for i in range(27)]
+    groups = [out[i : i + 9] for i in (0, 9, 18)]
+    assert len({g[0].group_id for g in groups}) == 3
+    for group in groups:
+        assert {m.group_id for m in group} == {group[0].group_id}
+        assert [m.msg_seq_number for m in group] == list(range(1, 10))
+        assert group[-1].group_status == "last-in-group"
+        assert group[0].properties[PROP_BATCH_REASON] == "count"
+
+
 def _config(tmp_path: Path, spec: CollectorSpec) -> Path:
     file = tmp_path / "mqgather.toml"
     file.write_text(

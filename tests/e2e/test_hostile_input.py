@@ -284,6 +284,45 @@ async def test_a_flood_before_registration_stays_small_and_expires_on_time(tempo
     assert (closed - first_reply).total_seconds() <= spec.unknown_timeout_seconds + 2
 
 
+async def test_every_batch_fits_maxumsgs_when_each_message_is_moved(temporal_env, tmp_path):
+    """MAXUMSGS 20 and a batch size of 100: 60 replies that name no leg each need a get
+    and a put (to the failure queue). The bridge takes 10 per unit of work, so each
+    reaches the failure queue once and none is backed out; a batch of 100, or of the 20
+    the queue manager would let it get, fails at its first put and is backed out for
+    ever."""
+    spec = AggregateSpec(name="small", legs=LEGS)
+    async with pipeline(
+        temporal_env.client, tmp_path, [spec], maxumsgs=20, batch_size=100, run_worker=False
+    ) as p:
+        sent = [
+            p.put("GATHER.IN", MQMessage(correl_id=b"C%d" % n, body=b"%d" % n)).msg_id
+            for n in range(60)
+        ]
+        await until(lambda: asyncio.sleep(0, p.depth("GATHER.FAILURE")), lambda d: d == 60)
+        moved = p.messages("GATHER.FAILURE")
+        assert p.empty("GATHER.IN") and p.empty("GATHER.BACKOUT")
+        assert p.bridge.stats.rollbacks == 0
+    assert sorted(m.msg_id for m in moved) == sorted(sent)
+    assert all("leg" in str(m.properties[PROP_REASON]) for m in moved)
+
+
+async def test_a_flood_is_routed_within_maxumsgs(temporal_env, tmp_path):
+    """MAXUMSGS 30: 300 unknown replies for one CorrelId. The gather's routing forwards
+    each with its ledger marker (and a held one with its get) in units of work of at most
+    10 replies, so every reply ends on the unknown queue exactly once."""
+    spec = AggregateSpec(name="flood", legs=LEGS, unknown_timeout_seconds=2,
+                         max_held_replies=50)  # fmt: skip
+    correl = b"FLOOD".ljust(24, b"\0")
+    async with pipeline(temporal_env.client, tmp_path, [spec], maxumsgs=30) as p:
+        sent = {p.reply(spec, correl, "TAX", b'{"n":%d}' % n).msg_id for n in range(300)}
+        await until(lambda: asyncio.sleep(0, p.depth("GATHER.UNKNOWN")), lambda d: d == 300, 60)
+        result = await p.result(spec, correl)
+        routed = [m.msg_id for m in p.messages("GATHER.UNKNOWN")]
+        assert p.empty("GATHER.IN") and p.empty("GATHER.FAILURE") and p.empty("GATHER.BACKOUT")
+    assert result.state == "UNKNOWN"
+    assert sorted(routed) == sorted(sent)
+
+
 async def test_a_hand_made_registration_of_an_endless_wait_leaves_the_gather_working(
     temporal_env, tmp_path
 ):

@@ -36,7 +36,9 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
   ``MQIMPO_INQ_PROP_UNDER_CURSOR``; booleans come back as integers, as the C layer
   returns them; names beginning "JMS" other than the five JMS synonyms the MQI may set
   are refused (2442), while a message put by a JMS program shows them to MQINQMP.
-- inquire: CURDEPTH, MAXDEPTH, MAXMSGL, BOTHRESH, BOQNAME, DEADQ.
+- unit of work: MAXUMSGS counts every message got or put under syncpoint (2024 past it,
+  the unit of work left open).
+- inquire: CURDEPTH, MAXDEPTH, MAXMSGL, BOTHRESH, BOQNAME, DEADQ, MAXUMSGS.
 - PCF: CREATE / CHANGE / COPY / INQUIRE / DELETE Q through SYSTEM.ADMIN.COMMAND.QUEUE with
   a temporary dynamic reply queue, as the command server answers; an INQUIRE matching
   nothing answers 2085; CREATE with REPLACE resets unspecified attributes to defaults.
@@ -819,6 +821,7 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
 MQIA_CURRENT_Q_DEPTH, MQIA_MAX_Q_DEPTH, MQIA_MAX_MSG_LENGTH = 3, 15, 13
 MQIA_BACKOUT_THRESHOLD, MQCA_BACKOUT_REQ_Q_NAME, MQCA_DEAD_LETTER_Q_NAME = 22, 2019, 2006
 MQCA_Q_MGR_NAME, MQIA_Q_TYPE, MQCA_Q_NAME = 2015, 20, 2016
+MQIA_MAX_UNCOMMITTED_MSGS = 33
 
 
 def MQINQ(
@@ -864,6 +867,8 @@ def MQINQ(
         elif attrs is not None and selector in (MQCA_BACKOUT_REQ_Q_NAME, MQCA_Q_NAME):
             value = attrs.boqname if selector == MQCA_BACKOUT_REQ_Q_NAME else attrs.name
             chars += value.encode().ljust(48)
+        elif attrs is None and selector == MQIA_MAX_UNCOMMITTED_MSGS:
+            ints.append(conn.qm.max_uncommitted())
         elif attrs is None and selector == MQCA_DEAD_LETTER_Q_NAME:
             chars += conn.qm.dead_letter_queue().encode().ljust(48)
         elif attrs is None and selector == MQCA_Q_MGR_NAME:

@@ -12,8 +12,10 @@ from bridge.mq.errors import (
     MQError,
     NoMessageAvailable,
     QueueFull,
+    SyncpointLimitReached,
     UnknownObjectName,
 )
+from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import (
     MQACT_NONE,
     MQAT_UNIX,
@@ -412,6 +414,46 @@ def test_get_batch_takes_up_to_n_under_syncpoint(connect, make_queue):
     assert [(m.body, m.backout_count) for m in again] == [(b"0", 1), (b"1", 1), (b"2", 1)]
     b.commit()
     assert b.get_batch(q, 10, wait_ms=50) == []
+
+
+def _maxumsgs(request, tmp_path, qm, small: int) -> int:
+    """The queue manager's MAXUMSGS: set to ``small`` where the test owns the queue
+    manager (embedded, stand-in), IBM MQ's own otherwise."""
+    if request.node.callspec.params["connect"] != "ibmmq":
+        with LocalQueueManager(tmp_path / "qm.db") as admin:
+            admin.set_max_uncommitted(small)
+    return qm.max_uncommitted()
+
+
+def test_a_unit_of_work_holds_at_most_maxumsgs_messages(connect, make_queue, request, tmp_path):
+    qm, other = connect(), connect()
+    q = make_queue(qm, maxdepth=999_999)
+    limit = _maxumsgs(request, tmp_path, qm, 6)
+    if request.node.callspec.params["connect"] != "ibmmq":
+        assert limit == 6
+    for i in range(limit):
+        qm.put(q, MQMessage(body=str(i).encode()))
+    with pytest.raises(SyncpointLimitReached) as info:
+        qm.put(q, MQMessage(body=b"one too many"))
+    assert info.value.code == 2024
+    qm.put(q, MQMessage(body=b"outside"), PutOptions(syncpoint=False))  # not counted
+    qm.commit()  # the unit of work stayed open: what it held commits
+    assert other.inquire(q).curdepth == limit + 1
+
+    # Gets count as puts do; a browse and a get outside syncpoint do not.
+    got = qm.get_batch(q, limit + 5)  # "outside" was there before the commit
+    assert [m.body for m in got] == [b"outside"] + [str(i).encode() for i in range(limit - 1)]
+    with pytest.raises(SyncpointLimitReached):
+        qm.get(q)
+    with pytest.raises(SyncpointLimitReached):
+        qm.put(q, MQMessage(body=b"x"))
+    last = str(limit - 1).encode()
+    assert qm.get(q, browse="first").body == last
+    assert qm.get(q, syncpoint=False).body == last
+    qm.backout()  # a backout empties the unit of work too
+    assert len(qm.get_batch(q, limit)) == limit
+    qm.commit()
+    assert other.inquire(q).curdepth == 0
 
 
 def test_a_redelivered_message_keeps_its_fingerprint_and_a_reused_msg_id_does_not(
