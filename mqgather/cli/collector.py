@@ -54,7 +54,8 @@ def collector() -> None:
     "--batch-size",
     default=COLLECT_BATCH_SIZE,
     show_default=True,
-    help="Messages per MQ unit of work (at most; fewer when fewer are waiting).",
+    help="Messages per MQ unit of work (at most; fewer when fewer are waiting, and at "
+    "most half the queue manager's MAXUMSGS: each may be got and put).",
 )
 @fail_fast_option
 @metrics_port_option

@@ -261,7 +261,8 @@ def worker(
 @config_option
 @task_queue_option
 @click.option("--batch-size", default=100, show_default=True, type=click.IntRange(1, 10_000),
-              help="Messages per MQ unit of work.")  # fmt: skip
+              help="Messages per MQ unit of work (at most half the queue manager's "
+                   "MAXUMSGS: each may be got and put).")  # fmt: skip
 @fail_fast_option
 @metrics_port_option
 def bridge(

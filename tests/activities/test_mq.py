@@ -19,7 +19,7 @@ from activities.mq import (
     response_msg_id,
 )
 from bridge.mq import dlh, ledger
-from bridge.mq.errors import NoMessageAvailable, QueueFull
+from bridge.mq.errors import NoMessageAvailable, QueueFull, SyncpointLimitReached
 from bridge.mq.ledger import ledger_key
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import (
@@ -177,6 +177,32 @@ def test_a_destination_list_delivers_where_it_can_and_dead_letters_the_rest(qm_p
     assert result.outcome == "FAILED" and "GONE.Q" in result.error
     assert len(delivered) == 1 and len(dead) == 1
     assert dlh.unpack(dead[0].body)[0].dest_q_name == "GONE.Q"
+
+
+def test_a_response_past_maxumsgs_is_retried_whole_not_dead_lettered(qm_path):
+    """Six destinations and a ledger marker need 7 puts in one unit of work; MAXUMSGS is
+    5. Even on the last delivery attempt that is no fault of a destination: nothing is
+    delivered or dead-lettered, the error says what to raise, and once MAXUMSGS is raised
+    the retry delivers to all six."""
+    queues = tuple(f"OUT.{n}" for n in range(6))
+    spec = AggregateSpec(name="t", legs=(LEG,), destination="destinationList",
+                         destination_list=queues, delivery_attempts=1)  # fmt: skip
+    with LocalQueueManager(qm_path) as admin:
+        for queue in queues:
+            admin.define(QueueAttributes(name=queue, maxdepth=10))
+        admin.set_max_uncommitted(5)
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = ActivityEnvironment()
+    with pytest.raises(SyncpointLimitReached, match=r"MAXUMSGS\(5\).*ALTER QMGR MAXUMSGS"):
+        env.run(acts.put_response, response_input(spec))
+    with LocalQueueManager(qm_path) as qm:
+        assert all(qm.inquire(queue).curdepth == 0 for queue in queues)
+        assert drain(qm, DEAD_LETTER_QUEUE) == [] and drain(qm, spec.ledger_queue) == []
+        qm.set_max_uncommitted(7)
+    result = env.run(acts.put_response, response_input(spec))
+    with LocalQueueManager(qm_path) as qm:
+        depths = [qm.inquire(queue).curdepth for queue in queues]
+    assert result.outcome == "COMPLETE" and depths == [1] * 6
 
 
 def test_a_response_lives_as_long_as_its_requester_asked_and_no_longer():
