@@ -150,13 +150,17 @@ class Transport(abc.ABC):
             mode = "next"
 
     def clear(self, queue: str) -> int:
-        """Remove every available message from a queue; returns how many."""
+        """Remove every available message from a queue; returns how many (committed
+        every 500, or sooner where MAXUMSGS is lower)."""
         count = 0
         while True:
             try:
                 self.get(queue, syncpoint=True)
             except NoMessageAvailable:
                 break
+            except SyncpointLimitReached:
+                self.commit()
+                continue
             count += 1
             if count % 500 == 0:
                 self.commit()

@@ -310,7 +310,8 @@ async def test_a_flood_is_routed_within_maxumsgs(temporal_env, tmp_path):
     """MAXUMSGS 30: 300 unknown replies for one CorrelId. The gather's routing forwards
     each with its ledger marker (and a held one with its get) in units of work of at most
     10 replies, so every reply ends on the unknown queue exactly once."""
-    spec = AggregateSpec(name="flood", legs=LEGS, unknown_timeout_seconds=2,
+    # Its own aggregate name: the gather of the flood test above must not be found.
+    spec = AggregateSpec(name="flood-umsgs", legs=LEGS, unknown_timeout_seconds=2,
                          max_held_replies=50)  # fmt: skip
     correl = b"FLOOD".ljust(24, b"\0")
     async with pipeline(temporal_env.client, tmp_path, [spec], maxumsgs=30) as p:

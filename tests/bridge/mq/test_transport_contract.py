@@ -456,6 +456,16 @@ def test_a_unit_of_work_holds_at_most_maxumsgs_messages(connect, make_queue, req
     assert other.inquire(q).curdepth == 0
 
 
+def test_clear_commits_as_often_as_maxumsgs_needs(connect, make_queue, request, tmp_path):
+    qm = connect()
+    q = make_queue(qm)
+    for i in range(10):
+        qm.put(q, MQMessage(body=str(i).encode()), PutOptions(syncpoint=False))
+    _maxumsgs(request, tmp_path, qm, 3)
+    assert qm.clear(q) == 10
+    assert qm.inquire(q).curdepth == 0
+
+
 def test_a_redelivered_message_keeps_its_fingerprint_and_a_reused_msg_id_does_not(
     connect, make_queue
 ):
