@@ -35,7 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.identify import IdentificationError, ReportMessage, identify
 from bridge.mq import hold
-from bridge.mq.errors import REASONS, MQError
+from bridge.mq.errors import REASONS, MQError, SyncpointLimitReached
 from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
@@ -292,7 +292,8 @@ class QueueBridge:
             log.warning("backout failed (%s); reconnecting", err)
             await call(transport.close)
             return None
-        if isinstance(exc, MQError) and exc.transient:
+        # Past MAXUMSGS, it was lowered since the connect: connect again to read it.
+        if isinstance(exc, MQError) and (exc.transient or isinstance(exc, SyncpointLimitReached)):
             await call(transport.close)
             return None
         return transport

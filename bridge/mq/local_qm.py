@@ -341,7 +341,7 @@ class LocalQueueManager(Transport):
         self._got_pending = False
         self._puts: list[tuple[str, tuple[Any, ...]]] = []
         # Messages got and put under syncpoint in the open unit of work, and the queue
-        # manager's MAXUMSGS as last read (at connect and at each commit).
+        # manager's MAXUMSGS as read when it began.
         self._uncommitted = 0
         self._maxumsgs = DEFAULT_MAXUMSGS
         self._browse_pos: dict[str, tuple[int, int]] = {}
@@ -601,9 +601,9 @@ class LocalQueueManager(Transport):
         if opts.syncpoint:
             # Checked now, written by commit: the unit of work holds no lock meanwhile.
             with self._lock:
-                self._check_room(1, f"putting to queue {queue!r}")
                 pending = sum(1 for q, _ in self._puts if q == queue)
                 try:
+                    self._check_room(self._db, 1, f"putting to queue {queue!r}")
                     self._check_put(self._db, queue, message, pending)
                 except sqlite3.Error as exc:
                     raise _translate(exc, self.path) from exc
@@ -681,9 +681,12 @@ class LocalQueueManager(Transport):
         if self._uow_groups is None:
             self._uow_groups = (dict(self._get_groups), dict(self._put_groups))
 
-    def _check_room(self, wanted: int, doing: str) -> None:
+    def _check_room(self, db: sqlite3.Connection, wanted: int, doing: str) -> None:
         """MQRC_SYNCPOINT_LIMIT_REACHED unless ``wanted`` more messages fit in the unit of
-        work (MAXUMSGS counts every message got or put under syncpoint since it began)."""
+        work (MAXUMSGS counts every message got or put under syncpoint since it began;
+        read again as each unit of work begins, so an ALTER QMGR applies to the next)."""
+        if not self._uncommitted:
+            self._maxumsgs = self._read_maxumsgs(db)
         if self._uncommitted + wanted > self._maxumsgs:
             raise SyncpointLimitReached(
                 f"{doing}: the unit of work already holds {self._uncommitted} messages, "
@@ -897,6 +900,8 @@ class LocalQueueManager(Transport):
         ]
         counted = syncpoint and browse is None
         if counted:
+            if not self._uncommitted:
+                self._maxumsgs = self._read_maxumsgs(db)
             # Take no more than the unit of work has room for; with none left, a get that
             # finds a message fails as MQ's does.
             limit = min(limit, max(self._maxumsgs - self._uncommitted, 1))
@@ -947,7 +952,7 @@ class LocalQueueManager(Transport):
             )
         ids = [(row[0],) for row in rows]
         if counted:
-            self._check_room(len(ids), f"getting from queue {queue!r}")
+            self._check_room(db, len(ids), f"getting from queue {queue!r}")
             self._uncommitted += len(ids)
         if browse is not None:
             if position is None:
@@ -1066,7 +1071,6 @@ class LocalQueueManager(Transport):
                     self._end_uow(db, self.conn_id, commit=True)
                 if self._puts:
                     _insert(db, [row for _, row in self._puts])
-                self._maxumsgs = self._read_maxumsgs(db)
 
             self._call(op)
             self._puts.clear()
@@ -1118,7 +1122,7 @@ class LocalQueueManager(Transport):
 
     def set_max_uncommitted(self, count: int) -> None:
         """ALTER QMGR MAXUMSGS(count): the most messages one unit of work may get and put
-        under syncpoint; each connection reads it again at its next commit.
+        under syncpoint, from each connection's next unit of work.
 
         Raises:
             MQError: ``count`` outside 1 to 999,999,999 (MQRC_UNEXPECTED_ERROR names it).

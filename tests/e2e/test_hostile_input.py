@@ -306,6 +306,24 @@ async def test_every_batch_fits_maxumsgs_when_each_message_is_moved(temporal_env
     assert all("leg" in str(m.properties[PROP_REASON]) for m in moved)
 
 
+async def test_a_bridge_reads_maxumsgs_again_when_it_was_lowered(temporal_env, tmp_path):
+    """MAXUMSGS lowered from 10,000 to 20 while the bridge runs: its batch of 60 moves
+    fails once, and the bridge connects again, reads 20 and moves 10 per unit of work;
+    nothing is backed out to BOTHRESH."""
+    spec = AggregateSpec(name="lowered", legs=LEGS)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_worker=False) as p:
+        p.put("GATHER.IN", MQMessage(correl_id=b"FIRST", body=b"first"))
+        await until(lambda: asyncio.sleep(0, p.depth("GATHER.FAILURE")), lambda d: d == 1)
+        p.qm.set_max_uncommitted(20)
+        for n in range(60):
+            p.put("GATHER.IN", MQMessage(correl_id=b"C%d" % n, body=b"%d" % n))
+        await until(lambda: asyncio.sleep(0, p.depth("GATHER.FAILURE")), lambda d: d == 61)
+        moved = p.messages("GATHER.FAILURE")
+        assert p.empty("GATHER.IN") and p.empty("GATHER.BACKOUT")
+        assert p.bridge.stats.rollbacks <= 1
+    assert all("leg" in str(m.properties[PROP_REASON]) for m in moved)
+
+
 async def test_a_flood_is_routed_within_maxumsgs(temporal_env, tmp_path):
     """MAXUMSGS 30: 300 unknown replies for one CorrelId. The gather's routing forwards
     each with its ledger marker (and a held one with its get) in units of work of at most
