@@ -35,7 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.identify import IdentificationError, ReportMessage, identify
 from bridge.mq import hold
-from bridge.mq.errors import REASONS, MQError, SyncpointLimitReached
+from bridge.mq.errors import REASONS, MQError, QueueInhibited, SyncpointLimitReached
 from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
@@ -71,6 +71,8 @@ REPLY_PAYLOAD_BYTES = 1536 * 1024
 #: reports a failed (re)connect to the server as a plain RuntimeError ("Failed client
 #: connect"), not as an RPCError.
 RETRYABLE = (MQError, RPCError, TimeoutError, RuntimeError)
+#: How often a bridge looks again at an input queue an operator set GET(DISABLED).
+INHIBITED_POLL_SECONDS = 1.0
 
 
 class _HasMessage(Protocol):
@@ -118,6 +120,8 @@ class BridgeStats:
     backed_out_to_boq: int = 0
     rollbacks: int = 0
     held: int = 0
+    #: Looks at an input queue that was GET(DISABLED).
+    inhibited_waits: int = 0
 
 
 @dataclass
@@ -181,6 +185,8 @@ class QueueBridge:
         self.max_backoff = max_backoff
         self.stats = BridgeStats()
         self._hold_maxmsgl: dict[str, int] = {}
+        # Per input queue, since when it has been GET(DISABLED), while it is.
+        self._inhibited_since: dict[str, float] = {}
         #: The queue manager's MAXUMSGS, read at each connect.
         self.maxumsgs = DEFAULT_MAXUMSGS
         # Per queue, the batch size MAXUMSGS allows, once warned of.
@@ -214,7 +220,15 @@ class QueueBridge:
                         dlq = await call(transport.dead_letter_queue)
                         self.maxumsgs = await call(transport.max_uncommitted)
                         size = self._fitting(queue, self.maxumsgs)
-                    batch = await call(transport.get_batch, queue, size, wait_ms=self.wait_ms)
+                    try:
+                        batch = await call(transport.get_batch, queue, size, wait_ms=self.wait_ms)
+                    except QueueInhibited as exc:
+                        # An operator's GET(DISABLED): nothing was got, so nothing is
+                        # backed out; the messages wait on the queue until GET(ENABLED).
+                        await self._inhibited(queue, exc, stop)
+                        continue
+                    if self._inhibited_since.pop(queue, None) is not None:
+                        log.warning("%s: GET(ENABLED) again; taking messages", queue)
                     if not batch:
                         continue
                     got_at = time.perf_counter()
@@ -278,6 +292,15 @@ class QueueBridge:
             )  # fmt: skip
             self._capped[queue] = fits
         return fits
+
+    async def _inhibited(self, queue: str, exc: QueueInhibited, stop: asyncio.Event) -> None:
+        """Wait while the input queue is GET(DISABLED), saying so once."""
+        if queue not in self._inhibited_since:
+            self._inhibited_since[queue] = time.monotonic()
+            log.warning("%s: %s; its messages wait there until GET(ENABLED)", queue, exc)
+        self.stats.inhibited_waits += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=INHIBITED_POLL_SECONDS)
 
     async def _recover(
         self, call: Callable[..., Any], transport: Transport | None, exc: BaseException

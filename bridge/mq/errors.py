@@ -199,6 +199,13 @@ class TruncatedMessage(MQError):
         self.message = message
 
 
+class QueueInhibited(MQError):
+    """MQRC_PUT_INHIBITED or MQRC_GET_INHIBITED: an operator set the queue PUT(DISABLED) or
+    GET(DISABLED) (browsing is a get too); the call works again once it is ENABLED."""
+
+    reason = "MQRC_PUT_INHIBITED"
+
+
 class SyncpointLimitReached(MQError):
     """MQRC_SYNCPOINT_LIMIT_REACHED: the call would take the unit of work past the queue
     manager's MAXUMSGS (messages got and put under syncpoint since it began). The unit of
@@ -229,6 +236,7 @@ _CLASSES: dict[str, type[MQError]] = {
         ObjectAlreadyExists,
         UnitOfWorkBackedOut,
         SyncpointLimitReached,
+        QueueInhibited,
     )
 }
 # Several reasons mean the same thing to a caller: the connection is unusable, try again later.
@@ -248,6 +256,7 @@ for _name in (
 for _name in ("MQRC_INCONSISTENT_UOW", "MQRC_MATCH_OPTIONS_ERROR"):
     _CLASSES[_name] = GroupOrderError
 _CLASSES["MQRC_INCOMPLETE_GROUP"] = GroupOrderError
+_CLASSES["MQRC_GET_INHIBITED"] = QueueInhibited
 _CLASSES["MQRC_MSG_TOO_BIG_FOR_Q_MGR"] = MessageTooBig
 # Over a client channel: the message is longer than the channel's MAXMSGL allows.
 _CLASSES["MQRC_DATA_LENGTH_ERROR"] = MessageTooBig

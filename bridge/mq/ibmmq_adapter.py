@@ -26,6 +26,7 @@ from bridge.mq.models import (
     MQLONG_MAX,
     MQLONG_MIN,
     NONE_ID,
+    Inhibit,
     Match,
     MQMessage,
     MsgFlags,
@@ -269,6 +270,11 @@ def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.rstrip(b"\x00 ").decode("utf-8", errors="replace")
     return str(value or "").rstrip()
+
+
+def _inhibit(value: Any) -> Inhibit:
+    """InhibitPut / InhibitGet as QueueAttributes says it (MQQA_*_INHIBITED is 1)."""
+    return "disabled" if int(value) == 1 else "enabled"
 
 
 def _md_chars(value: bytes) -> str:
@@ -710,6 +716,8 @@ class IBMMQTransport(Transport):
                 maxmsgl=int(q.inquire(C.MQIA_MAX_MSG_LENGTH)),
                 bothresh=int(q.inquire(C.MQIA_BACKOUT_THRESHOLD)),
                 boqname=_text(q.inquire(C.MQCA_BACKOUT_REQ_Q_NAME)),
+                put=_inhibit(q.inquire(C.MQIA_INHIBIT_PUT)),
+                get=_inhibit(q.inquire(C.MQIA_INHIBIT_GET)),
                 curdepth=int(q.inquire(C.MQIA_CURRENT_Q_DEPTH)),
             )
         except self.mq.MQMIError as exc:
@@ -738,6 +746,10 @@ class IBMMQTransport(Transport):
         }
         if attrs.descr:
             args[C.MQCA_Q_DESC] = attrs.descr
+        # Only when given, so that defining a queue again leaves PUT / GET as they are.
+        for selector, value in ((C.MQIA_INHIBIT_PUT, attrs.put), (C.MQIA_INHIBIT_GET, attrs.get)):
+            if value is not None:
+                args[selector] = int(value == "disabled")  # MQQA_*_INHIBITED is 1
         try:
             if replace:
                 # ALTER, not DEFINE REPLACE: REPLACE would reset every attribute not named
@@ -769,6 +781,8 @@ class IBMMQTransport(Transport):
                 maxmsgl=int(row.get(C.MQIA_MAX_MSG_LENGTH, 0)),
                 bothresh=int(row.get(C.MQIA_BACKOUT_THRESHOLD, 0)),
                 boqname=_text(row.get(C.MQCA_BACKOUT_REQ_Q_NAME, b"")),
+                put=_inhibit(row.get(C.MQIA_INHIBIT_PUT, 0)),
+                get=_inhibit(row.get(C.MQIA_INHIBIT_GET, 0)),
                 curdepth=int(row.get(C.MQIA_CURRENT_Q_DEPTH, 0)),
             )
             for row in rows

@@ -44,6 +44,7 @@ from bridge.mq.errors import (
     NotAuthorized,
     ObjectAlreadyExists,
     QueueFull,
+    QueueInhibited,
     QueueManagerUnavailable,
     SyncpointLimitReached,
     TruncatedMessage,
@@ -120,7 +121,9 @@ CREATE TABLE IF NOT EXISTS queues (
     bothresh INTEGER NOT NULL,
     boqname TEXT NOT NULL,
     descr TEXT NOT NULL,
-    curdepth INTEGER NOT NULL DEFAULT 0
+    curdepth INTEGER NOT NULL DEFAULT 0,
+    put_enabled INTEGER NOT NULL DEFAULT 1,
+    get_enabled INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -293,6 +296,21 @@ _ADDED_COLUMNS = {
 }
 
 
+#: Columns added to the queues table since the first file format (PUT and GET).
+_ADDED_QUEUE_COLUMNS = {
+    "put_enabled": "INTEGER NOT NULL DEFAULT 1",
+    "get_enabled": "INTEGER NOT NULL DEFAULT 1",
+}
+#: A queue's attributes as read, in QueueAttributes' terms.
+_QUEUE_KEYS = ("name", "maxdepth", "maxmsgl", "bothresh", "boqname", "descr", "put", "get",
+               "curdepth")  # fmt: skip
+_QUEUE_COLUMNS = (
+    "name, maxdepth, maxmsgl, bothresh, boqname, descr, "
+    "CASE put_enabled WHEN 0 THEN 'disabled' ELSE 'enabled' END, "
+    "CASE get_enabled WHEN 0 THEN 'disabled' ELSE 'enabled' END, curdepth"
+)
+
+
 def _login_name() -> str:
     try:
         return getpass.getuser()[:12]
@@ -384,6 +402,10 @@ class LocalQueueManager(Transport):
                 for column, definition in _ADDED_COLUMNS.items():
                     if column not in have:
                         db.execute(f"ALTER TABLE messages ADD COLUMN {column} {definition}")
+                have = {r[1] for r in db.execute("PRAGMA table_info(queues)")}
+                for column, definition in _ADDED_QUEUE_COLUMNS.items():
+                    if column not in have:
+                        db.execute(f"ALTER TABLE queues ADD COLUMN {column} {definition}")
                 row = db.execute("SELECT value FROM qmgr WHERE key = 'name'").fetchone()
                 if row is None:
                     db.execute("INSERT INTO qmgr VALUES ('name', ?)", (qmgr_name,))
@@ -534,11 +556,8 @@ class LocalQueueManager(Transport):
 
     @staticmethod
     def _queue_row(db: sqlite3.Connection, queue: str) -> tuple[Any, ...]:
-        row = db.execute(
-            "SELECT name, maxdepth, maxmsgl, bothresh, boqname, descr, curdepth "
-            "FROM queues WHERE name = ?",
-            (queue,),
-        ).fetchone()
+        """The queue's attributes in the order of ``_QUEUE_KEYS``."""
+        row = db.execute(f"SELECT {_QUEUE_COLUMNS} FROM queues WHERE name = ?", (queue,)).fetchone()
         if row is None:
             raise UnknownObjectName(f"queue {queue!r} is not defined")
         return tuple(row)
@@ -561,6 +580,14 @@ class LocalQueueManager(Transport):
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (attrs.name, *values),
             )
+        # PUT and GET change only when given: defining a queue again leaves an operator's
+        # PUT(DISABLED) as it is.
+        for column, value in (("put_enabled", attrs.put), ("get_enabled", attrs.get)):
+            if value is not None:
+                db.execute(
+                    f"UPDATE queues SET {column} = ? WHERE name = ?",
+                    (int(value == "enabled"), attrs.name),
+                )
 
     # ------------------------------------------------------------------ the MQI
 
@@ -705,7 +732,10 @@ class LocalQueueManager(Transport):
         """What MQ checks on a put once the queue is known: its descriptor, its length
         against the queue's MAXMSGL, and the queue's depth (``pending``: puts of the open
         unit of work not yet counted)."""
-        _, maxdepth, maxmsgl, *_rest, curdepth = self._queue_row(db, queue)
+        attrs = dict(zip(_QUEUE_KEYS, self._queue_row(db, queue), strict=True))
+        if attrs["put"] == "disabled":
+            raise QueueInhibited(f"queue {queue!r} is PUT(DISABLED)")
+        maxdepth, maxmsgl, curdepth = attrs["maxdepth"], attrs["maxmsgl"], attrs["curdepth"]
         refusal = descriptor_refusal(message)
         if refusal is not None:
             reason, detail = refusal
@@ -891,7 +921,8 @@ class LocalQueueManager(Transport):
         browse: Browse | None,
         limit: int,
     ) -> list[MQMessage]:
-        self._queue_row(db, queue)
+        if self._queue_row(db, queue)[_QUEUE_KEYS.index("get")] == "disabled":
+            raise QueueInhibited(f"queue {queue!r} is GET(DISABLED)", reason="MQRC_GET_INHIBITED")
         now = time.time()
         where = [
             "m.queue = :queue",
@@ -1092,8 +1123,7 @@ class LocalQueueManager(Transport):
 
     def inquire(self, queue: str) -> QueueAttributes:
         row = self._call(self._queue_row, queue, read_only=True)
-        keys = ("name", "maxdepth", "maxmsgl", "bothresh", "boqname", "descr", "curdepth")
-        return QueueAttributes(**dict(zip(keys, row, strict=True)))
+        return QueueAttributes(**dict(zip(_QUEUE_KEYS, row, strict=True)))
 
     def define(self, attrs: QueueAttributes, *, replace: bool = False) -> None:
         self._call(self._define, attrs, replace)
@@ -1106,14 +1136,12 @@ class LocalQueueManager(Transport):
         )
         rows = self._call(
             lambda db: db.execute(
-                "SELECT name, maxdepth, maxmsgl, bothresh, boqname, descr, curdepth FROM queues "
-                "WHERE name LIKE ? ESCAPE '\\' ORDER BY name",
+                f"SELECT {_QUEUE_COLUMNS} FROM queues WHERE name LIKE ? ESCAPE '\\' ORDER BY name",
                 (like,),
             ).fetchall(),
             read_only=True,
         )
-        keys = ("name", "maxdepth", "maxmsgl", "bothresh", "boqname", "descr", "curdepth")
-        return [QueueAttributes(**dict(zip(keys, row, strict=True))) for row in rows]
+        return [QueueAttributes(**dict(zip(_QUEUE_KEYS, row, strict=True))) for row in rows]
 
     def max_uncommitted(self) -> int:
         with self._lock:

@@ -440,6 +440,10 @@ def fingerprint(message: MQMessage) -> str:
     return digest.hexdigest()
 
 
+#: PUT and GET of a queue: whether MQPUT / MQGET are allowed (MQQA_PUT_ALLOWED, ...).
+Inhibit = Literal["enabled", "disabled"]
+
+
 class QueueAttributes(BaseModel):
     """The queue attributes mqgather reads or defines (MQSC names in the docstrings)."""
 
@@ -453,6 +457,14 @@ class QueueAttributes(BaseModel):
     )
     boqname: str = Field(default="", max_length=48, description="BOQNAME")
     descr: str = Field(default="", max_length=64, description="DESCR")
+    put: Inhibit | None = Field(
+        default=None,
+        description="PUT(ENABLED | DISABLED); on a define, None leaves it as the queue has it "
+        "(ENABLED for a new queue)",
+    )
+    get: Inhibit | None = Field(
+        default=None, description="GET(ENABLED | DISABLED), as PUT; browsing is a get too"
+    )
     curdepth: int = Field(default=0, ge=0, description="CURDEPTH (read only)")
 
 

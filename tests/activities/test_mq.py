@@ -19,7 +19,7 @@ from activities.mq import (
     response_msg_id,
 )
 from bridge.mq import dlh, ledger
-from bridge.mq.errors import NoMessageAvailable, QueueFull, SyncpointLimitReached
+from bridge.mq.errors import NoMessageAvailable, QueueFull, QueueInhibited, SyncpointLimitReached
 from bridge.mq.ledger import ledger_key
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import (
@@ -164,6 +164,27 @@ def test_an_undeliverable_response_is_retried_then_dead_lettered(qm_path):
     assert json.loads(body)["state"] == "COMPLETE"
     assert dead[0].msg_id == response_msg_id(GATHER, "COMPLETE")
     assert dead[0].correl_id == b"C" * 24 and dead[0].reply_to_q == "NO.SUCH.Q"
+
+
+def test_a_put_disabled_response_queue_is_retried_then_dead_lettered_naming_it(qm_path):
+    """PUT(DISABLED) is a refusal of the destination, as Q_FULL is: retried to the last
+    delivery attempt, then dead-lettered with MQRC_PUT_INHIBITED in its MQDLH."""
+    spec = AggregateSpec(name="t", legs=(LEG,), delivery_attempts=2)
+    with LocalQueueManager(qm_path) as qm:
+        attrs = qm.inquire("ORDER.RESPONSE")
+        qm.define(attrs.model_copy(update={"put": "disabled"}), replace=True)
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = ActivityEnvironment()
+    with pytest.raises(QueueInhibited, match="MQRC_PUT_INHIBITED"):
+        env.run(acts.put_response, response_input(spec))
+    env.info = dataclasses.replace(env.info, attempt=2)
+    result = env.run(acts.put_response, response_input(spec))
+    with LocalQueueManager(qm_path) as qm:
+        (dead,) = drain(qm, DEAD_LETTER_QUEUE)
+        assert qm.inquire("ORDER.RESPONSE").curdepth == 0
+    assert result.outcome == "FAILED" and "MQRC_PUT_INHIBITED" in result.error
+    header, _ = dlh.unpack(dead.body)
+    assert (header.reason, header.dest_q_name) == (2051, "ORDER.RESPONSE")
 
 
 def test_a_destination_list_delivers_where_it_can_and_dead_letters_the_rest(qm_path):

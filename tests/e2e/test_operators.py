@@ -43,6 +43,30 @@ async def test_release_puts_what_is_there_now(temporal_env, tmp_path):
     assert result.state == "RELEASED"
 
 
+async def test_get_disabled_on_the_reply_queue_keeps_replies_there_until_enabled(
+    temporal_env, tmp_path
+):
+    """An operator sets the reply queue GET(DISABLED) with replies on it: the bridge takes
+    nothing and so backs nothing out (no BackoutCount rises toward BOTHRESH), looks
+    again every second, and takes them at GET(ENABLED): the gather completes."""
+    spec = AggregateSpec(name="inhibit-get", mode="static", legs=LEGS, timeout_seconds=60)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        attrs = p.qm.inquire(spec.reply_queue)
+        p.qm.define(attrs.model_copy(update={"get": "disabled"}), replace=True)
+        correl = b"INHIBITED".ljust(24, b"\0")
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, correl, leg, b"{}")
+        # Three looks at the queue, or a backout (which must not come).
+        stats = await until(lambda: asyncio.sleep(0, p.bridge.stats),
+                            lambda st: st.rollbacks > 0 or st.inhibited_waits >= 3)  # fmt: skip
+        assert stats.rollbacks == 0 and p.depth(spec.reply_queue) == 3
+        p.qm.define(attrs.model_copy(update={"get": "enabled"}), replace=True)
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, correl)
+        assert p.bridge.stats.rollbacks == 0 and p.empty(spec.reply_queue)
+    assert result.state == "COMPLETE" and response.properties["mqgather_state"] == "COMPLETE"
+
+
 async def test_extend_moves_the_deadline_and_cancel_ends(temporal_env, tmp_path):
     spec = AggregateSpec(name="ext", legs=LEGS, timeout_seconds=300)
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:

@@ -38,7 +38,8 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
   are refused (2442), while a message put by a JMS program shows them to MQINQMP.
 - unit of work: MAXUMSGS counts every message got or put under syncpoint (2024 past it,
   the unit of work left open).
-- inquire: CURDEPTH, MAXDEPTH, MAXMSGL, BOTHRESH, BOQNAME, DEADQ, MAXUMSGS.
+- queues PUT(DISABLED) / GET(DISABLED) refuse puts (2051) and gets and browses (2016).
+- inquire: CURDEPTH, MAXDEPTH, MAXMSGL, BOTHRESH, BOQNAME, PUT, GET, DEADQ, MAXUMSGS.
 - PCF: CREATE / CHANGE / COPY / INQUIRE / DELETE Q through SYSTEM.ADMIN.COMMAND.QUEUE with
   a temporary dynamic reply queue, as the command server answers; an INQUIRE matching
   nothing answers 2085; CREATE with REPLACE resets unspecified attributes to defaults.
@@ -822,6 +823,7 @@ MQIA_CURRENT_Q_DEPTH, MQIA_MAX_Q_DEPTH, MQIA_MAX_MSG_LENGTH = 3, 15, 13
 MQIA_BACKOUT_THRESHOLD, MQCA_BACKOUT_REQ_Q_NAME, MQCA_DEAD_LETTER_Q_NAME = 22, 2019, 2006
 MQCA_Q_MGR_NAME, MQIA_Q_TYPE, MQCA_Q_NAME = 2015, 20, 2016
 MQIA_MAX_UNCOMMITTED_MSGS = 33
+MQIA_INHIBIT_GET, MQIA_INHIBIT_PUT = 9, 10
 
 
 def MQINQ(
@@ -854,6 +856,8 @@ def MQINQ(
             MQIA_MAX_MSG_LENGTH,
             MQIA_BACKOUT_THRESHOLD,
             MQIA_Q_TYPE,
+            MQIA_INHIBIT_GET,
+            MQIA_INHIBIT_PUT,
         ):
             ints.append(
                 {
@@ -862,6 +866,9 @@ def MQINQ(
                     MQIA_MAX_MSG_LENGTH: attrs.maxmsgl,
                     MQIA_BACKOUT_THRESHOLD: attrs.bothresh,
                     MQIA_Q_TYPE: 1,
+                    # MQQA_GET_INHIBITED / MQQA_PUT_INHIBITED are 1, ..._ALLOWED 0.
+                    MQIA_INHIBIT_GET: int(attrs.get == "disabled"),
+                    MQIA_INHIBIT_PUT: int(attrs.put == "disabled"),
                 }[selector]
             )
         elif attrs is not None and selector in (MQCA_BACKOUT_REQ_Q_NAME, MQCA_Q_NAME):

@@ -18,13 +18,18 @@ CREATE_Q, CHANGE_Q, COPY_Q, DELETE_Q, INQUIRE_Q = 11, 8, 10, 12, 13
 Q_NAME, Q_DESC, Q_TYPE, MAX_Q_DEPTH, MAX_MSG_LENGTH = 2016, 2013, 20, 15, 13
 BACKOUT_THRESHOLD, BACKOUT_REQ_Q_NAME, CURRENT_Q_DEPTH = 22, 2019, 3
 REPLACE, Q_ATTRS = 1006, 1002
+INHIBIT_GET, INHIBIT_PUT = 9, 10
 _FIELDS = {
     MAX_Q_DEPTH: "maxdepth",
     MAX_MSG_LENGTH: "maxmsgl",
     BACKOUT_THRESHOLD: "bothresh",
     BACKOUT_REQ_Q_NAME: "boqname",
     Q_DESC: "descr",
+    INHIBIT_GET: "get",
+    INHIBIT_PUT: "put",
 }
+#: MQQA_*_INHIBITED (1) and MQQA_*_ALLOWED (0) as QueueAttributes says them.
+_INHIBIT = {0: "enabled", 1: "disabled"}
 _UNSUPPORTED = 3007  # MQRCCF_PARM_ID_ERROR: a parameter this command server does not know
 
 
@@ -63,6 +68,8 @@ def _queue_params(q: QueueAttributes) -> list[Any]:
         ibmmq.CFIN(Parameter=BACKOUT_THRESHOLD, Value=q.bothresh),
         ibmmq.CFST(Parameter=BACKOUT_REQ_Q_NAME, String=q.boqname.encode().ljust(48)),
         ibmmq.CFST(Parameter=Q_DESC, String=q.descr.encode().ljust(64)),
+        ibmmq.CFIN(Parameter=INHIBIT_GET, Value=int(q.get == "disabled")),
+        ibmmq.CFIN(Parameter=INHIBIT_PUT, Value=int(q.put == "disabled")),
         ibmmq.CFIN(Parameter=CURRENT_Q_DEPTH, Value=q.curdepth),
     ]
 
@@ -74,6 +81,9 @@ def _run(qm: LocalQueueManager, command: int, args: dict[int, Any]) -> list[byte
         for k, v in args.items()
         if k in _FIELDS
     }
+    for key in ("get", "put"):
+        if key in given:
+            given[key] = _INHIBIT[given[key]]
     unknown = set(args) - set(_FIELDS) - {Q_NAME, Q_TYPE, REPLACE, Q_ATTRS}
     if unknown:
         return [_response(command, 1, True, _UNSUPPORTED)]
@@ -87,7 +97,10 @@ def _run(qm: LocalQueueManager, command: int, args: dict[int, Any]) -> list[byte
         ]
     if command == CREATE_Q:
         # DEFINE ... REPLACE: every attribute not given takes its default again.
-        qm.define(QueueAttributes(name=name, **given), replace=args.get(REPLACE) == 1)
+        defaults = {"put": "enabled", "get": "enabled"}
+        qm.define(
+            QueueAttributes(name=name, **{**defaults, **given}), replace=args.get(REPLACE) == 1
+        )
     elif command == CHANGE_Q:
         current = qm.inquire(name).model_dump(exclude={"curdepth"})
         qm.define(QueueAttributes(**{**current, **given}), replace=True)

@@ -12,6 +12,7 @@ from bridge.mq.errors import (
     MQError,
     NoMessageAvailable,
     QueueFull,
+    QueueInhibited,
     SyncpointLimitReached,
     UnknownObjectName,
 )
@@ -28,6 +29,7 @@ from bridge.mq.models import (
     MQMessage,
     MsgFlags,
     PutOptions,
+    QueueAttributes,
     fingerprint,
     parse_id,
 )
@@ -414,6 +416,39 @@ def test_get_batch_takes_up_to_n_under_syncpoint(connect, make_queue):
     assert [(m.body, m.backout_count) for m in again] == [(b"0", 1), (b"1", 1), (b"2", 1)]
     b.commit()
     assert b.get_batch(q, 10, wait_ms=50) == []
+
+
+def test_put_and_get_disabled_refuse_puts_gets_and_browses(connect, make_queue):
+    qm, other = connect(), connect()
+    q = make_queue(qm)
+    qm.put(q, MQMessage(body=b"before"))
+    put_before = other.put(q, MQMessage(body=b"in a unit of work"))
+    qm.commit()
+    qm.define(QueueAttributes(name=q, put="disabled"), replace=True)
+    assert (qm.inquire(q).put, qm.inquire(q).get) == ("disabled", "enabled")
+    for syncpoint in (True, False):
+        with pytest.raises(QueueInhibited) as info:
+            qm.put(q, MQMessage(body=b"refused"), PutOptions(syncpoint=syncpoint))
+        assert (info.value.reason, info.value.code) == ("MQRC_PUT_INHIBITED", 2051)
+    # A put done before the queue was inhibited still commits, as on MQ.
+    other.commit()
+    assert qm.inquire(q).curdepth == 2 and put_before.body == b"in a unit of work"
+    # Defining it again without naming PUT leaves it disabled; GET(DISABLED) stops gets
+    # and browses, and leaves the messages where they are.
+    qm.define(QueueAttributes(name=q, get="disabled", descr="again"), replace=True)
+    assert (qm.inquire(q).put, qm.inquire(q).get) == ("disabled", "disabled")
+    for attempt in (lambda: qm.get(q), lambda: qm.get(q, browse="first"),
+                    lambda: qm.get_batch(q, 5), lambda: qm.get(q, syncpoint=False)):  # fmt: skip
+        with pytest.raises(QueueInhibited) as info:
+            attempt()
+        assert (info.value.reason, info.value.code) == ("MQRC_GET_INHIBITED", 2016)
+    listed = {a.name: a for a in qm.list_queues(q)}
+    assert (listed[q].put, listed[q].get) == ("disabled", "disabled")
+    qm.define(QueueAttributes(name=q, put="enabled", get="enabled"), replace=True)
+    qm.put(q, MQMessage(body=b"after"))
+    qm.commit()
+    assert [m.body for m in qm.get_batch(q, 5)] == [b"before", b"in a unit of work", b"after"]
+    qm.commit()
 
 
 def _maxumsgs(request, tmp_path, qm, small: int) -> int:

@@ -87,6 +87,26 @@ def test_list_shows_depth_and_clear_empties(tmp_path):
     assert [(q["name"], q["curdepth"]) for q in listed] == [("D.Q", 0)]
 
 
+def test_alter_inhibits_a_queue_and_setup_leaves_it_so(tmp_path):
+    run(["queues", "setup"], tmp_path)
+    run(["queues", "put", "GATHER.IN", "--body", "waits"], tmp_path)
+    altered = run(["queues", "alter", "GATHER.IN", "--get", "disabled"], tmp_path)
+    assert altered.returncode == 0
+    assert b"PUT(ENABLED) GET(DISABLED)" in altered.stdout
+    assert b"BOQNAME(GATHER.BACKOUT)" in altered.stdout  # the rest as it was
+    refused = run(["queues", "get", "GATHER.IN"], tmp_path)
+    assert refused.returncode != 0 and b"MQRC_GET_INHIBITED (2016)" in refused.stderr
+    assert run(["queues", "setup"], tmp_path).returncode == 0  # e.g. during a rollout
+    (row,) = [json.loads(x) for x in run(["queues", "list", "GATHER.IN", "--json"],
+                                         tmp_path).stdout.splitlines()]  # fmt: skip
+    assert (row["get"], row["put"], row["curdepth"]) == ("disabled", "enabled", 1)
+    assert b"get" in run(["queues", "list", "GATHER.IN"], tmp_path).stdout
+    run(["queues", "alter", "GATHER.IN", "--get", "enabled"], tmp_path)
+    assert run(["queues", "get", "GATHER.IN"], tmp_path).stdout.strip() == b"waits"
+    nothing = run(["queues", "alter", "GATHER.IN"], tmp_path)
+    assert nothing.returncode == 2 and b"name at least one attribute" in nothing.stderr
+
+
 def test_setup_defines_the_default_queues(tmp_path):
     assert run(["queues", "setup"], tmp_path).returncode == 0
     names = {
