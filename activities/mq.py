@@ -403,8 +403,20 @@ class MQActivities:
         (the ledger records every forward), in as few units of work as MAXUMSGS allows:
         a reply may need a get from the hold queue, its forward and its ledger marker."""
         per_unit = max(self._maxumsgs() // 3, 1)
-        for start in range(0, len(items), per_unit):
-            self._forward_unit(spec, gather, items[start : start + per_unit])
+        start = 0
+        while start < len(items):
+            chunk = items[start : start + per_unit]
+            try:
+                self._forward_unit(spec, gather, chunk)
+            except SyncpointLimitReached:
+                # More than three each (a held reply got past others that share its
+                # MsgId, which are put back): the chunk was backed out whole, and its
+                # forwards are ledgered, so a smaller one is tried.
+                if per_unit == 1:
+                    raise
+                per_unit = max(per_unit // 2, 1)
+                continue
+            start += len(chunk)
 
     def _forward_unit(
         self, spec: AggregateSpec, gather: str, items: list[tuple[str, Reply, str]]

@@ -19,6 +19,7 @@ from activities.mq import (
     response_msg_id,
 )
 from bridge.mq import dlh, ledger
+from bridge.mq.hold import body_digest
 from bridge.mq.errors import NoMessageAvailable, QueueFull, QueueInhibited, SyncpointLimitReached
 from bridge.mq.ledger import ledger_key
 from bridge.mq.local_qm import LocalQueueManager
@@ -39,6 +40,7 @@ from mqgather.constants import DEAD_LETTER_QUEUE, MAX_EXPIRY_TENTHS
 from mqgather.routing import Destination
 from tests.harness import prepare_queues
 from workflows.models import (
+    HeldBody,
     PutResponseInput,
     ReceivedLeg,
     Reply,
@@ -140,6 +142,41 @@ def test_a_retried_forward_after_the_copy_was_consumed_forwards_nothing(qm_path)
         assert drain(consumer, "GATHER.LATE") == [] and drain(consumer, "GATHER.DUPLICATE") == []
     assert [m.msg_id for m in late] == [bytes([7]) * 24]
     assert [m.msg_id for m in dup] == [bytes([8]) * 24]
+
+
+def test_routing_held_replies_that_share_ids_fits_maxumsgs_in_smaller_units(qm_path):
+    """Three held replies share a MsgId and CorrelId, on the hold queue in the order C, B,
+    A. MAXUMSGS 7 makes units of two replies, but forwarding A then B gets C and B on the
+    way to A and puts C back: 8. The unit is backed out and the replies go one by one,
+    each forwarded once."""
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    ids = {"msg_id": b"M" * 24, "correl_id": b"C" * 24}
+    held = {}
+    with LocalQueueManager(qm_path) as qm:
+        for name in ("C", "B", "A"):
+            message = MQMessage(**ids, body=f"held {name}".encode(), properties={"leg": "CREDIT"})
+            qm.put(spec.hold_queue, message)
+            held[name] = (message, HeldBody(queue=spec.hold_queue, **ids,
+                                            sha256=body_digest(message)))  # fmt: skip
+        qm.commit()
+        qm.set_max_uncommitted(7)
+    items = [
+        Routed(kind=Destination.LATE, reason="late", reply=Reply(
+            message=held[name][0].model_copy(update={"body": b"", "properties": {}}),
+            held=held[name][1], leg="CREDIT", source_queue="GATHER.IN",
+            received_at=datetime.now(UTC), size=len(held[name][0].body),
+            fingerprint=fingerprint(held[name][0]),
+        ))
+        for name in ("A", "B", "C")
+    ]  # fmt: skip
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    ActivityEnvironment().run(acts.route_replies, RouteInput(aggregate=spec, gather_id=GATHER,
+                                                             items=items))  # fmt: skip
+    with LocalQueueManager(qm_path) as qm:
+        late = drain(qm, "GATHER.LATE")
+        left = drain(qm, spec.hold_queue)
+    assert sorted(m.body for m in late) == [b"held A", b"held B", b"held C"]
+    assert left == []
 
 
 def test_an_undeliverable_response_is_retried_then_dead_lettered(qm_path):
