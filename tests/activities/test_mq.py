@@ -19,8 +19,8 @@ from activities.mq import (
     response_msg_id,
 )
 from bridge.mq import dlh, ledger
-from bridge.mq.hold import body_digest
 from bridge.mq.errors import NoMessageAvailable, QueueFull, QueueInhibited, SyncpointLimitReached
+from bridge.mq.hold import body_digest
 from bridge.mq.ledger import ledger_key
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import (
