@@ -98,6 +98,10 @@ def destination_of(message: MQMessage, key: str) -> str | None:
 class CollectorBridge(QueueBridge):
     """Feeds one collector's destination workflows from its input queue."""
 
+    #: A batch of one: its get from the hold queue, its put, the batch's message (or the
+    #: forward) and the ledger marker.
+    least_maxumsgs = 4
+
     def __init__(
         self,
         client: Client,

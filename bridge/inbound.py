@@ -41,6 +41,7 @@ from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
 from mqgather.constants import DEFAULT_MAXUMSGS
+from mqgather.errors import MQGatherError
 from mqgather.names import PROP_TRACEPARENT, SIGNAL_REPLIES, TASK_QUEUE
 from mqgather.routing import Destination, owner_of_shared_queue, queue_for
 from mqgather.runtime import telemetry
@@ -165,6 +166,9 @@ class QueueBridge:
     to :meth:`_process` (which signals Temporal and moves what cannot go), MQCMIT; back
     out and wait for Temporal on a failure."""
 
+    #: The smallest MAXUMSGS one message's unit of work fits in: its get and its move.
+    least_maxumsgs = 2
+
     def __init__(
         self,
         client: Client,
@@ -219,6 +223,13 @@ class QueueBridge:
                         attrs = await call(transport.inquire, queue)
                         dlq = await call(transport.dead_letter_queue)
                         self.maxumsgs = await call(transport.max_uncommitted)
+                        if self.maxumsgs < self.least_maxumsgs:
+                            raise MQGatherError(
+                                f"MAXUMSGS({self.maxumsgs}) of queue manager "
+                                f"{transport.qmgr_name} is too small for this bridge: one "
+                                f"unit of work may need {self.least_maxumsgs} messages; "
+                                "raise it (ALTER QMGR MAXUMSGS)"
+                            )
                         size = self._fitting(queue, self.maxumsgs)
                     try:
                         batch = await call(transport.get_batch, queue, size, wait_ms=self.wait_ms)

@@ -1,11 +1,21 @@
-"""Where the bridge sends bad replies when several aggregates share one reply queue."""
+"""Where the bridge sends bad replies when several aggregates share one reply queue, and
+a MAXUMSGS no unit of work fits in."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
+from bridge.collect import CollectorBridge
+from bridge.inbound import InboundBridge, QueueBridge
+from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, LegSpec
+from mqgather.errors import MQGatherError
 from mqgather.names import PROP_REASON
-from tests.harness import pipeline
+from tests.collecting import SPEC
+from tests.harness import pipeline, prepare_queues
 
 LEGS = (LegSpec(name="CREDIT", sequence=10),)
 
@@ -30,3 +40,23 @@ async def test_failures_on_a_shared_queue_go_to_a_documented_aggregate(temporal_
     assert "several share this queue" in str(to_owner.properties[PROP_REASON])
     assert to_beta.msg_id == no_leg.msg_id and to_beta.body == b"b"
     assert "naming its leg" in str(to_beta.properties[PROP_REASON])
+
+
+@pytest.mark.parametrize("kind", ["gathers", "collector"])
+async def test_a_bridge_refuses_a_maxumsgs_no_unit_of_work_fits_in(temporal_env, tmp_path, kind):
+    """A reply needs its get and its move (2); a collector's batch of one up to 4. Below
+    that every unit of work would fail and be backed out for ever: the bridge stops at
+    once, naming MAXUMSGS and what to do."""
+    path = tmp_path / "qm.db"
+    prepare_queues(path, [SPEC.input_queue])
+    with LocalQueueManager(path) as admin:
+        admin.set_max_uncommitted(1 if kind == "gathers" else 3)
+    connect = lambda: LocalQueueManager(path)  # noqa: E731
+    if kind == "gathers":
+        bridge: QueueBridge = InboundBridge(temporal_env.client, connect,
+                                            [AggregateSpec(name="one", legs=LEGS)])  # fmt: skip
+    else:
+        bridge = CollectorBridge(temporal_env.client, connect, SPEC)
+    least = 2 if kind == "gathers" else 4
+    with pytest.raises(MQGatherError, match=rf"MAXUMSGS\(\d\).*may need {least}.*ALTER QMGR"):
+        await asyncio.wait_for(bridge.run(asyncio.Event()), 10)
