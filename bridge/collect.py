@@ -31,7 +31,7 @@ from bridge.inbound import (
     refused_for_content,
 )
 from bridge.mq import hold
-from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
+from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole, rfh2_hint
 from bridge.mq.transport import Transport
 from mqgather.ccsid import CCSIDError
 from mqgather.collector_config import CollectorRule, CollectorSpec
@@ -127,10 +127,16 @@ class CollectorBridge(QueueBridge):
         try:
             destination = destination_of(message, spec.destination_key)
         except DestinationKeyError as exc:
-            return f"no destination: {exc} (destination_key {spec.destination_key})"
+            return (
+                f"no destination: {exc} (destination_key {spec.destination_key})"
+                f"{rfh2_hint(message)}"
+            )
         if destination is None:
             if spec.missing_key == "failure":
-                return f"the message has no destination (destination_key {spec.destination_key})"
+                return (
+                    f"the message has no destination (destination_key "
+                    f"{spec.destination_key}){rfh2_hint(message)}"
+                )
             destination = spec.default_destination
         if len(destination) > MAX_DESTINATION:
             return f"destination {destination[:40]!r}... is longer than {MAX_DESTINATION}"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bridge.mq.errors import feedback_name
-from bridge.mq.models import ID_LENGTH, MQMT_REPORT, NONE_ID, MQMessage
+from bridge.mq.models import ID_LENGTH, MQMT_REPORT, NONE_ID, MQMessage, rfh2_hint
 from mqgather.config import AggregateSpec
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_AGGREGATE
@@ -76,7 +76,7 @@ def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identif
     else:
         raise IdentificationError(
             f"unknown aggregate: several share this queue and the reply has no "
-            f"{PROP_AGGREGATE!r} property"
+            f"{PROP_AGGREGATE!r} property{rfh2_hint(message)}"
         )
     if spec.leg_identification == "group":
         return _in_group(message, spec)
@@ -87,7 +87,9 @@ def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identif
         leg = message.properties.get(spec.leg_property)
         if not isinstance(leg, str) or not leg:
             raise IdentificationError(
-                f"the reply has no string property {spec.leg_property!r} naming its leg", spec
+                f"the reply has no string property {spec.leg_property!r} naming its leg"
+                f"{rfh2_hint(message)}",
+                spec,
             )
         return Identified(spec, message.correl_id, leg=leg)
     if spec.leg_identification == "correlid":

@@ -42,6 +42,8 @@ MAX_SEGMENT_OFFSET = 999_999_999
 MQMF_REJECT_UNSUP_MASK, MQMF_KNOWN = 0x0FFF, 0x1F
 MQFMT_NONE = ""
 MQFMT_STRING = "MQSTR"
+#: An MQRFH2 header, with the message's properties in its folders, at the body's start.
+MQFMT_RF_HEADER_2 = "MQHRF2"
 #: MQENC_NATIVE on little-endian platforms (x86, ARM Linux): integers low byte first.
 MQENC_NATIVE = 546
 #: MQACT_NONE: an accounting token of 32 NUL bytes.
@@ -588,3 +590,16 @@ def stored_original_length(message: MQMessage) -> int:
     if message.message_type == MQMT_REPORT:
         return message.original_length
     return len(message.body)
+
+
+def rfh2_hint(message: MQMessage) -> str:
+    """What to add to a reason about a missing property or an unreadable body when the
+    body begins with an MQRFH2 header (Format MQHRF2): the properties are in there, not
+    given as message properties; ``""`` for any other message."""
+    if message.format.strip() != MQFMT_RF_HEADER_2:
+        return ""
+    return (
+        "; its body begins with an MQRFH2 header (Format MQHRF2) holding its properties: "
+        "the queue's PROPCTL may be FORCE or V6COMPAT, or the sender wrote the header "
+        "itself"
+    )

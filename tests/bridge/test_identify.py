@@ -67,6 +67,20 @@ def test_bad_input_says_why(message, candidates, reason):
         identify(message, candidates)
 
 
+def test_a_reply_whose_properties_are_in_an_rfh2_body_says_so():
+    """A queue with PROPCTL(FORCE), or a sender that writes the MQRFH2 itself, leaves the
+    leg property inside the body: the reason says where to look."""
+    rfh2 = MQMessage(correl_id=b"R", format="MQHRF2", body=b"RFH \x00\x00\x00\x02")
+    with pytest.raises(IdentificationError, match=r"'leg' naming its leg; its body begins "
+                       r"with an MQRFH2 header \(Format MQHRF2\).*PROPCTL"):  # fmt: skip
+        identify(rfh2, [ORDERS])
+    with pytest.raises(IdentificationError, match=r"'aggregate' property; its body.*MQRFH2"):
+        identify(rfh2, [ORDERS, PAYMENTS])
+    with pytest.raises(IdentificationError) as plain:
+        identify(MQMessage(correl_id=b"R", format="MQSTR"), [ORDERS])
+    assert "MQRFH2" not in str(plain.value)
+
+
 MQFB_COA, MQFB_APPL_FIRST = 259, 65536
 
 
