@@ -600,6 +600,5 @@ def rfh2_hint(message: MQMessage) -> str:
         return ""
     return (
         "; its body begins with an MQRFH2 header (Format MQHRF2) holding its properties: "
-        "the queue's PROPCTL may be FORCE or V6COMPAT, or the sender wrote the header "
-        "itself"
+        "the queue's PROPCTL may be FORCE or V6COMPAT"
     )
