@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from bridge.mq.errors import MQError, UnknownObjectName
 from bridge.mq.models import QueueAttributes
 from bridge.mq.transport import Transport
-from mqgather.config import MQGatherConfig, referenced_queues
+from mqgather.config import SET_ASIDE, MQGatherConfig, referenced_queues
 from mqgather.constants import QMGR_MAXMSGL
 
 #: MAXDEPTH of a referenced queue the configuration does not define itself.
@@ -42,3 +45,98 @@ def setup_queues(qm: Transport, config: MQGatherConfig) -> list[str]:
         qm.define(attrs.model_copy(update={"descr": purpose[:64]}))
         defined.append(queue)
     return defined
+
+
+#: Where a finding about the queue manager itself is listed.
+QMGR_ROW = "(queue manager)"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing about a queue (or the queue manager) that will stop mqgather working."""
+
+    queue: str
+    purpose: str
+    problem: str
+
+
+def check_queues(qm: Transport, config: MQGatherConfig) -> list[Finding]:
+    """What on the queue manager the configuration's queues need and do not have: each
+    referenced queue defined, open to put (and to get, for the queues read), its
+    backouts bounded, large enough for what is set aside there, a dead-letter queue, and
+    a MAXUMSGS a unit of work fits in. Reads only; changes nothing."""
+    purposes = referenced_queues(config)
+    found: list[Finding] = []
+    attrs: dict[str, QueueAttributes] = {}
+    for queue, purpose in purposes.items():
+        try:
+            attrs[queue] = qm.inquire(queue)
+        except UnknownObjectName:
+            found.append(Finding(queue, purpose, "not defined: run `mqgather queues setup` "
+                                 "or DEFINE QLOCAL"))  # fmt: skip
+        except MQError as exc:
+            found.append(Finding(queue, purpose, f"cannot be inquired: {exc}"))
+    inputs = {spec.reply_queue for spec in config.aggregates.values()}
+    inputs |= {spec.input_queue for spec in config.collectors.values()}
+    read = inputs | {spec.hold_queue for spec in config.aggregates.values()}
+    read |= {spec.ledger_queue for spec in config.aggregates.values()}
+    read |= {c.hold_queue for c in config.collectors.values()}
+    read |= {c.ledger_queue for c in config.collectors.values()}
+    for queue, a in attrs.items():
+        where = purposes[queue]
+        if queue in read and a.get == "disabled":
+            found.append(Finding(queue, where, "GET(DISABLED): nothing is got or browsed "
+                                 "there until GET(ENABLED)"))  # fmt: skip
+        if queue not in inputs and a.put == "disabled":
+            found.append(Finding(queue, where, "PUT(DISABLED): nothing is put there until "
+                                 "PUT(ENABLED)"))  # fmt: skip
+        if queue in inputs:
+            found += _backouts(qm, queue, where, a)
+    found += _set_aside_room(config, attrs, purposes)
+    return found + _qmgr(qm, config)
+
+
+def _backouts(qm: Transport, queue: str, where: str, a: QueueAttributes) -> list[Finding]:
+    """An input queue's BOTHRESH and BOQNAME: a message that fails each time must end
+    somewhere."""
+    if not a.bothresh:
+        return [Finding(queue, where, "BOTHRESH(0): a message that fails every time is backed "
+                        "out for ever; set BOTHRESH and BOQNAME")]  # fmt: skip
+    if a.boqname and not qm.list_queues(a.boqname):
+        return [Finding(queue, where, f"BOQNAME({a.boqname}) is not defined")]
+    return []
+
+
+def _set_aside_room(
+    config: MQGatherConfig, attrs: dict[str, QueueAttributes], purposes: dict[str, str]
+) -> list[Finding]:
+    """Each queue a message is set aside on takes one as long as its input does."""
+    pairs = [(spec.reply_queue, getattr(spec, field))
+             for spec in config.aggregates.values() for field in SET_ASIDE
+             if field != "ledger_queue"]  # fmt: skip
+    pairs += [(c.input_queue, queue) for c in config.collectors.values()
+              for queue in (c.failure_queue, c.hold_queue)]  # fmt: skip
+    found = []
+    for source, target in dict.fromkeys(pairs):
+        if source in attrs and target in attrs and attrs[target].maxmsgl < attrs[source].maxmsgl:
+            found.append(Finding(
+                target, purposes[target],
+                f"MAXMSGL({attrs[target].maxmsgl}) is below {source}'s "
+                f"({attrs[source].maxmsgl}): a longer message from there cannot be set aside "
+                "here, and is backed out to BOQNAME instead",
+            ))  # fmt: skip
+    return found
+
+
+def _qmgr(qm: Transport, config: MQGatherConfig) -> list[Finding]:
+    """The queue manager's DEADQ and MAXUMSGS."""
+    found = []
+    if not qm.dead_letter_queue():
+        found.append(Finding(QMGR_ROW, "DEADQ", "no dead-letter queue: a response refused "
+                             "for good has nowhere to go"))  # fmt: skip
+    least = 4 if config.collectors else 2
+    maxumsgs = qm.max_uncommitted()
+    if maxumsgs < least:
+        found.append(Finding(QMGR_ROW, "MAXUMSGS", f"MAXUMSGS({maxumsgs}): a bridge needs "
+                             f"at least {least} messages in one unit of work"))  # fmt: skip
+    return found

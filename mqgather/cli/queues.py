@@ -241,6 +241,40 @@ def setup(mq: str, config_path: str | None) -> None:
             click.echo(f"defined {name}")
 
 
+@queues.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per problem found.")
+@mq_option
+@config_option
+def check(as_json: bool, mq: str, config_path: str | None) -> None:
+    """Check the queue manager against the configuration, changing nothing: every queue
+    it names defined and not PUT/GET(DISABLED) where it is used, reply queues with a
+    BOTHRESH and an existing BOQNAME, set-aside queues whose MAXMSGL takes what their
+    input takes, a dead-letter queue and a MAXUMSGS a unit of work fits in. Exits 1
+    when anything is found."""
+    from bridge.mq.admin import check_queues
+
+    config = load_config(config_path)
+    with open_transport(mq) as qm:
+        found = check_queues(qm, config)
+        maxumsgs = qm.max_uncommitted()
+    if not found:
+        click.echo(
+            f"every queue of the configuration checks out on {qm.qmgr_name}; MAXUMSGS "
+            f"{maxumsgs}: a bridge takes up to {maxumsgs // 2} messages per unit of work"
+        )
+        return
+    if as_json:
+        for finding in found:
+            click.echo(json.dumps(dataclasses.asdict(finding)))
+    else:
+        table = Table("QUEUE", "FOR", "PROBLEM")
+        for finding in found:
+            table.add_row(finding.queue, finding.purpose, finding.problem)
+        Console().print(table)
+    click.echo(f"{len(found)} problem(s) on {qm.qmgr_name}", err=True)
+    sys.exit(1)
+
+
 @queues.command(name="list")
 @click.argument("pattern", default="*")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per queue.")

@@ -107,6 +107,32 @@ def test_alter_inhibits_a_queue_and_setup_leaves_it_so(tmp_path):
     assert nothing.returncode == 2 and b"name at least one attribute" in nothing.stderr
 
 
+def test_check_finds_what_would_stop_mqgather_and_changes_nothing(tmp_path):
+    before = run(["queues", "check"], tmp_path)
+    assert before.returncode == 1 and b"problem(s)" in before.stderr
+    assert b"GATHER.IN" in before.stdout and b"not defined" in before.stdout
+    run(["queues", "setup"], tmp_path)
+    clean = run(["queues", "check"], tmp_path)
+    assert clean.returncode == 0, clean.stdout
+    assert b"checks out" in clean.stdout and b"MAXUMSGS 10000" in clean.stdout
+    run(["queues", "alter", "GATHER.FAILURE", "--put", "disabled"], tmp_path)
+    run(["queues", "alter", "GATHER.IN", "--bothresh", "0"], tmp_path)
+    run(["queues", "define", "GATHER.LATE", "--maxmsgl", "1000", "--replace"], tmp_path)
+    found = run(["queues", "check", "--json"], tmp_path)
+    assert found.returncode == 1 and b"3 problem(s)" in found.stderr
+    problems = {(f["queue"], f["problem"].split(":")[0])
+                for f in map(json.loads, found.stdout.splitlines())}  # fmt: skip
+    assert problems == {
+        ("GATHER.FAILURE", "PUT(DISABLED)"),
+        ("GATHER.IN", "BOTHRESH(0)"),
+        ("GATHER.LATE", "MAXMSGL(1000) is below GATHER.IN's (104857600)"),
+    }
+    assert b"GATHER.LATE" in run(["queues", "check"], tmp_path).stdout  # the table
+    listed = [json.loads(x) for x in run(["queues", "list", "GATHER.*", "--json"],
+                                         tmp_path).stdout.splitlines()]  # fmt: skip
+    assert {q["name"]: q["put"] for q in listed}["GATHER.FAILURE"] == "disabled"
+
+
 def test_setup_defines_the_default_queues(tmp_path):
     assert run(["queues", "setup"], tmp_path).returncode == 0
     names = {

@@ -1,0 +1,29 @@
+"""The queue manager checked against a configuration, on every transport."""
+
+from __future__ import annotations
+
+from bridge.mq.admin import QMGR_ROW, check_queues, setup_queues
+from bridge.mq.models import QueueAttributes
+from mqgather.config import parse_config
+
+
+def test_check_names_each_problem_and_nothing_once_set_up(connect):
+    qm = connect()
+    config = parse_config(
+        {"aggregates": {"a": {"reply_queue": "CHK.IN", "legs": [{"name": "L", "sequence": 1}]}},
+         "queues": {"CHK.IN": {"bothresh": 3, "boqname": "CHK.BACKOUT"}}},
+        "the test",
+    )  # fmt: skip
+    setup_queues(qm, config)
+    assert [f for f in check_queues(qm, config) if f.queue != QMGR_ROW] == []
+    inbound = qm.inquire("CHK.IN")
+    qm.define(inbound.model_copy(update={"get": "disabled", "boqname": "NO.SUCH.Q"}),
+              replace=True)  # fmt: skip
+    qm.define(QueueAttributes(name="GATHER.LATE", maxmsgl=10), replace=True)
+    found = {(f.queue, f.problem.split(":")[0].split(" is")[0]) for f in check_queues(qm, config)
+             if f.queue != QMGR_ROW}  # fmt: skip
+    assert found == {
+        ("CHK.IN", "GET(DISABLED)"),
+        ("CHK.IN", "BOQNAME(NO.SUCH.Q)"),
+        ("GATHER.LATE", "MAXMSGL(10)"),
+    }
