@@ -60,20 +60,30 @@ class Finding:
     problem: str
 
 
-def check_queues(qm: Transport, config: MQGatherConfig) -> list[Finding]:
+def check_queues(
+    qm: Transport, config: MQGatherConfig, more: dict[str, str] | None = None
+) -> list[Finding]:
     """What on the queue manager the configuration's queues need and do not have: each
     referenced queue defined, open to put (and to get, for the queues read), its
     backouts bounded, large enough for what is set aside there, a dead-letter queue, and
-    a MAXUMSGS a unit of work fits in. Reads only; changes nothing."""
-    purposes = referenced_queues(config)
+    a MAXUMSGS a unit of work fits in. Reads only; changes nothing.
+
+    Args:
+        qm: the queue manager.
+        config: the configuration.
+        more: other queues mqgather puts to, with what for (collector rules' targets).
+    """
+    configured = referenced_queues(config)
+    # The configuration's own purpose wins where a rule targets one of its queues.
+    purposes = {**{q: p for q, p in (more or {}).items() if q}, **configured}
     found: list[Finding] = []
     attrs: dict[str, QueueAttributes] = {}
     for queue, purpose in purposes.items():
         try:
             attrs[queue] = qm.inquire(queue)
         except UnknownObjectName:
-            found.append(Finding(queue, purpose, "not defined: run `mqgather queues setup` "
-                                 "or DEFINE QLOCAL"))  # fmt: skip
+            how = "`mqgather queues setup`" if queue in configured else "`mqgather queues define`"
+            found.append(Finding(queue, purpose, f"not defined: run {how} or DEFINE QLOCAL"))
         except MQError as exc:
             found.append(Finding(queue, purpose, f"cannot be inquired: {exc}"))
     inputs = {spec.reply_queue for spec in config.aggregates.values()}

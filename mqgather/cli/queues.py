@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bridge.mq import dlh
-from bridge.mq.admin import setup_queues
+from bridge.mq.admin import Finding, setup_queues
 from bridge.mq.connect import open_transport
 from bridge.mq.errors import REASON_NAMES, NoMessageAvailable, feedback_name
 from bridge.mq.models import (
@@ -36,7 +36,7 @@ from bridge.mq.models import (
 from bridge.mq.transport import WAIT_UNLIMITED
 from mqgather.ccsid import CCSID_UTF8, CCSIDError, decode, encode
 from mqgather.cli.options import config_option, mq_option
-from mqgather.config import load_config
+from mqgather.config import MQGatherConfig, load_config
 from mqgather.constants import (
     DEFAULT_MAXDEPTH,
     DEFAULT_MAXMSGL,
@@ -45,6 +45,7 @@ from mqgather.constants import (
     QMGR_MAXMSGL,
 )
 from mqgather.errors import ConfigError
+from mqgather.runtime.rules import BadRule, RuleStore
 
 _TYPES = ("string", "int", "float", "bool", "bytes", "null")
 
@@ -254,8 +255,9 @@ def check(as_json: bool, mq: str, config_path: str | None) -> None:
     from bridge.mq.admin import check_queues
 
     config = load_config(config_path)
+    rule_problems, targets = _rule_targets(config)
     with open_transport(mq) as qm:
-        found = check_queues(qm, config)
+        found = rule_problems + check_queues(qm, config, targets)
         maxumsgs = qm.max_uncommitted()
     if not found:
         click.echo(
@@ -273,6 +275,28 @@ def check(as_json: bool, mq: str, config_path: str | None) -> None:
         Console().print(table)
     click.echo(f"{len(found)} problem(s) on {qm.qmgr_name}", err=True)
     sys.exit(1)
+
+
+def _rule_targets(config: MQGatherConfig) -> tuple[list[Finding], dict[str, str]]:
+    """Each collector rule's target queue, with what it is for, and the rules that cannot
+    be read or are invalid."""
+    problems: list[Finding] = []
+    targets: dict[str, str] = {}
+    for name, spec in config.collectors.items():
+        where = f"rules of collector {name}"
+        try:
+            rows = RuleStore(spec.rules_db).rows(name)
+        except ConfigError as exc:
+            problems.append(Finding(spec.rules_db, where, f"cannot be read: {exc}"))
+            continue
+        for row in rows:
+            if isinstance(row, BadRule):
+                problems.append(Finding(row.destination, where, f"invalid: {row.problem}"))
+            else:
+                targets.setdefault(
+                    row.target_queue, f"batches of {row.destination} (collector {name})"
+                )
+    return problems, targets
 
 
 @queues.command(name="list")

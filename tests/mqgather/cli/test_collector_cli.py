@@ -46,3 +46,17 @@ def test_an_invalid_rule_is_refused_with_the_column_and_reason(tmp_path):
     assert listed.stdout == b""
     unknown = run(["collector", "rules", "list", "nope", *cfg], tmp_path)
     assert unknown.returncode != 0 and b"collectors.nope" in unknown.stderr
+
+
+def test_queues_check_finds_a_rules_target_queue_that_is_not_defined(tmp_path):
+    cfg = ["--config", config(tmp_path)]
+    run(["queues", "setup", *cfg], tmp_path)
+    assert run(["queues", "check", *cfg], tmp_path).returncode == 0
+    run(["collector", "rules", "set", "cma", "UK", "--queue", "CMAOUT.UK", *cfg], tmp_path)
+    found = run(["queues", "check", "--json", *cfg], tmp_path)
+    assert found.returncode == 1
+    (finding,) = [json.loads(line) for line in found.stdout.splitlines()]
+    assert finding["queue"] == "CMAOUT.UK" and finding["purpose"] == "batches of UK (collector cma)"
+    assert finding["problem"].startswith("not defined: run `mqgather queues define`")
+    run(["queues", "define", "CMAOUT.UK"], tmp_path)
+    assert run(["queues", "check", *cfg], tmp_path).returncode == 0
