@@ -710,15 +710,21 @@ class IBMMQTransport(Transport):
         except self.mq.MQMIError as exc:
             raise self._failed(exc, f"opening queue {queue!r} to inquire") from exc
         try:
+            # One MQINQ for every selector: each call is a round trip over a client channel.
+            got = q.inquire(
+                [C.MQIA_MAX_Q_DEPTH, C.MQIA_MAX_MSG_LENGTH, C.MQIA_BACKOUT_THRESHOLD,
+                 C.MQCA_BACKOUT_REQ_Q_NAME, C.MQIA_INHIBIT_PUT, C.MQIA_INHIBIT_GET,
+                 C.MQIA_CURRENT_Q_DEPTH]
+            )  # fmt: skip
             return QueueAttributes(
                 name=queue,
-                maxdepth=int(q.inquire(C.MQIA_MAX_Q_DEPTH)),
-                maxmsgl=int(q.inquire(C.MQIA_MAX_MSG_LENGTH)),
-                bothresh=int(q.inquire(C.MQIA_BACKOUT_THRESHOLD)),
-                boqname=_text(q.inquire(C.MQCA_BACKOUT_REQ_Q_NAME)),
-                put=_inhibit(q.inquire(C.MQIA_INHIBIT_PUT)),
-                get=_inhibit(q.inquire(C.MQIA_INHIBIT_GET)),
-                curdepth=int(q.inquire(C.MQIA_CURRENT_Q_DEPTH)),
+                maxdepth=int(got[C.MQIA_MAX_Q_DEPTH]),
+                maxmsgl=int(got[C.MQIA_MAX_MSG_LENGTH]),
+                bothresh=int(got[C.MQIA_BACKOUT_THRESHOLD]),
+                boqname=_text(got[C.MQCA_BACKOUT_REQ_Q_NAME]),
+                put=_inhibit(got[C.MQIA_INHIBIT_PUT]),
+                get=_inhibit(got[C.MQIA_INHIBIT_GET]),
+                curdepth=int(got[C.MQIA_CURRENT_Q_DEPTH]),
             )
         except self.mq.MQMIError as exc:
             hint = ""
