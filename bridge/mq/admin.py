@@ -149,4 +149,9 @@ def _qmgr(qm: Transport, config: MQGatherConfig) -> list[Finding]:
     if maxumsgs < least:
         found.append(Finding(QMGR_ROW, "MAXUMSGS", f"MAXUMSGS({maxumsgs}): a bridge needs "
                              f"at least {least} messages in one unit of work"))  # fmt: skip
+    for spec in config.aggregates.values():
+        if len(spec.legs) > maxumsgs:
+            found.append(Finding(QMGR_ROW, "MAXUMSGS", f"MAXUMSGS({maxumsgs}): scatter puts "
+                                 f"the {len(spec.legs)} requests of aggregate {spec.name} in "
+                                 "one unit of work"))  # fmt: skip
     return found

@@ -27,3 +27,24 @@ def test_check_names_each_problem_and_nothing_once_set_up(connect):
         ("CHK.IN", "BOQNAME(NO.SUCH.Q)"),
         ("GATHER.LATE", "MAXMSGL(10)"),
     }
+
+
+def test_check_names_a_maxumsgs_below_what_scatter_and_the_bridges_need(tmp_path):
+    from bridge.mq.local_qm import LocalQueueManager
+
+    legs = [{"name": f"L{n}", "sequence": n} for n in range(1, 6)]
+    config = parse_config({"aggregates": {"wide": {"legs": legs}}}, "the test")
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        setup_queues(qm, config)
+        qm.set_max_uncommitted(4)
+        (scatter,) = [f for f in check_queues(qm, config) if f.queue == QMGR_ROW]
+        qm.set_max_uncommitted(1)
+        problems = sorted(f.problem for f in check_queues(qm, config) if f.queue == QMGR_ROW)
+    assert (
+        scatter.problem
+        == "MAXUMSGS(4): scatter puts the 5 requests of aggregate wide in one unit of work"
+    )
+    assert problems == [
+        "MAXUMSGS(1): a bridge needs at least 2 messages in one unit of work",
+        "MAXUMSGS(1): scatter puts the 5 requests of aggregate wide in one unit of work",
+    ]
