@@ -35,7 +35,7 @@ from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole,
 from bridge.mq.transport import Transport
 from mqgather.ccsid import CCSIDError
 from mqgather.collector_config import CollectorRule, CollectorSpec
-from mqgather.constants import COLLECT_BATCH_SIZE
+from mqgather.constants import COLLECT_BATCH_SIZE, LEAST_MAXUMSGS_COLLECTOR
 from mqgather.names import SIGNAL_COLLECT
 from mqgather.routing import Destination
 from mqgather.runtime.rules import BadRule, RuleCache
@@ -98,9 +98,7 @@ def destination_of(message: MQMessage, key: str) -> str | None:
 class CollectorBridge(QueueBridge):
     """Feeds one collector's destination workflows from its input queue."""
 
-    #: A batch of one: its get from the hold queue, its put, the batch's message (or the
-    #: forward) and the ledger marker.
-    least_maxumsgs = 4
+    least_maxumsgs = LEAST_MAXUMSGS_COLLECTOR
 
     def __init__(
         self,
@@ -115,8 +113,6 @@ class CollectorBridge(QueueBridge):
         super().__init__(client, connect, **options)
         self.spec = spec
         self.rules = rules or RuleCache(spec)
-        # Per destination, the batch size MAXUMSGS allows, once warned of.
-        self._clamped: dict[str, int] = {}
 
     def queues(self) -> list[str]:
         return [self.spec.input_queue]
@@ -167,17 +163,13 @@ class CollectorBridge(QueueBridge):
         """The rule with max_messages no larger than one unit of work can PUT: a batch's
         messages may each be got from the hold queue and put (a group) or forwarded (not
         text), beside the batch's message and its ledger marker, within MAXUMSGS."""
-        most = max((self.maxumsgs - 2) // 2, 1)
-        if rule.max_messages <= most:
+        most = self._within(
+            f"destination {destination!r}", "max_messages", rule.max_messages,
+            (self.maxumsgs - 2) // 2,
+            "a batch's unit of work may need 2 per message and 2 more",
+        )  # fmt: skip
+        if most == rule.max_messages:
             return rule
-        if self._clamped.get(destination) != most:
-            log.warning(
-                "destination %r: batches of at most %d messages, not max_messages %d: one "
-                "batch's unit of work may need 2 per message and 2 more, and the queue "
-                "manager's MAXUMSGS is %d",
-                destination, most, rule.max_messages, self.maxumsgs,
-            )  # fmt: skip
-            self._clamped[destination] = most
         return rule.model_copy(update={"max_messages": most})
 
     async def _process(

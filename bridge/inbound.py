@@ -40,7 +40,7 @@ from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
-from mqgather.constants import DEFAULT_MAXUMSGS
+from mqgather.constants import DEFAULT_MAXUMSGS, LEAST_MAXUMSGS_GATHER
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_TRACEPARENT, SIGNAL_REPLIES, TASK_QUEUE
 from mqgather.routing import Destination, owner_of_shared_queue, queue_for
@@ -166,8 +166,8 @@ class QueueBridge:
     to :meth:`_process` (which signals Temporal and moves what cannot go), MQCMIT; back
     out and wait for Temporal on a failure."""
 
-    #: The smallest MAXUMSGS one message's unit of work fits in: its get and its move.
-    least_maxumsgs = 2
+    #: The smallest MAXUMSGS one unit of work of this bridge fits in.
+    least_maxumsgs = LEAST_MAXUMSGS_GATHER
 
     def __init__(
         self,
@@ -189,11 +189,11 @@ class QueueBridge:
         self.max_backoff = max_backoff
         self.stats = BridgeStats()
         self._hold_maxmsgl: dict[str, int] = {}
-        # Per input queue, since when it has been GET(DISABLED), while it is.
-        self._inhibited_since: dict[str, float] = {}
+        # The input queues found GET(DISABLED), until they are enabled again.
+        self._inhibited: set[str] = set()
         #: The queue manager's MAXUMSGS, read at each connect.
         self.maxumsgs = DEFAULT_MAXUMSGS
-        # Per queue, the batch size MAXUMSGS allows, once warned of.
+        # Per queue or destination, the size MAXUMSGS allows, once warned of.
         self._capped: dict[str, int] = {}
 
     def queues(self) -> list[str]:
@@ -236,9 +236,10 @@ class QueueBridge:
                     except QueueInhibited as exc:
                         # An operator's GET(DISABLED): nothing was got, so nothing is
                         # backed out; the messages wait on the queue until GET(ENABLED).
-                        await self._inhibited(queue, exc, stop)
+                        await self._wait_enabled(queue, exc, stop)
                         continue
-                    if self._inhibited_since.pop(queue, None) is not None:
+                    if queue in self._inhibited:
+                        self._inhibited.discard(queue)
                         log.warning("%s: GET(ENABLED) again; taking messages", queue)
                     if not batch:
                         continue
@@ -292,22 +293,26 @@ class QueueBridge:
         MAXUMSGS could not hold them. Each message is got and at most once put (held or
         moved), so a batch may need twice its size; a unit of work past MAXUMSGS would
         fail and be backed out for ever."""
-        fits = max(maxumsgs // 2, 1)
-        if self.batch_size <= fits:
-            return self.batch_size
-        if self._capped.get(queue) != fits:
-            log.warning(
-                "%s: %d messages per unit of work instead of --batch-size %d: each may need "
-                "a get and a put, and the queue manager's MAXUMSGS is %d",
-                queue, fits, self.batch_size, maxumsgs,
-            )  # fmt: skip
-            self._capped[queue] = fits
-        return fits
+        return self._within(queue, "--batch-size", self.batch_size, maxumsgs // 2,
+                            "each message may need a get and a put")  # fmt: skip
 
-    async def _inhibited(self, queue: str, exc: QueueInhibited, stop: asyncio.Event) -> None:
+    def _within(self, key: str, setting: str, asked: int, most: int, why: str) -> int:
+        """``asked``, or ``most`` when that is smaller, warning once per ``key`` (and per
+        ``most``) that MAXUMSGS lowered ``setting``."""
+        if asked <= most:
+            return asked
+        if self._capped.get(key) != most:
+            log.warning(
+                "%s: %d instead of %s %d (%s); the queue manager's MAXUMSGS is %d",
+                key, most, setting, asked, why, self.maxumsgs,
+            )  # fmt: skip
+            self._capped[key] = most
+        return most
+
+    async def _wait_enabled(self, queue: str, exc: QueueInhibited, stop: asyncio.Event) -> None:
         """Wait while the input queue is GET(DISABLED), saying so once."""
-        if queue not in self._inhibited_since:
-            self._inhibited_since[queue] = time.monotonic()
+        if queue not in self._inhibited:
+            self._inhibited.add(queue)
             log.warning("%s: %s; its messages wait there until GET(ENABLED)", queue, exc)
         self.stats.inhibited_waits += 1
         with contextlib.suppress(TimeoutError):

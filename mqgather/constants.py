@@ -19,6 +19,11 @@ QMGR_MAXMSGL = 100 * 1024 * 1024
 #: most it may be set to.
 DEFAULT_MAXUMSGS = 10_000
 MAX_MAXUMSGS = 999_999_999
+#: The smallest MAXUMSGS one unit of work of a bridge fits in: a reply's get and its
+#: move; a collector's batch of one (its get from the hold queue, its put, the batch's
+#: message and the ledger marker).
+LEAST_MAXUMSGS_GATHER = 2
+LEAST_MAXUMSGS_COLLECTOR = 4
 #: The largest MAXDEPTH (and BOTHRESH) a queue may be given.
 MAX_QUEUE_DEPTH = 999_999_999
 #: The largest MQMD Expiry a put may give (tenths of a second, about 3.2 years): above it,

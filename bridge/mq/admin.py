@@ -8,7 +8,7 @@ from bridge.mq.errors import MQError, UnknownObjectName
 from bridge.mq.models import QueueAttributes
 from bridge.mq.transport import Transport
 from mqgather.config import SET_ASIDE, MQGatherConfig, referenced_queues
-from mqgather.constants import QMGR_MAXMSGL
+from mqgather.constants import LEAST_MAXUMSGS_COLLECTOR, LEAST_MAXUMSGS_GATHER, QMGR_MAXMSGL
 
 #: MAXDEPTH of a referenced queue the configuration does not define itself.
 REFERENCED_QUEUE_MAXDEPTH = 100_000
@@ -144,7 +144,7 @@ def _qmgr(qm: Transport, config: MQGatherConfig) -> list[Finding]:
     if not qm.dead_letter_queue():
         found.append(Finding(QMGR_ROW, "DEADQ", "no dead-letter queue: a response refused "
                              "for good has nowhere to go"))  # fmt: skip
-    least = 4 if config.collectors else 2
+    least = LEAST_MAXUMSGS_COLLECTOR if config.collectors else LEAST_MAXUMSGS_GATHER
     maxumsgs = qm.max_uncommitted()
     if maxumsgs < least:
         found.append(Finding(QMGR_ROW, "MAXUMSGS", f"MAXUMSGS({maxumsgs}): a bridge needs "

@@ -304,6 +304,7 @@ _ADDED_QUEUE_COLUMNS = {
 #: A queue's attributes as read, in QueueAttributes' terms.
 _QUEUE_KEYS = ("name", "maxdepth", "maxmsgl", "bothresh", "boqname", "descr", "put", "get",
                "curdepth")  # fmt: skip
+_PUT, _GET = _QUEUE_KEYS.index("put"), _QUEUE_KEYS.index("get")
 _QUEUE_COLUMNS = (
     "name, maxdepth, maxmsgl, bothresh, boqname, descr, "
     "CASE put_enabled WHEN 0 THEN 'disabled' ELSE 'enabled' END, "
@@ -630,7 +631,8 @@ class LocalQueueManager(Transport):
             with self._lock:
                 pending = sum(1 for q, _ in self._puts if q == queue)
                 try:
-                    self._check_room(self._db, 1, f"putting to queue {queue!r}")
+                    if self._room(self._db) < 1:
+                        raise self._limit_reached(f"putting to queue {queue!r}")
                     self._check_put(self._db, queue, message, pending)
                 except sqlite3.Error as exc:
                     raise _translate(exc, self.path) from exc
@@ -708,18 +710,20 @@ class LocalQueueManager(Transport):
         if self._uow_groups is None:
             self._uow_groups = (dict(self._get_groups), dict(self._put_groups))
 
-    def _check_room(self, db: sqlite3.Connection, wanted: int, doing: str) -> None:
-        """MQRC_SYNCPOINT_LIMIT_REACHED unless ``wanted`` more messages fit in the unit of
-        work (MAXUMSGS counts every message got or put under syncpoint since it began;
-        read again as each unit of work begins, so an ALTER QMGR applies to the next)."""
+    def _room(self, db: sqlite3.Connection) -> int:
+        """Messages the unit of work may still get or put under syncpoint: MAXUMSGS, read
+        as the unit of work begins (an ALTER QMGR applies to the next), less those it
+        holds."""
         if not self._uncommitted:
             self._maxumsgs = self._read_maxumsgs(db)
-        if self._uncommitted + wanted > self._maxumsgs:
-            raise SyncpointLimitReached(
-                f"{doing}: the unit of work already holds {self._uncommitted} messages, "
-                f"MAXUMSGS({self._maxumsgs}) of queue manager {self.qmgr_name}; commit or "
-                "back out first"
-            )
+        return self._maxumsgs - self._uncommitted
+
+    def _limit_reached(self, doing: str) -> SyncpointLimitReached:
+        return SyncpointLimitReached(
+            f"{doing}: the unit of work already holds {self._uncommitted} messages, "
+            f"MAXUMSGS({self._maxumsgs}) of queue manager {self.qmgr_name}; commit or back "
+            "out first"
+        )
 
     @staticmethod
     def _read_maxumsgs(db: sqlite3.Connection) -> int:
@@ -732,10 +736,10 @@ class LocalQueueManager(Transport):
         """What MQ checks on a put once the queue is known: its descriptor, its length
         against the queue's MAXMSGL, and the queue's depth (``pending``: puts of the open
         unit of work not yet counted)."""
-        attrs = dict(zip(_QUEUE_KEYS, self._queue_row(db, queue), strict=True))
-        if attrs["put"] == "disabled":
+        row = self._queue_row(db, queue)
+        if row[_PUT] == "disabled":
             raise QueueInhibited(f"queue {queue!r} is PUT(DISABLED)")
-        maxdepth, maxmsgl, curdepth = attrs["maxdepth"], attrs["maxmsgl"], attrs["curdepth"]
+        _, maxdepth, maxmsgl, *_rest, curdepth = row
         refusal = descriptor_refusal(message)
         if refusal is not None:
             reason, detail = refusal
@@ -921,7 +925,7 @@ class LocalQueueManager(Transport):
         browse: Browse | None,
         limit: int,
     ) -> list[MQMessage]:
-        if self._queue_row(db, queue)[_QUEUE_KEYS.index("get")] == "disabled":
+        if self._queue_row(db, queue)[_GET] == "disabled":
             raise QueueInhibited(f"queue {queue!r} is GET(DISABLED)", reason="MQRC_GET_INHIBITED")
         now = time.time()
         where = [
@@ -930,12 +934,10 @@ class LocalQueueManager(Transport):
             "(m.expiry_at IS NULL OR m.expiry_at > :now)",
         ]
         counted = syncpoint and browse is None
-        if counted:
-            if not self._uncommitted:
-                self._maxumsgs = self._read_maxumsgs(db)
-            # Take no more than the unit of work has room for; with none left, a get that
-            # finds a message fails as MQ's does.
-            limit = min(limit, max(self._maxumsgs - self._uncommitted, 1))
+        room = self._room(db) if counted else limit
+        # Take no more than the unit of work has room for; with none left, a get that
+        # finds a message fails as MQ's does.
+        limit = min(limit, max(room, 1))
         params: dict[str, Any] = {"queue": queue, "now": now, "limit": limit}
         positions = self._browse_groups if browse else self._get_groups
         position = positions.get(queue) if choice.logical_order else None
@@ -983,7 +985,8 @@ class LocalQueueManager(Transport):
             )
         ids = [(row[0],) for row in rows]
         if counted:
-            self._check_room(db, len(ids), f"getting from queue {queue!r}")
+            if room < 1:
+                raise self._limit_reached(f"getting from queue {queue!r}")
             self._uncommitted += len(ids)
         if browse is not None:
             if position is None:
