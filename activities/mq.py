@@ -7,6 +7,7 @@ import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from temporalio import activity
 
@@ -71,19 +72,41 @@ def _to_requester(inp: PutResponseInput) -> bool:
     return inp.outcome not in ("TIMEOUT", "CANCELLED")
 
 
-def response_queues(inp: PutResponseInput) -> list[str]:
-    """Where a response goes, by outcome and the aggregate's destination mode."""
+class Target(NamedTuple):
+    """A queue a message goes to, and the queue manager that owns it: blank for the one
+    mqgather is connected to; else another, which that one reaches through its routes."""
+
+    queue: str
+    qmgr: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.queue}@{self.qmgr}" if self.qmgr else self.queue
+
+
+def requester_queue(inp: PutResponseInput, here: str) -> Target:
+    """The requester's ReplyToQ at its ReplyToQMgr: a requester on another queue manager
+    waits on a queue of that one, and a queue of the same name here may be anyone's.
+    ``here`` is the name of the queue manager mqgather is connected to (as a blank, the
+    name MQ fills in on a request put here)."""
+    owner = inp.reply_to_qmgr.strip()
+    return Target(inp.reply_to_q, "" if owner == here else owner)
+
+
+def response_queues(inp: PutResponseInput, here: str) -> list[Target]:
+    """Where a response goes, by outcome and the aggregate's destination mode (``here``:
+    as for :func:`requester_queue`)."""
     spec = inp.aggregate
     if not _to_requester(inp):
-        return [queue_for(spec, Destination.TIMEOUT)]
+        return [Target(queue_for(spec, Destination.TIMEOUT))]
+    requester = requester_queue(inp, here)
     if spec.destination == "replyToQueue" and inp.reply_to_q:
-        return [inp.reply_to_q]
+        return [requester]
     if spec.destination == "destinationList":
-        queues = list(spec.destination_list)
-        if inp.reply_to_q and inp.reply_to_q not in queues:
-            queues.append(inp.reply_to_q)
-        return queues
-    return [queue_for(spec, Destination.RESPONSE)]
+        targets = [Target(queue) for queue in spec.destination_list]
+        if inp.reply_to_q and requester not in targets:
+            targets.append(requester)
+        return targets
+    return [Target(queue_for(spec, Destination.RESPONSE))]
 
 
 def response_life(inp: PutResponseInput, now: datetime) -> tuple[int, int]:
@@ -161,22 +184,24 @@ def _final_attempt(inp: PutResponseInput) -> bool:
 
 
 def _put_or_dead_letter(
-    transport: Transport, queue: str, message: MQMessage, final: bool
+    transport: Transport, target: Target, message: MQMessage, final: bool
 ) -> tuple[MQError, str] | None:
-    """PUT under syncpoint; on the last attempt, a message ``queue`` refuses for good goes
-    to the dead-letter queue behind an MQDLH naming the reason, and the error and that
-    queue are returned.
+    """PUT under syncpoint; on the last attempt, a message ``target`` refuses for good
+    (or that finds no route to its queue manager) goes to the dead-letter queue behind an
+    MQDLH naming the reason and the queue and queue manager it was for, and the error and
+    that queue are returned.
 
     Raises:
         MQError: the PUT failed, and it may succeed on a later attempt.
     """
     try:
-        transport.put(queue, message, PutOptions(syncpoint=True))
+        transport.put(target.queue, message, PutOptions(syncpoint=True), qmgr=target.qmgr)
     except MQError as exc:
         if not (final and undeliverable(exc)):
             raise
         dlq = transport.dead_letter_queue()
-        dead = dead_letter(message, exc.code, queue, transport.qmgr_name, APPL_NAME)
+        owner = target.qmgr or transport.qmgr_name
+        dead = dead_letter(message, exc.code, target.queue, owner, APPL_NAME)
         transport.put(dlq, dead, PutOptions(syncpoint=True))
         return exc, dlq
     return None
@@ -257,7 +282,7 @@ class MQActivities:
         spec = inp.aggregate
         msg_id = response_msg_id(inp.gather_id, inp.outcome)  # the PUT's ledger key
         sent_id = response_id(inp)
-        queues = response_queues(inp)
+        targets: list[Target] = []
         properties: dict[str, PropertyValue] = {
             PROP_STATE: inp.outcome,
             PROP_GATHER_ID: inp.gather_id,
@@ -270,12 +295,13 @@ class MQActivities:
             properties[PROP_REREQUESTED] = ",".join(inp.rerequested)
         telemetry.inject(properties)  # the requester can continue the gather's trace
         final = _final_attempt(inp)
-        refused: list[tuple[str, MQError]] = []
+        refused: list[tuple[Target, MQError]] = []
         dlq = ""
 
         def work(transport: Transport, reader: hold.HeldReader) -> None:
             nonlocal dlq
             refused.clear()
+            targets[:] = response_queues(inp, transport.qmgr_name)
             if ledger.done(transport, spec.ledger_queue, msg_id):
                 return  # committed by an earlier attempt
             # Held bodies leave the hold queue in this unit of work, with the PUT.
@@ -294,14 +320,15 @@ class MQActivities:
                 properties=properties,
                 body=merged.body,
             )
-            for queue in queues:
-                if dead := _put_or_dead_letter(transport, queue, response, final):
+            for target in targets:
+                if dead := _put_or_dead_letter(transport, target, response, final):
                     exc, dlq = dead
-                    refused.append((queue, exc))
+                    refused.append((target, exc))
             told = notification(inp, datetime.now(UTC), failed=bool(refused))
             if told is not None:
                 # Undeliverable, it is dead-lettered and the gather's outcome stands.
-                _put_or_dead_letter(transport, inp.reply_to_q, told, final)
+                requester = requester_queue(inp, transport.qmgr_name)
+                _put_or_dead_letter(transport, requester, told, final)
             note = f"{inp.gather_id} {inp.outcome} response"
             ledger.mark(transport, spec.ledger_queue, msg_id, note, spec.ledger_hours)
 
@@ -311,17 +338,19 @@ class MQActivities:
         except MergeError as exc:
             return self._merge_failed(inp, exc)
         if refused:
-            error = "; ".join(f"{queue}: {exc}" for queue, exc in refused)
+            error = "; ".join(f"{target}: {exc}" for target, exc in refused)
             _record_close(inp, "FAILED")
             return PutResponseResult(
                 outcome="FAILED",
-                queues=[q for q in queues if q not in {r[0] for r in refused}] + [dlq],
+                queues=[str(t) for t in targets if t not in {r[0] for r in refused}] + [dlq],
                 msg_id=sent_id.hex(),
                 error=f"response undeliverable after {spec.delivery_attempts} attempts, put "
                 f"to the dead-letter queue {dlq}: {error}",
             )
         _record_close(inp, inp.outcome)
-        return PutResponseResult(outcome=inp.outcome, queues=queues, msg_id=sent_id.hex())
+        return PutResponseResult(
+            outcome=inp.outcome, queues=[str(t) for t in targets], msg_id=sent_id.hex()
+        )
 
     @activity.defn(name=names.ACTIVITY_SEND_REQUEST)
     def send_request(self, inp: SendRequestInput) -> str:
@@ -378,7 +407,8 @@ class MQActivities:
         def work(transport: Transport) -> None:
             if ledger.done(transport, spec.ledger_queue, key):
                 return
-            _put_or_dead_letter(transport, inp.reply_to_q, told, final)
+            requester = requester_queue(inp, transport.qmgr_name)
+            _put_or_dead_letter(transport, requester, told, final)
             note = f"{inp.gather_id} FAILED notification"
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 

@@ -47,6 +47,7 @@ GROUND = (
     "mqgather.completion",
     "mqgather.routing",
     "mqgather.ccsid",
+    "mqgather.secretfiles",
 )
 LAYERS = (
     Layer("ground", 1, exact=GROUND),

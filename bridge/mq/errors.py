@@ -38,6 +38,7 @@ REASONS: dict[str, int] = {
     "MQRC_SECURITY_ERROR": 2063,
     "MQRC_TRUNCATED_MSG_FAILED": 2080,
     "MQRC_UNKNOWN_OBJECT_NAME": 2085,
+    "MQRC_UNKNOWN_REMOTE_Q_MGR": 2087,
     "MQRC_WAIT_INTERVAL_ERROR": 2090,
     "MQRC_RESOURCE_PROBLEM": 2102,
     "MQRC_Q_MGR_QUIESCING": 2161,
@@ -154,6 +155,14 @@ class UnknownObjectName(MQError):
     reason = "MQRC_UNKNOWN_OBJECT_NAME"
 
 
+class UnknownRemoteQueueManager(MQError):
+    """MQRC_UNKNOWN_REMOTE_Q_MGR: a put named another queue manager (MQOD ObjectQMgrName)
+    and this one knows no way there: no transmission queue of that name, no queue manager
+    alias, no default transmission queue, no cluster route."""
+
+    reason = "MQRC_UNKNOWN_REMOTE_Q_MGR"
+
+
 class NotAuthorized(MQError):
     """MQRC_NOT_AUTHORIZED: credentials refused or no authority to the object."""
 
@@ -230,6 +239,7 @@ _CLASSES: dict[str, type[MQError]] = {
         QueueFull,
         MessageTooBig,
         UnknownObjectName,
+        UnknownRemoteQueueManager,
         NotAuthorized,
         ConnectionBroken,
         QueueManagerUnavailable,

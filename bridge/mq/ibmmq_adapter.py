@@ -46,6 +46,7 @@ from mqgather.names import (
     ENV_MQ_PASSWORD_FILE,
     ENV_MQ_USER,
 )
+from mqgather.secretfiles import read_secret
 
 #: Secrets a URL must not carry, with where each belongs instead.
 _SECRET_KEYS = {"password": ENV_MQ_PASSWORD, "keyrepo_password": ENV_MQ_KEYREPO_PASSWORD}
@@ -152,10 +153,7 @@ def _secret(value: str | None, path: str | None, key: str) -> SecretStr | None:
         ConfigError: naming ``key`` when the file cannot be read.
     """
     if value is None and path:
-        try:
-            value = Path(path).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(key, f"cannot read {path}: {exc.strerror}") from exc
+        value = read_secret(Path(path), key).strip()
     return SecretStr(value) if value is not None else None
 
 
@@ -298,6 +296,11 @@ def _md_bytes(text: str, field: str) -> bytes:
         ) from exc
 
 
+def _where(queue: str, qmgr: str) -> str:
+    """A queue as an error names it, with its queue manager when that is another."""
+    return f"{queue!r} at queue manager {qmgr!r}" if qmgr else repr(queue)
+
+
 #: Object handles one connection keeps open: half a queue manager's default MAXHANDS
 #: (256), so a process replying to many reply-to queues never meets
 #: MQRC_HANDLE_NOT_AVAILABLE. Past it the least recently used handle is closed.
@@ -388,8 +391,8 @@ class IBMMQTransport(Transport):
         self.C = self.mq.CMQC
         self.qmgr_name = settings.qmgr
         # Open object handles, least recently used first (see MAX_OPEN_QUEUES).
-        self._queues: OrderedDict[tuple[str, int], Any] = OrderedDict()
-        self._pinned: set[tuple[str, int]] = set()
+        self._queues: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
+        self._pinned: set[tuple[str, str, int]] = set()
         self._get_handle: Any = None
         self._pcf: Any = None
         self._closed = False
@@ -414,13 +417,14 @@ class IBMMQTransport(Transport):
             self._pinned.clear()
         return err
 
-    def _open(self, queue: str, options: int, *, pin: bool = False) -> Any:
-        """The open handle for ``queue`` with ``options``, opened on first use.
+    def _open(self, queue: str, options: int, *, pin: bool = False, qmgr: str = "") -> Any:
+        """The open handle for ``queue`` (owned by ``qmgr``, blank for this queue manager)
+        with ``options``, opened on first use.
 
         ``pin`` keeps it open for good: a browse cursor or a group in logical order lives
         in its handle. Others are closed least recently used first past MAX_OPEN_QUEUES.
         """
-        key = (queue, options)
+        key = (queue, qmgr, options)
         if pin:
             self._pinned.add(key)
         if key in self._queues:
@@ -428,10 +432,15 @@ class IBMMQTransport(Transport):
             return self._queues[key]
         if len(self._queues) >= MAX_OPEN_QUEUES:
             self._close_oldest()
+        target: Any = queue
+        if qmgr:
+            target = self.mq.OD(
+                ObjectName=_md_bytes(queue, "queue"), ObjectQMgrName=_md_bytes(qmgr, "qmgr")
+            )
         try:
-            self._queues[key] = self.mq.Queue(self.qmgr, queue, options)
+            self._queues[key] = self.mq.Queue(self.qmgr, target, options)
         except self.mq.MQMIError as exc:
-            raise self._failed(exc, f"opening queue {queue!r}") from exc
+            raise self._failed(exc, f"opening queue {_where(queue, qmgr)}") from exc
         return self._queues[key]
 
     def _close_oldest(self) -> None:
@@ -465,8 +474,17 @@ class IBMMQTransport(Transport):
                 log.warning("property %r refused by MQ (MQRC_PROPERTY_NAME_ERROR, 2442); "
                             "the message goes on without it", name)  # fmt: skip
 
-    def put(self, queue: str, message: MQMessage, options: PutOptions | None = None) -> MQMessage:
+    def put(
+        self,
+        queue: str,
+        message: MQMessage,
+        options: PutOptions | None = None,
+        *,
+        qmgr: str = "",
+    ) -> MQMessage:
         opts = options or PutOptions()
+        # Its own name opens the same queue as a blank, through the same cached handle.
+        qmgr = "" if self.is_local(qmgr) else qmgr.strip()
         C = self.C
         open_opts = C.MQOO_OUTPUT | C.MQOO_FAIL_IF_QUIESCING
         pmo_opts = C.MQPMO_FAIL_IF_QUIESCING
@@ -520,9 +538,11 @@ class IBMMQTransport(Transport):
                 handle = self.mq.MessageHandle(self.qmgr)
                 self._set_properties(handle, message.properties)
                 pmo.OriginalMsgHandle = handle.msg_handle
-            self._open(queue, open_opts, pin=opts.logical_order).put(message.body, md, pmo)
+            self._open(queue, open_opts, pin=opts.logical_order, qmgr=qmgr).put(
+                message.body, md, pmo
+            )
         except self.mq.MQMIError as exc:
-            raise self._failed(exc, f"putting to queue {queue!r}") from exc
+            raise self._failed(exc, f"putting to queue {_where(queue, qmgr)}") from exc
         finally:
             if handle is not None:
                 with contextlib.suppress(self.mq.MQMIError):

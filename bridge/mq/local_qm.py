@@ -49,6 +49,7 @@ from bridge.mq.errors import (
     SyncpointLimitReached,
     TruncatedMessage,
     UnknownObjectName,
+    UnknownRemoteQueueManager,
 )
 from bridge.mq.models import (
     GROUP_FLAGS,
@@ -592,7 +593,22 @@ class LocalQueueManager(Transport):
 
     # ------------------------------------------------------------------ the MQI
 
-    def put(self, queue: str, message: MQMessage, options: PutOptions | None = None) -> MQMessage:
+    def put(
+        self,
+        queue: str,
+        message: MQMessage,
+        options: PutOptions | None = None,
+        *,
+        qmgr: str = "",
+    ) -> MQMessage:
+        if not self.is_local(qmgr):
+            # Name resolution, as MQOPEN does it before anything else: this queue manager
+            # has no channels, so no transmission queue, alias or cluster reaches another.
+            raise UnknownRemoteQueueManager(
+                f"putting to queue {queue!r} at queue manager {qmgr.strip()!r}: queue "
+                f"manager {self.qmgr_name} has no route there (an embedded queue manager "
+                "has no channels or transmission queues)"
+            )
         opts = options or PutOptions()
         if len(message.body) > QMGR_MAXMSGL:
             raise MessageTooBig(
@@ -607,6 +623,9 @@ class LocalQueueManager(Transport):
             "backout_count": 0,
             "original_length": stored_original_length(message),
         }
+        if not message.reply_to_qmgr.strip():
+            # MQ names itself where a put leaves ReplyToQMgr blank: replies come back here.
+            updates["reply_to_qmgr"] = self.qmgr_name
         if message.persistence == MQPER_PERSISTENCE_AS_Q_DEF:
             # The queues here are defined with MQ's default DEFPSIST(NO).
             updates["persistence"] = MQPER_NOT_PERSISTENT

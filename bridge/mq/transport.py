@@ -30,8 +30,32 @@ class Transport(abc.ABC):
     booleans_read_as_int: bool = False
 
     @abc.abstractmethod
-    def put(self, queue: str, message: MQMessage, options: PutOptions | None = None) -> MQMessage:
-        """Put a message; returns it as put (MsgId generated if it was MQMI_NONE)."""
+    def put(
+        self,
+        queue: str,
+        message: MQMessage,
+        options: PutOptions | None = None,
+        *,
+        qmgr: str = "",
+    ) -> MQMessage:
+        """Put a message; returns it as put (MsgId generated if it was MQMI_NONE). A blank
+        ReplyToQMgr is stored as this queue manager's name, as MQ stores it.
+
+        Args:
+            queue: the queue's name on the queue manager that owns it.
+            message: what to put.
+            options: syncpoint, context and group options.
+            qmgr: the queue manager that owns ``queue`` (MQOD ObjectQMgrName): blank or
+                this one's name for a queue of its own; another name the queue manager
+                resolves to a route there (a transmission queue, a queue manager alias,
+                a cluster), failing with MQRC_UNKNOWN_REMOTE_Q_MGR where it has none.
+        """
+
+    def is_local(self, qmgr: str) -> bool:
+        """Whether a queue manager name (a ReplyToQMgr, an ObjectQMgrName) means this one:
+        blank, or its own name."""
+        name = qmgr.rstrip(" \x00")
+        return not name or name == self.qmgr_name
 
     @abc.abstractmethod
     def get(

@@ -25,6 +25,7 @@ from mqgather.runtime.codec import (
     write_key_ring_file,
 )
 from mqgather.runtime.keyuse import KeyUsage
+from mqgather.secretfiles import read_secret
 
 _FILE_HELP = f"The key-ring file [env {ENV_KEYS_FILE}]."
 
@@ -198,10 +199,7 @@ def codec_tokens() -> list[str]:
     source = ENV_CODEC_TOKEN
     if file:
         source = ENV_CODEC_TOKEN_FILE
-        try:
-            text = Path(file).read_text()
-        except OSError as exc:
-            raise ConfigError(ENV_CODEC_TOKEN_FILE, f"cannot read {file} ({exc.strerror})") from exc
+        text = read_secret(Path(file), ENV_CODEC_TOKEN_FILE)
     tokens = [t.strip() for t in text.replace(",", "\n").splitlines() if t.strip()]
     if not tokens:
         raise ConfigError(

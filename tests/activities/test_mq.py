@@ -182,7 +182,8 @@ def test_routing_held_replies_that_share_ids_fits_maxumsgs_in_smaller_units(qm_p
 def test_an_undeliverable_response_is_retried_then_dead_lettered(qm_path):
     spec = AggregateSpec(name="t", legs=(LEG,), destination="replyToQueue", delivery_attempts=3)
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    inp = response_input(spec, reply_to_q="NO.SUCH.Q", reply_to_qmgr="QM1")
+    # A ReplyToQMgr that names this queue manager is a queue of its own.
+    inp = response_input(spec, reply_to_q="NO.SUCH.Q", reply_to_qmgr="MQGATHER")
     env = ActivityEnvironment()
     for attempt in (1, 2):
         env.info = dataclasses.replace(env.info, attempt=attempt)
@@ -318,6 +319,38 @@ def test_a_forward_an_earlier_release_recorded_by_msg_id_alone_is_not_put_again(
                                                              items=items))  # fmt: skip
     with LocalQueueManager(qm_path) as consumer:
         assert drain(consumer, "GATHER.LATE") == []
+
+
+def test_a_response_for_a_requester_on_another_queue_manager_never_lands_on_a_queue_here(
+    qm_path,
+):
+    """The requester's ReplyToQMgr names the queue manager its ReplyToQ is on; a queue of
+    the same name here is someone else's. With no route to that queue manager the PUT is
+    refused (MQRC_UNKNOWN_REMOTE_Q_MGR), retried, then dead-lettered naming the queue
+    and queue manager it was for; so is the NAN the requester asked for."""
+    spec = AggregateSpec(name="t", legs=(LEG,), destination="replyToQueue", delivery_attempts=2)
+    with LocalQueueManager(qm_path) as qm:
+        qm.define(QueueAttributes(name="APP.REPLY"))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    inp = response_input(spec, reply_to_q="APP.REPLY", reply_to_qmgr="QM9",
+                         reply_terms=ReplyTerms(notify=MQRO_NAN))  # fmt: skip
+    env = ActivityEnvironment()
+    with pytest.raises(Exception, match="MQRC_UNKNOWN_REMOTE_Q_MGR"):
+        env.run(acts.put_response, inp)
+    env.info = dataclasses.replace(env.info, attempt=2)
+    result = env.run(acts.put_response, inp)
+    with LocalQueueManager(qm_path) as qm:
+        here = drain(qm, "APP.REPLY")
+        dead = drain(qm, DEAD_LETTER_QUEUE)
+    assert here == []
+    assert result.outcome == "FAILED" and result.queues == [DEAD_LETTER_QUEUE]
+    assert "APP.REPLY@QM9" in result.error and "MQRC_UNKNOWN_REMOTE_Q_MGR" in result.error
+    assert [(m.msg_type, m.feedback) for m in dead] == [(MQMT_REPLY, 0), (MQMT_REPORT, MQFB_NAN)]
+    for message in dead:
+        header, _ = dlh.unpack(message.body)
+        assert (header.reason, header.dest_q_name, header.dest_q_mgr_name) == (
+            2087, "APP.REPLY", "QM9",
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(

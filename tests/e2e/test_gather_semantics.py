@@ -199,14 +199,15 @@ async def test_reply_to_queue_and_destination_list(temporal_env, tmp_path):
     async with pipeline(
         temporal_env.client, tmp_path, [to_requester, to_list], extra_queues=extra
     ) as p:
-        one = await p.scatter(to_requester, reply_to_q="APP.REPLY", reply_to_qmgr="QM9")
+        # A request put here names this queue manager in its ReplyToQMgr.
+        one = await p.scatter(to_requester, reply_to_q="APP.REPLY", reply_to_qmgr="MQGATHER")
         two = await p.scatter(to_list)
         p.reply(to_requester, one.correl_id, "CREDIT", b"{}", aggregate="rtq")
         p.reply(to_list, two.correl_id, "CREDIT", b"{}", aggregate="dlist")
         direct = await p.wait_message("APP.REPLY")
         copies = [await p.wait_message(q) for q in ("COPY.A", "COPY.B")]
         assert p.empty("ORDER.RESPONSE")
-    assert direct.correl_id == one.correl_id and direct.reply_to_qmgr == "QM9"
+    assert direct.correl_id == one.correl_id and direct.reply_to_qmgr == "MQGATHER"
     assert [c.correl_id for c in copies] == [two.correl_id] * 2
     assert copies[0].msg_id == copies[1].msg_id  # one response, two destinations
 

@@ -102,6 +102,7 @@ RC = {
     "TRUNCATED_MSG_ACCEPTED": 2079,
     "TRUNCATED_MSG_FAILED": 2080,
     "UNKNOWN_OBJECT_NAME": 2085,
+    "UNKNOWN_REMOTE_Q_MGR": 2087,
     "WAIT_INTERVAL_ERROR": 2090,
     "CONTEXT_HANDLE_ERROR": 2097,
     "FORMAT_ERROR": 2110,
@@ -408,6 +409,11 @@ def MQOPEN(hconn: int, od_bytes: bytes, options: int) -> tuple[Any, ...]:
     if conn is None:
         return _fail("HCONN_ERROR", 0, od.pack())
     name = _text(od.ObjectName)
+    owner = _text(od.ObjectQMgrName)
+    if owner and owner != conn.qm.qmgr_name:
+        # Name resolution comes first. The queue manager behind the stand-in has no
+        # channels, so no transmission queue, alias or cluster reaches another.
+        return _fail("UNKNOWN_REMOTE_Q_MGR", 0, od.pack())
     if options & (OO_SET_ALL_CONTEXT | OO_PASS_ALL_CONTEXT) and not conn.config.context_authority:
         return _fail("NOT_AUTHORIZED", 0, od.pack())
     dynamic = False

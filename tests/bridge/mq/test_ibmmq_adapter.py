@@ -67,6 +67,12 @@ def test_password_from_env_or_file_and_never_shown(tmp_path):
     secret.write_text("fromfile\n")
     s2 = parse_ibmmq_url(f"ibmmq://QM1@h(1414)/CH?password_file={secret}", env={})
     assert s2.password is not None and s2.password.get_secret_value() == "fromfile"
+    # A file others may write could hold anyone's password: refused, the secret unshown.
+    secret.chmod(0o662)
+    with pytest.raises(ConfigError) as writable:
+        parse_ibmmq_url("ibmmq://QM1@h(1414)/CH", env={"MQGATHER_MQ_PASSWORD_FILE": str(secret)})
+    assert "MQGATHER_MQ_PASSWORD_FILE" in str(writable.value)
+    assert "chmod go-w" in str(writable.value) and "fromfile" not in str(writable.value)
 
 
 @pytest.mark.parametrize(

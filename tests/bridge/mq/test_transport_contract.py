@@ -15,6 +15,7 @@ from bridge.mq.errors import (
     QueueInhibited,
     SyncpointLimitReached,
     UnknownObjectName,
+    UnknownRemoteQueueManager,
 )
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import (
@@ -191,6 +192,34 @@ def test_unknown_queue(connect):
         qm.get("NO.SUCH.QUEUE")
     with pytest.raises(UnknownObjectName):
         qm.inquire("NO.SUCH.QUEUE")
+
+
+def test_a_put_for_another_queue_manager_needs_a_route_there(connect, make_queue):
+    """ObjectQMgrName: this queue manager's own name opens its own queue; another that it
+    has no route to (no transmission queue, alias or cluster) refuses the put with
+    MQRC_UNKNOWN_REMOTE_Q_MGR, and no queue of the same name here gets the message."""
+    qm = connect()
+    q = make_queue(qm)
+    with pytest.raises(UnknownRemoteQueueManager) as refused:
+        qm.put(q, MQMessage(body=b"for QM9"), qmgr="NO.ROUTE.QM9")
+    assert refused.value.reason == "MQRC_UNKNOWN_REMOTE_Q_MGR" and refused.value.code == 2087
+    qm.put(q, MQMessage(body=b"here"), qmgr=qm.qmgr_name)
+    qm.commit()
+    assert qm.inquire(q).curdepth == 1
+    assert qm.get(q).body == b"here"
+    qm.commit()
+
+
+def test_a_blank_reply_to_qmgr_is_filled_with_this_queue_managers_name(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm)
+    qm.put(q, MQMessage(body=b"x", reply_to_q="APP.REPLY"))
+    qm.put(q, MQMessage(body=b"y"))
+    qm.commit()
+    first, second = qm.get(q), qm.get(q)
+    qm.commit()
+    assert first.reply_to_qmgr == second.reply_to_qmgr == qm.qmgr_name
+    assert (first.reply_to_q, second.reply_to_q) == ("APP.REPLY", "")
 
 
 def test_properties_of_every_type_round_trip(connect, make_queue):

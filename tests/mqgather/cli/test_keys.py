@@ -70,6 +70,14 @@ def test_the_codec_server_refuses_to_start_without_a_token_or_a_ring(tmp_path, m
     monkeypatch.setenv("MQGATHER_CODEC_TOKEN", "short")
     short = _run("codec-server")
     assert short.exit_code != 0 and "16 characters" in short.output
+    monkeypatch.delenv("MQGATHER_CODEC_TOKEN")
+    token = tmp_path / "token"
+    token.write_text("a-token-of-their-own-choosing\n")
+    token.chmod(0o646)
+    monkeypatch.setenv("MQGATHER_CODEC_TOKEN_FILE", str(token))
+    writable = _run("codec-server")
+    assert writable.exit_code != 0 and "MQGATHER_CODEC_TOKEN_FILE" in writable.output
+    assert "chmod go-w" in writable.output and "their-own" not in writable.output
 
 
 def test_a_key_command_waits_for_a_change_under_way_so_neither_key_is_lost(tmp_path, monkeypatch):

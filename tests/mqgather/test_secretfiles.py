@@ -1,0 +1,34 @@
+"""Secrets read from files: taken as mounted, refused where others may write them."""
+
+from __future__ import annotations
+
+import pytest
+
+from mqgather.errors import ConfigError
+from mqgather.secretfiles import read_secret
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400, 0o640, 0o644, 0o444])
+def test_a_secret_only_its_owner_may_write_is_read(tmp_path, mode):
+    path = tmp_path / "secret"
+    path.write_text("s3cret\n")
+    path.chmod(mode)
+    assert read_secret(path, "MQGATHER_X_FILE") == "s3cret\n"
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602, 0o666, 0o660])
+def test_a_secret_others_may_write_is_refused_naming_the_key_and_the_fix(tmp_path, mode):
+    path = tmp_path / "secret"
+    path.write_text("s3cret\n")
+    path.chmod(mode)
+    with pytest.raises(ConfigError) as refused:
+        read_secret(path, "MQGATHER_X_FILE")
+    text = str(refused.value)
+    assert "MQGATHER_X_FILE" in text and f"{mode:o}" in text and "chmod go-w" in text
+    assert "s3cret" not in text
+
+
+def test_a_missing_secret_file_names_the_key_and_the_file(tmp_path):
+    with pytest.raises(ConfigError) as missing:
+        read_secret(tmp_path / "nope", "MQGATHER_X_FILE")
+    assert "MQGATHER_X_FILE" in str(missing.value) and "nope" in str(missing.value)
