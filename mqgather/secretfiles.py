@@ -1,4 +1,5 @@
-"""Secrets read from files: passwords and bearer tokens, named by a variable or option."""
+"""Secrets read from files: passwords, bearer tokens, the key ring, named by a variable or
+an option."""
 
 from __future__ import annotations
 
@@ -8,22 +9,28 @@ from pathlib import Path
 from mqgather.errors import ConfigError
 
 
-def read_secret(path: Path, key: str) -> str:
-    """The text of a file that holds a secret (a password, a bearer token).
+def read_secret(path: Path, key: str, *, private: bool = False) -> str:
+    """The text of a file that holds a secret.
 
     A file others may write is refused: whoever can write it chooses the secret (a token
     of their own would open every sealed payload to them). One readable by others, as
-    container platforms mount their secrets, is taken.
+    container platforms mount their secrets, is taken unless ``private`` (a file
+    mqgather writes itself, mode 600, such as the key ring).
 
     Raises:
         ConfigError: naming ``key`` (the variable or option that named the file) when the
-            file cannot be read or others may write it; never the secret.
+            file cannot be read or others may write it (or, ``private``, read it); never
+            the secret.
     """
     try:
         mode = path.stat().st_mode
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(key, f"cannot read {path} ({exc.strerror})") from exc
+    if private and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            key, f"{path} is open to others (mode {stat.S_IMODE(mode):o}); chmod 600 {path}"
+        )
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise ConfigError(
             key,

@@ -23,7 +23,6 @@ import fcntl
 import os
 import re
 import secrets
-import stat
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -47,6 +46,7 @@ from mqgather.constants import COMPRESS_PAYLOADS_ABOVE_BYTES
 from mqgather.errors import ConfigError, MQGatherError, first_problem
 from mqgather.names import ENV_KEYS, ENV_KEYS_FILE
 from mqgather.runtime.files import write_whole
+from mqgather.secretfiles import read_secret
 
 ENCODING = b"binary/encrypted"
 META_ENCODING = "encoding"
@@ -156,17 +156,7 @@ def read_key_ring_file(path: Path) -> KeyRing:
         ConfigError: the file cannot be read, is readable by others, or is no key ring.
     """
     source = f"{ENV_KEYS_FILE} ({path})"
-    try:
-        mode = path.stat().st_mode
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(source, f"cannot read the key ring ({exc.strerror})") from exc
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(
-            source, f"the key ring is readable by others (mode {stat.S_IMODE(mode):o}); "
-            f"chmod 600 {path}",
-        )  # fmt: skip
-    return parse_key_ring(text, source)
+    return parse_key_ring(read_secret(path, source, private=True), source)
 
 
 def write_key_ring_file(path: Path, ring: KeyRing) -> None:

@@ -32,3 +32,14 @@ def test_a_missing_secret_file_names_the_key_and_the_file(tmp_path):
     with pytest.raises(ConfigError) as missing:
         read_secret(tmp_path / "nope", "MQGATHER_X_FILE")
     assert "MQGATHER_X_FILE" in str(missing.value) and "nope" in str(missing.value)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644])
+def test_a_private_secret_others_may_read_is_refused(tmp_path, mode):
+    path = tmp_path / "ring"
+    path.write_text("s3cret\n")
+    path.chmod(mode)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        read_secret(path, "MQGATHER_KEYS_FILE", private=True)
+    path.chmod(0o600)
+    assert read_secret(path, "MQGATHER_KEYS_FILE", private=True) == "s3cret\n"
