@@ -16,7 +16,8 @@ from rich.table import Table
 from bridge.mq import dlh
 from bridge.mq.admin import Finding, setup_queues
 from bridge.mq.connect import open_transport
-from bridge.mq.errors import REASON_NAMES, NoMessageAvailable, feedback_name
+from bridge.mq.deadletters import Retried, retry_dead_letters
+from bridge.mq.errors import REASON_NAMES, REASONS, NoMessageAvailable, feedback_name
 from bridge.mq.models import (
     MQENC_NATIVE,
     MQMT_REPORT,
@@ -625,3 +626,67 @@ def clear(queue: str, mq: str) -> None:
     with open_transport(mq) as qm:
         count = qm.clear(queue)
     click.echo(f"cleared {count} message(s) from {queue}")
+
+
+def _reason_code(text: str) -> int:
+    """An MQ reason as a code: 2053, MQRC_Q_FULL or Q_FULL."""
+    if text.isdigit():
+        return int(text)
+    name = text.upper() if text.upper().startswith("MQRC_") else f"MQRC_{text.upper()}"
+    if name not in REASONS:
+        raise click.BadParameter(f"{text!r} is not a reason code or a known MQRC_ name")
+    return REASONS[name]
+
+
+@queues.command()
+@click.argument("queue", required=False)
+@click.option("--reason", "reasons", multiple=True, metavar="REASON",
+              help="Only dead letters whose MQDLH names this reason: 2053, MQRC_Q_FULL or "
+              "Q_FULL (repeatable).")  # fmt: skip
+@click.option("--dest", "destinations", multiple=True, metavar="QUEUE",
+              help="Only those that were going to this queue (repeatable).")  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="List what would be put back; move nothing.")
+@mq_option
+def retry(
+    queue: str | None,
+    reasons: tuple[str, ...],
+    destinations: tuple[str, ...],
+    dry_run: bool,
+    mq: str,
+) -> None:
+    """Put dead letters back where they were going, as runmqdlq's RETRY does.
+
+    Each message on QUEUE (default: the queue manager's dead-letter queue) that starts
+    with an MQDLH, and matches --reason and --dest, loses its header and is put to the
+    queue and queue manager the header names, with its MQMD and context as they are:
+    fix what refused it first (a full queue, a route to another queue manager). It
+    leaves QUEUE in the unit of work that puts it, so it is never in both places; one
+    refused again stays, and the reason is shown. Exits 1 when any is refused again.
+    """
+    codes = {_reason_code(r) for r in reasons}
+
+    def show(chosen: Retried) -> None:
+        why = REASON_NAMES.get(chosen.reason, f"MQRC_{chosen.reason}")
+        line = f"{chosen.fate:<8} {format_id(chosen.msg_id)}  to {chosen.where}  (was {why})"
+        if chosen.error is not None:
+            line += f": {chosen.error.reason} again"
+        click.echo(line)
+
+    with open_transport(mq) as qm:
+        where = queue or qm.dead_letter_queue()
+        if not where:
+            raise click.UsageError(f"queue manager {qm.qmgr_name} has no DEADQ: name a QUEUE")
+        report = retry_dead_letters(
+            qm, where, reasons=codes, destinations=set(destinations), dry_run=dry_run, each=show
+        )
+    verb = "would put back" if dry_run else "put back"
+    done = report.count("chosen") if dry_run else report.count("put")
+    summary = f"{verb} {done} of {len(report.chosen)} dead letter(s) chosen on {where}"
+    extra = [
+        f"{report.count('refused')} refused again (still there)" if report.count("refused") else "",
+        f"{report.count('gone')} gone or changed meanwhile" if report.count("gone") else "",
+        f"{report.passed_over} passed over" if report.passed_over else "",
+    ]
+    click.echo("; ".join([summary, *[e for e in extra if e]]), err=True)
+    if report.count("refused"):
+        sys.exit(1)

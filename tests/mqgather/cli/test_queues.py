@@ -352,3 +352,59 @@ def test_browse_names_a_report_and_a_segment(tmp_path):
     assert (report["msg_type"], report["feedback"], report["report"]) == (MQMT_REPORT, 2053, 0x40)
     assert report["feedback_name"] == "MQRC_Q_FULL (2053)"
     assert (segment["offset"], segment["original_length"], segment["msg_flags"]) == (4096, 4, 4)
+
+
+def test_retry_puts_dead_letters_back_where_they_were_going_once_each(tmp_path):
+    """runmqdlq's RETRY: a dead letter chosen by reason and destination loses its MQDLH and
+    goes to the queue (and queue manager) the header names, its MQMD and context kept,
+    in the unit of work that takes it off the dead-letter queue; one refused again stays,
+    once; a message that is no dead letter is passed over."""
+    from bridge.mq.deadletters import undead
+    from bridge.mq.dlh import dead_letter
+    from bridge.mq.local_qm import LocalQueueManager
+    from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
+    from mqgather.constants import DEAD_LETTER_QUEUE
+
+    def dead(body: bytes, queue: str, reason: int, qmgr: str = "MQGATHER") -> MQMessage:
+        sent = MQMessage(body=body, correl_id=body.ljust(24, b"\0"), format="MQSTR",
+                         coded_char_set_id=500, user_identifier="requester1")  # fmt: skip
+        return dead_letter(sent, reason, queue, qmgr, "mqgather")
+
+    with LocalQueueManager(tmp_path / ".mqgather" / "qm.db") as qm:
+        qm.define(QueueAttributes(name="APP.REPLY", maxdepth=1))
+        qm.put("APP.REPLY", MQMessage(body=b"filler"), PutOptions(syncpoint=False))
+        letters = [
+            dead(b"full one", "APP.REPLY", 2053),
+            dead(b"no route", "APP.REPLY", 2087, qmgr="QM9"),
+            dead(b"full two", "APP.REPLY", 2053),
+            dead(b"unknown", "NO.SUCH.Q", 2085),
+        ]
+        for letter in [*letters, MQMessage(body=b"plain")]:
+            qm.put(DEAD_LETTER_QUEUE, letter, PutOptions(syncpoint=False, set_all_context=True))
+
+    dry = run(["queues", "retry", "--dry-run"], tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert b"would put back 4 of 4" in dry.stderr and b"1 passed over" in dry.stderr
+    # Still full: both Q_FULL letters are refused again and stay.
+    full = run(["queues", "retry", "--reason", "MQRC_Q_FULL"], tmp_path)
+    assert full.returncode == 1 and full.stdout.count(b"MQRC_Q_FULL again") == 2
+    assert run(["queues", "alter", "APP.REPLY", "--maxdepth", "10"], tmp_path).returncode == 0
+    again = run(["queues", "retry", "--reason", "2053", "--dest", "APP.REPLY"], tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert b"put back 2 of 2" in again.stderr
+    rest = run(["queues", "retry"], tmp_path)
+    assert rest.returncode == 1
+    assert b"to APP.REPLY@QM9" in rest.stdout and b"MQRC_UNKNOWN_REMOTE_Q_MGR again" in rest.stdout
+    assert b"to NO.SUCH.Q" in rest.stdout and b"MQRC_UNKNOWN_OBJECT_NAME again" in rest.stdout
+
+    with LocalQueueManager(tmp_path / ".mqgather" / "qm.db") as qm:
+        delivered = [m for m in qm.browse("APP.REPLY") if m.body != b"filler"]
+        left = list(qm.browse(DEAD_LETTER_QUEUE))
+    assert [m.body for m in delivered] == [b"full one", b"full two"]
+    assert {(m.format, m.coded_char_set_id, m.user_identifier) for m in delivered} == {
+        ("MQSTR", 500, "requester1")
+    }
+    assert [m.correl_id[:8] for m in delivered] == [b"full one", b"full two"]
+    # The two refused again are there once each, as they were; the plain one untouched.
+    assert len(left) == 3 and left[-1].body == b"plain"
+    assert sorted(undead(m)[1].body for m in left[:2]) == [b"no route", b"unknown"]
