@@ -33,6 +33,7 @@ from bridge.mq.models import (
     PropertyValue,
     PutOptions,
     QueueAttributes,
+    Usage,
     wait_refusal,
 )
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
@@ -273,6 +274,11 @@ def _text(value: Any) -> str:
 def _inhibit(value: Any) -> Inhibit:
     """InhibitPut / InhibitGet as QueueAttributes says it (MQQA_*_INHIBITED is 1)."""
     return "disabled" if int(value) == 1 else "enabled"
+
+
+def _usage(value: Any) -> Usage:
+    """Usage as QueueAttributes says it (MQUS_TRANSMISSION is 1)."""
+    return "xmitq" if int(value) == 1 else "normal"
 
 
 def _md_chars(value: bytes) -> str:
@@ -734,7 +740,7 @@ class IBMMQTransport(Transport):
             got = q.inquire(
                 [C.MQIA_MAX_Q_DEPTH, C.MQIA_MAX_MSG_LENGTH, C.MQIA_BACKOUT_THRESHOLD,
                  C.MQCA_BACKOUT_REQ_Q_NAME, C.MQIA_INHIBIT_PUT, C.MQIA_INHIBIT_GET,
-                 C.MQIA_CURRENT_Q_DEPTH]
+                 C.MQIA_USAGE, C.MQIA_CURRENT_Q_DEPTH]
             )  # fmt: skip
             return QueueAttributes(
                 name=queue,
@@ -744,6 +750,7 @@ class IBMMQTransport(Transport):
                 boqname=_text(got[C.MQCA_BACKOUT_REQ_Q_NAME]),
                 put=_inhibit(got[C.MQIA_INHIBIT_PUT]),
                 get=_inhibit(got[C.MQIA_INHIBIT_GET]),
+                usage=_usage(got[C.MQIA_USAGE]),
                 curdepth=int(got[C.MQIA_CURRENT_Q_DEPTH]),
             )
         except self.mq.MQMIError as exc:
@@ -776,6 +783,8 @@ class IBMMQTransport(Transport):
         for selector, value in ((C.MQIA_INHIBIT_PUT, attrs.put), (C.MQIA_INHIBIT_GET, attrs.get)):
             if value is not None:
                 args[selector] = int(value == "disabled")  # MQQA_*_INHIBITED is 1
+        if attrs.usage is not None:
+            args[C.MQIA_USAGE] = C.MQUS_TRANSMISSION if attrs.usage == "xmitq" else C.MQUS_NORMAL
         try:
             if replace:
                 # ALTER, not DEFINE REPLACE: REPLACE would reset every attribute not named
@@ -809,6 +818,7 @@ class IBMMQTransport(Transport):
                 boqname=_text(row.get(C.MQCA_BACKOUT_REQ_Q_NAME, b"")),
                 put=_inhibit(row.get(C.MQIA_INHIBIT_PUT, 0)),
                 get=_inhibit(row.get(C.MQIA_INHIBIT_GET, 0)),
+                usage=_usage(row.get(C.MQIA_USAGE, 0)),
                 curdepth=int(row.get(C.MQIA_CURRENT_Q_DEPTH, 0)),
             )
             for row in rows

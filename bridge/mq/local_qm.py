@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bridge.mq import xqh
 from bridge.mq.doorbell import Doorbell, open_doorbell
 from bridge.mq.errors import (
     ConnectionBroken,
@@ -56,6 +57,7 @@ from bridge.mq.models import (
     ID_LENGTH,
     MQACT_NONE,
     MQAT_UNIX,
+    MQENC_NATIVE,
     MQPER_NOT_PERSISTENT,
     MQPER_PERSISTENCE_AS_Q_DEF,
     NONE_ID,
@@ -71,6 +73,7 @@ from bridge.mq.models import (
     wait_refusal,
 )
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
+from mqgather.ccsid import CCSID_UTF8
 from mqgather.constants import (
     DEAD_LETTER_QUEUE,
     DEFAULT_MAXUMSGS,
@@ -124,7 +127,8 @@ CREATE TABLE IF NOT EXISTS queues (
     descr TEXT NOT NULL,
     curdepth INTEGER NOT NULL DEFAULT 0,
     put_enabled INTEGER NOT NULL DEFAULT 1,
-    get_enabled INTEGER NOT NULL DEFAULT 1
+    get_enabled INTEGER NOT NULL DEFAULT 1,
+    usage TEXT NOT NULL DEFAULT 'normal'
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -297,19 +301,20 @@ _ADDED_COLUMNS = {
 }
 
 
-#: Columns added to the queues table since the first file format (PUT and GET).
+#: Columns added to the queues table since the first file format (PUT, GET, USAGE).
 _ADDED_QUEUE_COLUMNS = {
     "put_enabled": "INTEGER NOT NULL DEFAULT 1",
     "get_enabled": "INTEGER NOT NULL DEFAULT 1",
+    "usage": "TEXT NOT NULL DEFAULT 'normal'",
 }
 #: A queue's attributes as read, in QueueAttributes' terms.
 _QUEUE_KEYS = ("name", "maxdepth", "maxmsgl", "bothresh", "boqname", "descr", "put", "get",
-               "curdepth")  # fmt: skip
-_PUT, _GET = _QUEUE_KEYS.index("put"), _QUEUE_KEYS.index("get")
+               "usage", "curdepth")  # fmt: skip
+_PUT, _GET, _USAGE = (_QUEUE_KEYS.index(key) for key in ("put", "get", "usage"))
 _QUEUE_COLUMNS = (
     "name, maxdepth, maxmsgl, bothresh, boqname, descr, "
     "CASE put_enabled WHEN 0 THEN 'disabled' ELSE 'enabled' END, "
-    "CASE get_enabled WHEN 0 THEN 'disabled' ELSE 'enabled' END, curdepth"
+    "CASE get_enabled WHEN 0 THEN 'disabled' ELSE 'enabled' END, usage, curdepth"
 )
 
 
@@ -590,6 +595,8 @@ class LocalQueueManager(Transport):
                     f"UPDATE queues SET {column} = ? WHERE name = ?",
                     (int(value == "enabled"), attrs.name),
                 )
+        if attrs.usage is not None:
+            db.execute("UPDATE queues SET usage = ? WHERE name = ?", (attrs.usage, attrs.name))
 
     # ------------------------------------------------------------------ the MQI
 
@@ -601,14 +608,9 @@ class LocalQueueManager(Transport):
         *,
         qmgr: str = "",
     ) -> MQMessage:
-        if not self.is_local(qmgr):
-            # Name resolution, as MQOPEN does it before anything else: this queue manager
-            # has no channels, so no transmission queue, alias or cluster reaches another.
-            raise UnknownRemoteQueueManager(
-                f"putting to queue {queue!r} at queue manager {qmgr.strip()!r}: queue "
-                f"manager {self.qmgr_name} has no route there (an embedded queue manager "
-                "has no channels or transmission queues)"
-            )
+        remote = "" if self.is_local(qmgr) else qmgr.strip()
+        # Name resolution first, as MQOPEN does it.
+        xmitq = self.route(remote) if remote else ""
         opts = options or PutOptions()
         if len(message.body) > QMGR_MAXMSGL:
             raise MessageTooBig(
@@ -644,29 +646,68 @@ class LocalQueueManager(Transport):
                 appl_origin_data="",
             )
         stored = message.model_copy(update=updates)
-        row = self._row(queue, stored)
+        # What lands where: the message on its queue, or (bound for another queue
+        # manager) behind an MQXQH on the transmission queue, where MQ keeps it until a
+        # channel sends it on. MAXMSGL and MAXDEPTH are the transmission queue's then.
+        target, landed = queue, stored
+        if xmitq:
+            target = xmitq
+            landed = stored.model_copy(
+                update={
+                    "format": xqh.MQFMT_XMIT_Q_HEADER,
+                    "coded_char_set_id": CCSID_UTF8,
+                    "encoding": MQENC_NATIVE,
+                    "body": xqh.pack(stored, queue, remote),
+                }
+            )
+        row = self._row(target, landed)
         if opts.syncpoint:
             # Checked now, written by commit: the unit of work holds no lock meanwhile.
             with self._lock:
-                pending = sum(1 for q, _ in self._puts if q == queue)
+                pending = sum(1 for q, _ in self._puts if q == target)
                 try:
                     if self._room(self._db) < 1:
-                        raise self._limit_reached(f"putting to queue {queue!r}")
-                    self._check_put(self._db, queue, message, pending)
+                        raise self._limit_reached(f"putting to queue {target!r}")
+                    self._check_put(self._db, target, landed, pending)
                 except sqlite3.Error as exc:
                     raise _translate(exc, self.path) from exc
-                self._puts.append((queue, row))
+                self._puts.append((target, row))
                 self._uncommitted += 1
                 self._advance_put_group(queue, message, position)
             return stored
 
         def op(db: sqlite3.Connection) -> None:
-            self._check_put(db, queue, message, 0)
+            self._check_put(db, target, landed, 0)
             _insert(db, [row])
 
         self._call(op)
         self._advance_put_group(queue, message, position)
         return stored
+
+    def route(self, qmgr: str) -> str:
+        """The transmission queue a message for queue manager ``qmgr`` waits on: the local
+        queue of that name, defined USAGE(XMITQ). An embedded queue manager has no
+        channels, queue manager aliases, default transmission queue or clusters, so that
+        is its only route.
+
+        Raises:
+            UnknownRemoteQueueManager: no queue of that name (MQRC_UNKNOWN_REMOTE_Q_MGR).
+            MQError: MQRC_XMIT_Q_USAGE_ERROR, the queue of that name is not USAGE(XMITQ).
+        """
+        try:
+            row = self._call(self._queue_row, qmgr, read_only=True)
+        except UnknownObjectName:
+            raise UnknownRemoteQueueManager(
+                f"queue manager {self.qmgr_name} has no route to queue manager {qmgr!r}: "
+                f"define a transmission queue of that name (USAGE(XMITQ))"
+            ) from None
+        if row[_USAGE] != "xmitq":
+            raise MQError(
+                f"queue {qmgr!r}, the route to queue manager {qmgr!r}, is not a "
+                "transmission queue (USAGE(XMITQ))",
+                reason="MQRC_XMIT_Q_USAGE_ERROR",
+            )
+        return qmgr
 
     def _new_group_id(self) -> bytes:
         return (b"AMQ " + self.qmgr_name.encode()[:12].ljust(12) + os.urandom(8))[:ID_LENGTH]

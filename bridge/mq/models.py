@@ -444,6 +444,9 @@ def fingerprint(message: MQMessage) -> str:
 
 #: PUT and GET of a queue: whether MQPUT / MQGET are allowed (MQQA_PUT_ALLOWED, ...).
 Inhibit = Literal["enabled", "disabled"]
+#: USAGE of a local queue: NORMAL, or XMITQ (a transmission queue, where messages for
+#: another queue manager wait behind an MQXQH).
+Usage = Literal["normal", "xmitq"]
 
 
 class QueueAttributes(BaseModel):
@@ -466,6 +469,11 @@ class QueueAttributes(BaseModel):
     )
     get: Inhibit | None = Field(
         default=None, description="GET(ENABLED | DISABLED), as PUT; browsing is a get too"
+    )
+    usage: Usage | None = Field(
+        default=None,
+        description="USAGE(NORMAL | XMITQ); on a define, None leaves it as the queue has it "
+        "(NORMAL for a new queue)",
     )
     curdepth: int = Field(default=0, ge=0, description="CURDEPTH (read only)")
 

@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bridge.mq import dlh
+from bridge.mq import dlh, xqh
 from bridge.mq.admin import Finding, setup_queues
 from bridge.mq.connect import open_transport
 from bridge.mq.deadletters import Retried, retry_dead_letters
@@ -30,6 +30,7 @@ from bridge.mq.models import (
     PropertyValue,
     PutOptions,
     QueueAttributes,
+    Usage,
     encode_properties,
     format_id,
     parse_id,
@@ -82,8 +83,27 @@ def message_to_json(message: MQMessage) -> dict[str, Any]:
     """Every MQMD field, the typed properties, and the body as text (read in its CCSID)
     or base64. A message
     that starts with an MQDLH (Format MQDEAD) shows the header's fields apart, with its
-    reason name, and the original body after it."""
+    reason name, and the original body after it; one on a transmission queue (Format
+    MQXMIT) shows where it is going and the MQMD it carries."""
     raw, header, ccsid = message.body, None, message.coded_char_set_id
+    transmission: dict[str, Any] | None = None
+    if message.format == xqh.MQFMT_XMIT_Q_HEADER:
+        try:
+            sent = xqh.unpack(message.body)
+        except xqh.NotTransmitted:
+            pass
+        else:
+            inner = message_to_json(sent.message)
+            raw, ccsid = sent.message.body, sent.message.coded_char_set_id
+            transmission = {
+                "remote_q_name": sent.remote_q_name,
+                "remote_q_mgr_name": sent.remote_q_mgr_name,
+                "message": {
+                    k: v
+                    for k, v in inner.items()
+                    if k not in ("body", "body_encoding", "properties")
+                },
+            }
     if message.format == dlh.MQFMT_DEAD_LETTER_HEADER:
         try:
             parsed, raw = dlh.unpack(message.body)
@@ -106,6 +126,8 @@ def message_to_json(message: MQMessage) -> dict[str, Any]:
     }
     if header is None:
         del shown["dead_letter_header"]
+    if transmission is not None:
+        shown = {"transmission_header": transmission, **shown}
     return {
         "msg_id": format_id(message.msg_id),
         "correl_id": format_id(message.correl_id),
@@ -159,6 +181,9 @@ def queues() -> None:
               show_default=True, help="BOTHRESH (0: none).")  # fmt: skip
 @click.option("--boqname", default="", help="BOQNAME: where the bridge moves backed-out messages.")
 @click.option("--descr", default="", help="DESCR.")
+@click.option("--usage", type=click.Choice(["normal", "xmitq"]), default=None,
+              help="USAGE: xmitq makes a transmission queue, the route to the queue manager "
+              "it is named after [default: normal, or as the queue has it].")  # fmt: skip
 @click.option("--replace", is_flag=True, help="Update the queue if it exists (REPLACE).")
 @mq_option
 def define(
@@ -168,6 +193,7 @@ def define(
     bothresh: int,
     boqname: str,
     descr: str,
+    usage: Usage | None,
     replace: bool,
     mq: str,
 ) -> None:
@@ -179,6 +205,7 @@ def define(
         bothresh=bothresh,
         boqname=boqname,
         descr=descr,
+        usage=usage,
     )
     with open_transport(mq) as qm:
         qm.define(attrs, replace=replace)
@@ -312,7 +339,9 @@ def list_(pattern: str, as_json: bool, mq: str) -> None:
         for row in rows:
             click.echo(row.model_dump_json())
         return
-    table = Table("QUEUE", "CURDEPTH", "MAXDEPTH", "BOTHRESH", "BOQNAME", "INHIBITED", "DESCR")
+    table = Table(
+        "QUEUE", "CURDEPTH", "MAXDEPTH", "BOTHRESH", "BOQNAME", "INHIBITED", "USAGE", "DESCR"
+    )
     for row in rows:
         table.add_row(
             row.name,
@@ -321,6 +350,7 @@ def list_(pattern: str, as_json: bool, mq: str) -> None:
             str(row.bothresh),
             row.boqname,
             ",".join(op for op in ("put", "get") if getattr(row, op) == "disabled"),
+            "XMITQ" if row.usage == "xmitq" else "",
             row.descr,
         )
     Console().print(table)
@@ -355,6 +385,9 @@ def list_(pattern: str, as_json: bool, mq: str) -> None:
     help="MQPMO_LOGICAL_ORDER: put every --body as one group in one unit of work; the "
     "queue manager gives the GroupId and sequence numbers, the last --body is last in group.",
 )
+@click.option("--to-qmgr", default="", metavar="QMGR",
+              help="ObjectQMgrName: QUEUE is this queue manager's, reached through the "
+              "route there (a transmission queue named after it).")  # fmt: skip
 @click.option("--reply-to-q", default="", help="ReplyToQ.")
 @click.option("--reply-to-qmgr", default="", help="ReplyToQMgr.")
 @click.option("--format", "fmt", default="MQSTR", show_default=True, help="Format ('' = NONE).")
@@ -398,6 +431,7 @@ def put(
     expiry: int,
     non_persistent: bool,
     props: tuple[str, ...],
+    to_qmgr: str,
     mq: str,
 ) -> None:
     """Put one message (or, with --logical-order, one group) and commit; prints the MsgId
@@ -447,7 +481,7 @@ def put(
                 last = index == len(bodies) - 1
                 flags = int(MsgFlags.LAST_MSG_IN_GROUP if last else MsgFlags.MSG_IN_GROUP)
             message = MQMessage(**{**fields, "body": body, "msg_flags": flags})
-            done.append(qm.put(queue, message, options))
+            done.append(qm.put(queue, message, options, qmgr=to_qmgr))
         qm.commit()
     for message in done:
         if message.in_group:

@@ -18,7 +18,7 @@ from activities.mq import (
     response_life,
     response_msg_id,
 )
-from bridge.mq import dlh, ledger
+from bridge.mq import dlh, ledger, xqh
 from bridge.mq.errors import NoMessageAvailable, QueueFull, QueueInhibited, SyncpointLimitReached
 from bridge.mq.hold import body_digest
 from bridge.mq.ledger import ledger_key
@@ -319,6 +319,28 @@ def test_a_forward_an_earlier_release_recorded_by_msg_id_alone_is_not_put_again(
                                                              items=items))  # fmt: skip
     with LocalQueueManager(qm_path) as consumer:
         assert drain(consumer, "GATHER.LATE") == []
+
+
+def test_a_response_for_a_requester_on_another_queue_manager_waits_on_the_route_there(qm_path):
+    """With a transmission queue named after the requester's queue manager, the response
+    waits there behind an MQXQH naming the requester's queue and queue manager, as a
+    channel would take it; the queue of the same name here gets nothing."""
+    spec = AggregateSpec(name="t", legs=(LEG,), destination="replyToQueue")
+    with LocalQueueManager(qm_path) as qm:
+        qm.define(QueueAttributes(name="APP.REPLY"))
+        qm.define(QueueAttributes(name="QM9", usage="xmitq"))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    inp = response_input(spec, reply_to_q="APP.REPLY", reply_to_qmgr="QM9",
+                         request_msg_id=b"Q" * 24)  # fmt: skip
+    result = ActivityEnvironment().run(acts.put_response, inp)
+    with LocalQueueManager(qm_path) as qm:
+        here, waiting = drain(qm, "APP.REPLY"), drain(qm, "QM9")
+    assert here == [] and (result.outcome, result.queues) == ("COMPLETE", ["APP.REPLY@QM9"])
+    assert len(waiting) == 1
+    carried = xqh.unpack(waiting[0].body)
+    assert (carried.remote_q_name, carried.remote_q_mgr_name) == ("APP.REPLY", "QM9")
+    assert carried.message.correl_id == b"Q" * 24
+    assert carried.message.msg_id == response_msg_id(GATHER, "COMPLETE")
 
 
 def test_a_response_for_a_requester_on_another_queue_manager_never_lands_on_a_queue_here(

@@ -95,6 +95,7 @@ RC = {
     "NOT_OPEN_FOR_INQUIRE": 2038,
     "NOT_OPEN_FOR_OUTPUT": 2039,
     "OBJECT_IN_USE": 2042,
+    "OPTION_NOT_VALID_FOR_TYPE": 2045,
     "OPTIONS_ERROR": 2046,
     "Q_MGR_NAME_ERROR": 2058,
     "Q_MGR_NOT_AVAILABLE": 2059,
@@ -208,6 +209,9 @@ class _Object:
     queue: str
     options: int
     dynamic: bool = False
+    #: The queue manager that owns the queue, when another (put through its
+    #: transmission queue).
+    owner: str = ""
     pending_browse: MQMessage | None = None
     saved_context: MQMessage | None = None
     browsed: bool = False
@@ -410,10 +414,17 @@ def MQOPEN(hconn: int, od_bytes: bytes, options: int) -> tuple[Any, ...]:
         return _fail("HCONN_ERROR", 0, od.pack())
     name = _text(od.ObjectName)
     owner = _text(od.ObjectQMgrName)
-    if owner and owner != conn.qm.qmgr_name:
-        # Name resolution comes first. The queue manager behind the stand-in has no
-        # channels, so no transmission queue, alias or cluster reaches another.
-        return _fail("UNKNOWN_REMOTE_Q_MGR", 0, od.pack())
+    owner = "" if owner == conn.qm.qmgr_name else owner
+    if owner:
+        # Name resolution comes first: another queue manager's queue is reached through a
+        # transmission queue, and can only be put to.
+        if options & (OO_INPUT_AS_Q_DEF | OO_INPUT_SHARED | OO_INPUT_EXCLUSIVE | OO_BROWSE
+                      | OO_INQUIRE):  # fmt: skip
+            return _fail("OPTION_NOT_VALID_FOR_TYPE", 0, od.pack())
+        try:
+            conn.qm.route(owner)
+        except MQError as exc:
+            return _mq_fail(exc, 0, od.pack())
     if options & (OO_SET_ALL_CONTEXT | OO_PASS_ALL_CONTEXT) and not conn.config.context_authority:
         return _fail("NOT_AUTHORIZED", 0, od.pack())
     dynamic = False
@@ -423,7 +434,7 @@ def MQOPEN(hconn: int, od_bytes: bytes, options: int) -> tuple[Any, ...]:
         conn.qm.define(QueueAttributes(name=name, maxdepth=999_999))
         od.ObjectName = name.encode()
         dynamic = True
-    elif name == COMMAND_QUEUE or not name:
+    elif name == COMMAND_QUEUE or not name or owner:
         pass
     else:
         try:
@@ -451,7 +462,7 @@ def MQOPEN(hconn: int, od_bytes: bytes, options: int) -> tuple[Any, ...]:
         hobj = next(_ids)
         if exclusive:
             _exclusive[key] = hobj
-        conn.objects[hobj] = _Object(name, options, dynamic=dynamic)
+        conn.objects[hobj] = _Object(name, options, dynamic=dynamic, owner=owner)
     od.ResolvedQName = name.encode()
     return hobj, od.pack(), CC_OK, 0
 
@@ -588,6 +599,7 @@ def _put(
                     set_all_context=True,
                     logical_order=bool(pmo.Options & PMO_LOGICAL_ORDER),
                 ),
+                qmgr=obj.owner if obj is not None else "",
             )
         except MQError as exc:
             return _mq_fail(exc, md.pack(), pmo.pack())
@@ -829,7 +841,7 @@ MQIA_CURRENT_Q_DEPTH, MQIA_MAX_Q_DEPTH, MQIA_MAX_MSG_LENGTH = 3, 15, 13
 MQIA_BACKOUT_THRESHOLD, MQCA_BACKOUT_REQ_Q_NAME, MQCA_DEAD_LETTER_Q_NAME = 22, 2019, 2006
 MQCA_Q_MGR_NAME, MQIA_Q_TYPE, MQCA_Q_NAME = 2015, 20, 2016
 MQIA_MAX_UNCOMMITTED_MSGS = 33
-MQIA_INHIBIT_GET, MQIA_INHIBIT_PUT = 9, 10
+MQIA_INHIBIT_GET, MQIA_INHIBIT_PUT, MQIA_USAGE = 9, 10, 12
 
 
 def MQINQ(
@@ -864,6 +876,7 @@ def MQINQ(
             MQIA_Q_TYPE,
             MQIA_INHIBIT_GET,
             MQIA_INHIBIT_PUT,
+            MQIA_USAGE,
         ):
             ints.append(
                 {
@@ -875,6 +888,8 @@ def MQINQ(
                     # MQQA_GET_INHIBITED / MQQA_PUT_INHIBITED are 1, ..._ALLOWED 0.
                     MQIA_INHIBIT_GET: int(attrs.get == "disabled"),
                     MQIA_INHIBIT_PUT: int(attrs.put == "disabled"),
+                    # MQUS_TRANSMISSION is 1, MQUS_NORMAL 0.
+                    MQIA_USAGE: int(attrs.usage == "xmitq"),
                 }[selector]
             )
         elif attrs is not None and selector in (MQCA_BACKOUT_REQ_Q_NAME, MQCA_Q_NAME):

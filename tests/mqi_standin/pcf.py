@@ -18,7 +18,7 @@ CREATE_Q, CHANGE_Q, COPY_Q, DELETE_Q, INQUIRE_Q = 11, 8, 10, 12, 13
 Q_NAME, Q_DESC, Q_TYPE, MAX_Q_DEPTH, MAX_MSG_LENGTH = 2016, 2013, 20, 15, 13
 BACKOUT_THRESHOLD, BACKOUT_REQ_Q_NAME, CURRENT_Q_DEPTH = 22, 2019, 3
 REPLACE, Q_ATTRS = 1006, 1002
-INHIBIT_GET, INHIBIT_PUT = 9, 10
+INHIBIT_GET, INHIBIT_PUT, USAGE = 9, 10, 12
 _FIELDS = {
     MAX_Q_DEPTH: "maxdepth",
     MAX_MSG_LENGTH: "maxmsgl",
@@ -27,9 +27,12 @@ _FIELDS = {
     Q_DESC: "descr",
     INHIBIT_GET: "get",
     INHIBIT_PUT: "put",
+    USAGE: "usage",
 }
 #: MQQA_*_INHIBITED (1) and MQQA_*_ALLOWED (0) as QueueAttributes says them.
 _INHIBIT = {0: "enabled", 1: "disabled"}
+#: MQUS_NORMAL (0) and MQUS_TRANSMISSION (1) as QueueAttributes says them.
+_USAGE = {0: "normal", 1: "xmitq"}
 _UNSUPPORTED = 3007  # MQRCCF_PARM_ID_ERROR: a parameter this command server does not know
 
 
@@ -70,6 +73,7 @@ def _queue_params(q: QueueAttributes) -> list[Any]:
         ibmmq.CFST(Parameter=Q_DESC, String=q.descr.encode().ljust(64)),
         ibmmq.CFIN(Parameter=INHIBIT_GET, Value=int(q.get == "disabled")),
         ibmmq.CFIN(Parameter=INHIBIT_PUT, Value=int(q.put == "disabled")),
+        ibmmq.CFIN(Parameter=USAGE, Value=int(q.usage == "xmitq")),
         ibmmq.CFIN(Parameter=CURRENT_Q_DEPTH, Value=q.curdepth),
     ]
 
@@ -84,6 +88,8 @@ def _run(qm: LocalQueueManager, command: int, args: dict[int, Any]) -> list[byte
     for key in ("get", "put"):
         if key in given:
             given[key] = _INHIBIT[given[key]]
+    if "usage" in given:
+        given["usage"] = _USAGE[given["usage"]]
     unknown = set(args) - set(_FIELDS) - {Q_NAME, Q_TYPE, REPLACE, Q_ATTRS}
     if unknown:
         return [_response(command, 1, True, _UNSUPPORTED)]
@@ -97,7 +103,7 @@ def _run(qm: LocalQueueManager, command: int, args: dict[int, Any]) -> list[byte
         ]
     if command == CREATE_Q:
         # DEFINE ... REPLACE: every attribute not given takes its default again.
-        defaults = {"put": "enabled", "get": "enabled"}
+        defaults = {"put": "enabled", "get": "enabled", "usage": "normal"}
         qm.define(
             QueueAttributes(name=name, **{**defaults, **given}), replace=args.get(REPLACE) == 1
         )

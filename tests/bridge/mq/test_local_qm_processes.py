@@ -188,7 +188,7 @@ def test_corrupt_file_is_reported_by_name(tmp_path):
 
 
 def test_ccsid_and_encoding_are_kept_and_an_older_file_gains_them(tmp_path):
-    # Also the queues' PUT and GET, added since.
+    # Also the queues' PUT, GET and USAGE, added since.
     import sqlite3
 
     path = tmp_path / "qm.db"
@@ -204,14 +204,14 @@ def test_ccsid_and_encoding_are_kept_and_an_older_file_gains_them(tmp_path):
     with sqlite3.connect(path) as db:
         for column in ("ccsid", "encoding", "msg_offset", "original_length"):
             db.execute(f"ALTER TABLE messages DROP COLUMN {column}")
-        for column in ("put_enabled", "get_enabled"):
+        for column in ("put_enabled", "get_enabled", "usage"):
             db.execute(f"ALTER TABLE queues DROP COLUMN {column}")
     with LocalQueueManager(path) as qm:
         old = qm.get("Q", syncpoint=False)
         attrs = qm.inquire("Q")
     assert old.body == b"old" and (old.coded_char_set_id, old.encoding) == (1208, 546)
     assert (old.offset, old.original_length) == (0, -1)  # no segment, as it was
-    assert (attrs.put, attrs.get) == ("enabled", "enabled")  # as every queue was
+    assert (attrs.put, attrs.get, attrs.usage) == ("enabled", "enabled", "normal")
 
 
 def test_connections_opening_a_new_queue_manager_at_once_all_open(tmp_path):

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from bridge.mq import xqh
 from bridge.mq.errors import (
     MessageTooBig,
     MQError,
@@ -194,10 +195,12 @@ def test_unknown_queue(connect):
         qm.inquire("NO.SUCH.QUEUE")
 
 
-def test_a_put_for_another_queue_manager_needs_a_route_there(connect, make_queue):
-    """ObjectQMgrName: this queue manager's own name opens its own queue; another that it
-    has no route to (no transmission queue, alias or cluster) refuses the put with
-    MQRC_UNKNOWN_REMOTE_Q_MGR, and no queue of the same name here gets the message."""
+def test_a_put_for_another_queue_manager_waits_on_its_transmission_queue(connect, make_queue):
+    """ObjectQMgrName: this queue manager's own name opens its own queue; another is
+    reached through the transmission queue named after it, where the message waits behind
+    an MQXQH naming its queue and queue manager; a queue of that name that is no
+    transmission queue refuses it (MQRC_XMIT_Q_USAGE_ERROR); with neither the put fails
+    with MQRC_UNKNOWN_REMOTE_Q_MGR, and no queue of the same name here gets it."""
     qm = connect()
     q = make_queue(qm)
     with pytest.raises(UnknownRemoteQueueManager) as refused:
@@ -208,6 +211,26 @@ def test_a_put_for_another_queue_manager_needs_a_route_there(connect, make_queue
     assert qm.inquire(q).curdepth == 1
     assert qm.get(q).body == b"here"
     qm.commit()
+
+    xmitq, normal = make_queue(qm, usage="xmitq"), make_queue(qm)
+    assert (qm.inquire(xmitq).usage, qm.inquire(normal).usage) == ("xmitq", "normal")
+    with pytest.raises(MQError) as usage:
+        qm.put(q, MQMessage(body=b"x"), qmgr=normal)
+    assert usage.value.reason == "MQRC_XMIT_Q_USAGE_ERROR"
+    sent = MQMessage(body=b"to QM9", correl_id=parse_id("C-9"), reply_to_q="R.Q",
+                     properties={"leg": "CREDIT"}, priority=3)  # fmt: skip
+    put = qm.put(q, sent, qmgr=xmitq)
+    qm.commit()
+    assert qm.inquire(q).curdepth == 0
+    waiting = qm.get(xmitq)
+    qm.commit()
+    assert waiting.format == xqh.MQFMT_XMIT_Q_HEADER
+    assert waiting.properties == {"leg": "CREDIT"}
+    carried = xqh.unpack(waiting.body)
+    assert (carried.remote_q_name, carried.remote_q_mgr_name) == (q, xmitq)
+    inner = carried.message
+    assert (inner.body, inner.msg_id, inner.correl_id) == (b"to QM9", put.msg_id, sent.correl_id)
+    assert (inner.reply_to_q, inner.reply_to_qmgr, inner.priority) == ("R.Q", qm.qmgr_name, 3)
 
 
 def test_a_blank_reply_to_qmgr_is_filled_with_this_queue_managers_name(connect, make_queue):

@@ -408,3 +408,21 @@ def test_retry_puts_dead_letters_back_where_they_were_going_once_each(tmp_path):
     # The two refused again are there once each, as they were; the plain one untouched.
     assert len(left) == 3 and left[-1].body == b"plain"
     assert sorted(undead(m)[1].body for m in left[:2]) == [b"no route", b"unknown"]
+
+
+def test_a_put_for_another_queue_manager_waits_on_the_transmission_queue_named_after_it(
+    tmp_path,
+):
+    assert run(["queues", "define", "QM9", "--usage", "xmitq"], tmp_path).returncode == 0
+    put = run(["queues", "put", "APP.REPLY", "--to-qmgr", "QM9", "--body", "für QM9"], tmp_path)
+    assert put.returncode == 0, put.stderr
+    listed = [json.loads(line) for line in
+              run(["queues", "list", "QM9", "--json"], tmp_path).stdout.splitlines()]  # fmt: skip
+    assert [(q["usage"], q["curdepth"]) for q in listed] == [("xmitq", 1)]
+    shown = json.loads(run(["queues", "browse", "QM9", "--json"], tmp_path).stdout)
+    header = shown["transmission_header"]
+    assert (header["remote_q_name"], header["remote_q_mgr_name"]) == ("APP.REPLY", "QM9")
+    assert header["message"]["msg_id"] == put.stdout.decode().strip()
+    assert (shown["format"], shown["body"]) == ("MQXMIT", "für QM9")
+    nowhere = run(["queues", "put", "APP.REPLY", "--to-qmgr", "QM7", "--body", "x"], tmp_path)
+    assert nowhere.returncode != 0 and b"MQRC_UNKNOWN_REMOTE_Q_MGR" in nowhere.stderr
