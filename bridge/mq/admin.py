@@ -100,6 +100,10 @@ def check_queues(
         if queue not in inputs and a.put == "disabled":
             found.append(Finding(queue, where, "PUT(DISABLED): nothing is put there until "
                                  "PUT(ENABLED)"))  # fmt: skip
+        if a.usage == "xmitq":
+            found.append(Finding(queue, where, "USAGE(XMITQ): a transmission queue, whose "
+                                 "messages wait for a channel behind an MQXQH; define it "
+                                 "USAGE(NORMAL)"))  # fmt: skip
         if queue in inputs:
             found += _backouts(qm, queue, where, a)
     found += _set_aside_room(config, attrs, purposes)

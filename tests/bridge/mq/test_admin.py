@@ -20,12 +20,15 @@ def test_check_names_each_problem_and_nothing_once_set_up(connect):
     qm.define(inbound.model_copy(update={"get": "disabled", "boqname": "NO.SUCH.Q"}),
               replace=True)  # fmt: skip
     qm.define(QueueAttributes(name="GATHER.LATE", maxmsgl=10), replace=True)
+    unknown = qm.inquire("GATHER.UNKNOWN")
+    qm.define(unknown.model_copy(update={"usage": "xmitq"}), replace=True)
     found = {(f.queue, f.problem.split(":")[0].split(" is")[0]) for f in check_queues(qm, config)
              if f.queue != QMGR_ROW}  # fmt: skip
     assert found == {
         ("CHK.IN", "GET(DISABLED)"),
         ("CHK.IN", "BOQNAME(NO.SUCH.Q)"),
         ("GATHER.LATE", "MAXMSGL(10)"),
+        ("GATHER.UNKNOWN", "USAGE(XMITQ)"),
     }
 
 
