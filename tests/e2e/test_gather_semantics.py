@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, parse_id
+from bridge.mq import xqh
+from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, QueueAttributes, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import PROP_REASON, PROP_SOURCE_QUEUE
 from tests.harness import pipeline, status, until
@@ -206,8 +207,16 @@ async def test_reply_to_queue_and_destination_list(temporal_env, tmp_path):
         p.reply(to_list, two.correl_id, "CREDIT", b"{}", aggregate="dlist")
         direct = await p.wait_message("APP.REPLY")
         copies = [await p.wait_message(q) for q in ("COPY.A", "COPY.B")]
-        assert p.empty("ORDER.RESPONSE")
+        # A requester on another queue manager: its response waits on the route there,
+        # never on the queue of the same name here.
+        p.qm.define(QueueAttributes(name="QM9", usage="xmitq"))
+        far = await p.scatter(to_requester, reply_to_q="APP.REPLY", reply_to_qmgr="QM9")
+        p.reply(to_requester, far.correl_id, "CREDIT", b"{}", aggregate="rtq")
+        waiting = xqh.unpack((await p.wait_message("QM9")).body)
+        assert p.empty("ORDER.RESPONSE") and p.empty("APP.REPLY")
     assert direct.correl_id == one.correl_id and direct.reply_to_qmgr == "MQGATHER"
+    assert (waiting.remote_q_name, waiting.remote_q_mgr_name) == ("APP.REPLY", "QM9")
+    assert waiting.message.correl_id == far.correl_id
     assert [c.correl_id for c in copies] == [two.correl_id] * 2
     assert copies[0].msg_id == copies[1].msg_id  # one response, two destinations
 
