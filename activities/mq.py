@@ -7,7 +7,6 @@ import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import NamedTuple
 
 from temporalio import activity
 
@@ -32,6 +31,7 @@ from bridge.mq.models import (
     MQMessage,
     PropertyValue,
     PutOptions,
+    QueueAddress,
 )
 from bridge.mq.transport import Transport
 from mqgather import names
@@ -72,41 +72,30 @@ def _to_requester(inp: PutResponseInput) -> bool:
     return inp.outcome not in ("TIMEOUT", "CANCELLED")
 
 
-class Target(NamedTuple):
-    """A queue a message goes to, and the queue manager that owns it: blank for the one
-    mqgather is connected to; else another, which that one reaches through its routes."""
-
-    queue: str
-    qmgr: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.queue}@{self.qmgr}" if self.qmgr else self.queue
-
-
-def requester_queue(inp: PutResponseInput, here: str) -> Target:
+def requester_queue(inp: PutResponseInput, here: str) -> QueueAddress:
     """The requester's ReplyToQ at its ReplyToQMgr: a requester on another queue manager
     waits on a queue of that one, and a queue of the same name here may be anyone's.
     ``here`` is the name of the queue manager mqgather is connected to (as a blank, the
     name MQ fills in on a request put here)."""
     owner = inp.reply_to_qmgr.strip()
-    return Target(inp.reply_to_q, "" if owner == here else owner)
+    return QueueAddress(inp.reply_to_q, "" if owner == here else owner)
 
 
-def response_queues(inp: PutResponseInput, here: str) -> list[Target]:
+def response_queues(inp: PutResponseInput, here: str) -> list[QueueAddress]:
     """Where a response goes, by outcome and the aggregate's destination mode (``here``:
     as for :func:`requester_queue`)."""
     spec = inp.aggregate
     if not _to_requester(inp):
-        return [Target(queue_for(spec, Destination.TIMEOUT))]
+        return [QueueAddress(queue_for(spec, Destination.TIMEOUT))]
     requester = requester_queue(inp, here)
     if spec.destination == "replyToQueue" and inp.reply_to_q:
         return [requester]
     if spec.destination == "destinationList":
-        targets = [Target(queue) for queue in spec.destination_list]
+        targets = [QueueAddress(queue) for queue in spec.destination_list]
         if inp.reply_to_q and requester not in targets:
             targets.append(requester)
         return targets
-    return [Target(queue_for(spec, Destination.RESPONSE))]
+    return [QueueAddress(queue_for(spec, Destination.RESPONSE))]
 
 
 def response_life(inp: PutResponseInput, now: datetime) -> tuple[int, int]:
@@ -184,7 +173,7 @@ def _final_attempt(inp: PutResponseInput) -> bool:
 
 
 def _put_or_dead_letter(
-    transport: Transport, target: Target, message: MQMessage, final: bool
+    transport: Transport, target: QueueAddress, message: MQMessage, final: bool
 ) -> tuple[MQError, str] | None:
     """PUT under syncpoint; on the last attempt, a message ``target`` refuses for good
     (or that finds no route to its queue manager) goes to the dead-letter queue behind an
@@ -282,7 +271,7 @@ class MQActivities:
         spec = inp.aggregate
         msg_id = response_msg_id(inp.gather_id, inp.outcome)  # the PUT's ledger key
         sent_id = response_id(inp)
-        targets: list[Target] = []
+        targets: list[QueueAddress] = []
         properties: dict[str, PropertyValue] = {
             PROP_STATE: inp.outcome,
             PROP_GATHER_ID: inp.gather_id,
@@ -295,7 +284,7 @@ class MQActivities:
             properties[PROP_REREQUESTED] = ",".join(inp.rerequested)
         telemetry.inject(properties)  # the requester can continue the gather's trace
         final = _final_attempt(inp)
-        refused: list[tuple[Target, MQError]] = []
+        refused: list[tuple[QueueAddress, MQError]] = []
         dlq = ""
 
         def work(transport: Transport, reader: hold.HeldReader) -> None:

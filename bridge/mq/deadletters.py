@@ -13,7 +13,7 @@ from typing import Literal
 
 from bridge.mq import dlh
 from bridge.mq.errors import MQError, NoMessageAvailable, undeliverable
-from bridge.mq.models import Match, MQMessage, PutOptions, fingerprint
+from bridge.mq.models import Match, MQMessage, PutOptions, QueueAddress, fingerprint
 from bridge.mq.transport import Transport
 
 
@@ -53,16 +53,10 @@ class Retried:
     became of it (``error``: why it was refused again)."""
 
     msg_id: bytes
-    dest_queue: str
-    dest_qmgr: str
+    to: QueueAddress
     reason: int
     fate: Fate = "chosen"
     error: MQError | None = None
-
-    @property
-    def where(self) -> str:
-        """The queue it was going to, with its queue manager when that is another."""
-        return f"{self.dest_queue}@{self.dest_qmgr}" if self.dest_qmgr else self.dest_queue
 
 
 @dataclass
@@ -112,7 +106,7 @@ def retry_dead_letters(
             report.passed_over += 1
             continue
         owner = "" if transport.is_local(header.dest_q_mgr_name) else header.dest_q_mgr_name
-        chosen = Retried(seen.msg_id, header.dest_q_name, owner, header.reason)
+        chosen = Retried(seen.msg_id, QueueAddress(header.dest_q_name, owner), header.reason)
         if not dry_run:
             chosen = _move(transport, queue, seen, original, chosen)
         report.chosen.append(chosen)
@@ -133,10 +127,10 @@ def _move(
             transport.backout()
             return replace(chosen, fate="gone")
         transport.put(
-            chosen.dest_queue,
+            chosen.to.queue,
             original,
             PutOptions(syncpoint=True, set_all_context=True),
-            qmgr=chosen.dest_qmgr,
+            qmgr=chosen.to.qmgr,
         )
         transport.commit()
     except NoMessageAvailable:

@@ -8,7 +8,7 @@ import hashlib
 import math
 from datetime import datetime
 from enum import IntFlag
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
@@ -447,6 +447,17 @@ Inhibit = Literal["enabled", "disabled"]
 #: USAGE of a local queue: NORMAL, or XMITQ (a transmission queue, where messages for
 #: another queue manager wait behind an MQXQH).
 Usage = Literal["normal", "xmitq"]
+
+
+class QueueAddress(NamedTuple):
+    """A queue and the queue manager that owns it: blank for the one connected to (MQOD
+    ObjectName and ObjectQMgrName)."""
+
+    queue: str
+    qmgr: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.queue}@{self.qmgr}" if self.qmgr else self.queue
 
 
 class QueueAttributes(BaseModel):

@@ -701,7 +701,7 @@ def retry(
 
     def show(chosen: Retried) -> None:
         why = REASON_NAMES.get(chosen.reason, f"MQRC_{chosen.reason}")
-        line = f"{chosen.fate:<8} {format_id(chosen.msg_id)}  to {chosen.where}  (was {why})"
+        line = f"{chosen.fate:<8} {format_id(chosen.msg_id)}  to {chosen.to}  (was {why})"
         if chosen.error is not None:
             line += f": {chosen.error.reason} again"
         click.echo(line)
