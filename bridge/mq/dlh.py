@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bridge.mq.models import MQENC_NATIVE, MQMessage
+from bridge.mq.models import MQENC_NATIVE, MQMessage, fixed_chars, put_date_time
 from mqgather.ccsid import CCSID_UTF8
 
 STRUC_ID = b"DLH "
@@ -48,25 +48,21 @@ class DeadLetterHeader:
     put_time: str
 
 
-def _fixed(text: str, size: int) -> bytes:
-    return text.encode("ascii", "replace")[:size].ljust(size, b" ")
-
-
 def pack(header: DeadLetterHeader) -> bytes:
     """The header's 172 bytes."""
     return _LAYOUT.pack(
         STRUC_ID,
         VERSION_1,
         header.reason,
-        _fixed(header.dest_q_name, 48),
-        _fixed(header.dest_q_mgr_name, 48),
+        fixed_chars(header.dest_q_name, 48),
+        fixed_chars(header.dest_q_mgr_name, 48),
         header.encoding,
         header.coded_char_set_id,
-        _fixed(header.format, 8),
+        fixed_chars(header.format, 8),
         header.put_appl_type,
-        _fixed(header.put_appl_name, 28),
-        _fixed(header.put_date, 8),
-        _fixed(header.put_time, 8),
+        fixed_chars(header.put_appl_name, 28),
+        fixed_chars(header.put_date, 8),
+        fixed_chars(header.put_time, 8),
     )
 
 
@@ -108,7 +104,7 @@ def dead_letter(
 ) -> MQMessage:
     """The message as it goes to the dead-letter queue: an MQDLH naming why and where it
     was going, then the original body; MQMD context (MsgId, CorrelId, ...) unchanged."""
-    at = (now or datetime.now(UTC)).astimezone(UTC)
+    put_date, put_time = put_date_time(now or datetime.now(UTC))
     header = DeadLetterHeader(
         reason=reason,
         dest_q_name=dest_q_name,
@@ -118,8 +114,8 @@ def dead_letter(
         format=message.format,
         put_appl_type=MQAT_UNIX,
         put_appl_name=put_appl_name,
-        put_date=at.strftime("%Y%m%d"),
-        put_time=at.strftime("%H%M%S") + f"{at.microsecond // 10_000:02d}",
+        put_date=put_date,
+        put_time=put_time,
     )
     # The MQMD now describes the header (ASCII text, native integers); the header
     # describes the original body after it.

@@ -34,6 +34,7 @@ from bridge.mq.models import (
     PutOptions,
     QueueAttributes,
     Usage,
+    put_date_time,
     wait_refusal,
 )
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
@@ -532,11 +533,8 @@ class IBMMQTransport(Transport):
             md.ApplOriginData = _md_bytes(message.appl_origin_data, "appl_origin_data")
             md.PutApplName = _md_bytes(message.put_appl_name, "put_appl_name")
             if message.put_date_time is not None:
-                stamp = message.put_date_time.astimezone(UTC)
-                md.PutDate = stamp.strftime("%Y%m%d").encode()
-                md.PutTime = (
-                    stamp.strftime("%H%M%S") + f"{stamp.microsecond // 10000:02d}"
-                ).encode()
+                put_date, put_time = put_date_time(message.put_date_time)
+                md.PutDate, md.PutTime = put_date.encode(), put_time.encode()
         pmo = self.mq.PMO(Options=pmo_opts, Version=C.MQPMO_VERSION_3)
         handle = None
         try:

@@ -6,7 +6,7 @@ import base64
 import binascii
 import hashlib
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import IntFlag
 from typing import Any, Literal, NamedTuple, cast
 
@@ -447,6 +447,18 @@ Inhibit = Literal["enabled", "disabled"]
 #: USAGE of a local queue: NORMAL, or XMITQ (a transmission queue, where messages for
 #: another queue manager wait behind an MQXQH).
 Usage = Literal["normal", "xmitq"]
+
+
+def fixed_chars(text: str, size: int) -> bytes:
+    """An MQ character field of ``size`` bytes: one byte per character (Latin-1, a
+    character it lacks as ``?``), cut or padded with blanks."""
+    return text.encode("latin-1", "replace")[:size].ljust(size, b" ")
+
+
+def put_date_time(stamp: datetime) -> tuple[str, str]:
+    """PutDate and PutTime as MQ writes them: YYYYMMDD and HHMMSSTH, in UTC."""
+    at = stamp.astimezone(UTC)
+    return at.strftime("%Y%m%d"), at.strftime("%H%M%S") + f"{at.microsecond // 10_000:02d}"
 
 
 class QueueAddress(NamedTuple):

@@ -11,9 +11,16 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from datetime import UTC
 
-from bridge.mq.models import MQENC_NATIVE, MQMT_DATAGRAM, MQOL_UNDEFINED, NONE_ID, MQMessage
+from bridge.mq.models import (
+    MQENC_NATIVE,
+    MQMT_DATAGRAM,
+    MQOL_UNDEFINED,
+    NONE_ID,
+    MQMessage,
+    fixed_chars,
+    put_date_time,
+)
 from mqgather.ccsid import CCSID_UTF8
 
 #: MQFMT_XMIT_Q_HEADER: the Format of a message on a transmission queue.
@@ -42,10 +49,6 @@ class Transmitted:
     message: MQMessage
 
 
-def _fixed(text: str, size: int) -> bytes:
-    return text.encode("latin-1", "replace")[:size].ljust(size, b" ")
-
-
 def _text(raw: bytes) -> str:
     return raw.decode("latin-1").rstrip(" \x00")
 
@@ -67,22 +70,23 @@ def pack(message: MQMessage, remote_q_name: str, remote_q_mgr_name: str) -> byte
     fmt, ccsid, encoding = m.format, m.coded_char_set_id, m.encoding
     if _has_v2_fields(m):
         extension = _MDE.pack(
-            b"MDE ", 2, _MDE.size, encoding, ccsid, _fixed(fmt, 8), 0,
+            b"MDE ", 2, _MDE.size, encoding, ccsid, fixed_chars(fmt, 8), 0,
             m.group_id, m.msg_seq_number, m.offset, m.msg_flags, m.original_length,
         )  # fmt: skip
         fmt, ccsid, encoding = MQFMT_MD_EXTENSION, CCSID_UTF8, MQENC_NATIVE
-    stamp = m.put_date_time.astimezone(UTC) if m.put_date_time else None
+    put_date, put_time = put_date_time(m.put_date_time) if m.put_date_time else ("", "")
     descriptor = _MD1.pack(
         b"MD  ", 1, m.report, m.msg_type if m.msg_type is not None else MQMT_DATAGRAM,
-        m.expiry, m.feedback, encoding, ccsid, _fixed(fmt, 8), m.priority, m.persistence,
-        m.msg_id, m.correl_id, 0, _fixed(m.reply_to_q, 48), _fixed(m.reply_to_qmgr, 48),
-        _fixed(m.user_identifier, 12), m.accounting_token.ljust(32, b"\0")[:32],
-        _fixed(m.appl_identity_data, 32), m.put_appl_type, _fixed(m.put_appl_name, 28),
-        _fixed(stamp.strftime("%Y%m%d") if stamp else "", 8),
-        _fixed(stamp.strftime("%H%M%S") + f"{stamp.microsecond // 10_000:02d}" if stamp else "", 8),
-        _fixed(m.appl_origin_data, 4),
+        m.expiry, m.feedback, encoding, ccsid, fixed_chars(fmt, 8), m.priority, m.persistence,
+        m.msg_id, m.correl_id, 0, fixed_chars(m.reply_to_q, 48), fixed_chars(m.reply_to_qmgr, 48),
+        fixed_chars(m.user_identifier, 12), m.accounting_token.ljust(32, b"\0")[:32],
+        fixed_chars(m.appl_identity_data, 32), m.put_appl_type, fixed_chars(m.put_appl_name, 28),
+        fixed_chars(put_date, 8), fixed_chars(put_time, 8),
+        fixed_chars(m.appl_origin_data, 4),
     )  # fmt: skip
-    header = _XQH.pack(b"XQH ", 1, _fixed(remote_q_name, 48), _fixed(remote_q_mgr_name, 48))
+    header = _XQH.pack(
+        b"XQH ", 1, fixed_chars(remote_q_name, 48), fixed_chars(remote_q_mgr_name, 48)
+    )
     return header + descriptor + extension + m.body
 
 
