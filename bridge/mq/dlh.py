@@ -4,7 +4,7 @@ MQ tool expect at the start of a message on the dead-letter queue.
 A message put to the dead-letter queue is the header followed by the original body; the
 MQMD's Format becomes MQDEAD and the header keeps the original Format, CodedCharSetId
 and Encoding. Integers are written in the byte order the DLQ message's MQMD Encoding
-names (MQENC_NATIVE, little-endian, as on x86 and ARM Linux), text in ASCII.
+names (MQENC_NATIVE, little-endian, as on x86 and ARM Linux), text one byte a character.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def unpack(body: bytes) -> tuple[DeadLetterHeader, bytes]:
     fields = _LAYOUT.unpack_from(body)
 
     def text(raw: bytes) -> str:
-        return raw.decode("ascii", "replace").rstrip(" \x00")
+        return raw.decode("latin-1").rstrip(" \x00")
 
     header = DeadLetterHeader(
         reason=fields[2],

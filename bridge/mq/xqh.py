@@ -4,7 +4,7 @@ bound for another queue manager while it waits on a transmission queue.
 The header names the destination queue and queue manager and carries the message's own
 descriptor (an MQMD version 1); a message whose descriptor has version 2 fields (a group
 or a segment) has an MQMDE after the header for them. Integers are written in the byte
-order MQENC_NATIVE names (little-endian), text in ASCII, as for the MQDLH.
+order MQENC_NATIVE names (little-endian), text one byte a character, as for the MQDLH.
 """
 
 from __future__ import annotations
