@@ -540,6 +540,15 @@ def _show(message: MQMessage, as_json: bool, count: int) -> None:
     if message.msg_flags & SEGMENT_FLAGS:
         group += f"  segment at {message.offset}"
         group += " (last)" if message.msg_flags & MsgFlags.LAST_SEGMENT else ""
+    if message.format == xqh.MQFMT_XMIT_Q_HEADER:
+        # On a transmission queue: where it is going, and its own body after the header.
+        try:
+            sent = xqh.unpack(message.body)
+        except xqh.NotTransmitted:
+            pass
+        else:
+            group += f"  for {sent.remote_q_name}@{sent.remote_q_mgr_name}"
+            message = sent.message
     click.echo(
         f"{count:>6}  {format_id(message.correl_id)}  "
         f"{len(message.body):>7}B  {message.text()[:60]!r}{group}"

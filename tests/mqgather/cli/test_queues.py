@@ -424,5 +424,7 @@ def test_a_put_for_another_queue_manager_waits_on_the_transmission_queue_named_a
     assert (header["remote_q_name"], header["remote_q_mgr_name"]) == ("APP.REPLY", "QM9")
     assert header["message"]["msg_id"] == put.stdout.decode().strip()
     assert (shown["format"], shown["body"]) == ("MQXMIT", "für QM9")
+    listed_plain = run(["queues", "browse", "QM9"], tmp_path).stdout.decode()
+    assert "for APP.REPLY@QM9" in listed_plain and "'für QM9'" in listed_plain
     nowhere = run(["queues", "put", "APP.REPLY", "--to-qmgr", "QM7", "--body", "x"], tmp_path)
     assert nowhere.returncode != 0 and b"MQRC_UNKNOWN_REMOTE_Q_MGR" in nowhere.stderr
