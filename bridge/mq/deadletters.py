@@ -96,7 +96,7 @@ def retry_dead_letters(
     report = RetryReport()
     for seen in transport.browse(queue):
         try:
-            header, original = undead(seen)
+            header, _ = undead(seen)
         except dlh.NotADeadLetter:
             report.passed_over += 1
             continue
@@ -108,18 +108,16 @@ def retry_dead_letters(
         owner = "" if transport.is_local(header.dest_q_mgr_name) else header.dest_q_mgr_name
         chosen = Retried(seen.msg_id, QueueAddress(header.dest_q_name, owner), header.reason)
         if not dry_run:
-            chosen = _move(transport, queue, seen, original, chosen)
+            chosen = _move(transport, queue, seen, chosen)
         report.chosen.append(chosen)
         if each is not None:
             each(chosen)
     return report
 
 
-def _move(
-    transport: Transport, queue: str, seen: MQMessage, original: MQMessage, chosen: Retried
-) -> Retried:
-    """Get ``seen`` off ``queue`` and put ``original`` where ``chosen`` names, in one unit
-    of work."""
+def _move(transport: Transport, queue: str, seen: MQMessage, chosen: Retried) -> Retried:
+    """Get ``seen`` off ``queue`` and put the message it holds where ``chosen`` names, in
+    one unit of work."""
     try:
         got = transport.get(queue, match=Match(msg_id=seen.msg_id, correl_id=seen.correl_id))
         if fingerprint(got) != fingerprint(seen):
@@ -128,7 +126,7 @@ def _move(
             return replace(chosen, fate="gone")
         transport.put(
             chosen.to.queue,
-            original,
+            undead(got)[1],  # its Expiry as left now
             PutOptions(syncpoint=True, set_all_context=True),
             qmgr=chosen.to.qmgr,
         )
