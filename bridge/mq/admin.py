@@ -142,12 +142,34 @@ def _set_aside_room(
     return found
 
 
+def _dead_letter_queue(qm: Transport, dlq: str) -> list[Finding]:
+    """The queue DEADQ names: there, and open to puts. A response refused for good is
+    dead-lettered in the unit of work of its last attempt, which fails with it."""
+    try:
+        a = qm.inquire(dlq)
+    except UnknownObjectName:
+        problem = (
+            f"DEADQ({dlq}) is not defined: a response refused for good cannot be set "
+            "aside, and is retried for ever"
+        )
+        return [Finding(QMGR_ROW, "DEADQ", problem)]
+    except MQError as exc:
+        return [Finding(dlq, "the dead-letter queue", f"cannot be inquired: {exc}")]
+    if a.put == "disabled":
+        return [Finding(dlq, "the dead-letter queue", "PUT(DISABLED): a response refused "
+                        "for good is retried until PUT(ENABLED)")]  # fmt: skip
+    return []
+
+
 def _qmgr(qm: Transport, config: MQGatherConfig) -> list[Finding]:
     """The queue manager's DEADQ and MAXUMSGS."""
     found = []
-    if not qm.dead_letter_queue():
+    dlq = qm.dead_letter_queue()
+    if not dlq:
         found.append(Finding(QMGR_ROW, "DEADQ", "no dead-letter queue: a response refused "
                              "for good has nowhere to go"))  # fmt: skip
+    else:
+        found += _dead_letter_queue(qm, dlq)
     least = LEAST_MAXUMSGS_COLLECTOR if config.collectors else LEAST_MAXUMSGS_GATHER
     maxumsgs = qm.max_uncommitted()
     if maxumsgs < least:

@@ -1228,6 +1228,13 @@ class LocalQueueManager(Transport):
             )
             self._maxumsgs = count
 
+    def set_dead_letter_queue(self, name: str) -> None:
+        """ALTER QMGR DEADQ(name): where messages refused for good go ("" for none). As on
+        MQ, the queue need not exist yet."""
+        self._call(
+            lambda db: db.execute("INSERT OR REPLACE INTO qmgr VALUES ('deadq', ?)", (name,))
+        )
+
     def dead_letter_queue(self) -> str:
         row = self._call(
             lambda db: db.execute("SELECT value FROM qmgr WHERE key = 'deadq'").fetchone(),

@@ -51,3 +51,27 @@ def test_check_names_a_maxumsgs_below_what_scatter_and_the_bridges_need(tmp_path
         "MAXUMSGS(1): a bridge needs at least 2 messages in one unit of work",
         "MAXUMSGS(1): scatter puts the 5 requests of aggregate wide in one unit of work",
     ]
+
+
+def test_check_names_a_dead_letter_queue_that_is_missing_or_put_disabled(tmp_path):
+    from bridge.mq.local_qm import LocalQueueManager
+    from mqgather.constants import DEAD_LETTER_QUEUE
+
+    config = parse_config({"aggregates": {"a": {"legs": [{"name": "L", "sequence": 1}]}}},
+                          "the test")  # fmt: skip
+
+    def about_the_dlq(qm: LocalQueueManager) -> list:
+        return [f for f in check_queues(qm, config)
+                if f.purpose in ("DEADQ", "the dead-letter queue")]  # fmt: skip
+
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        setup_queues(qm, config)
+        assert about_the_dlq(qm) == []
+        dlq = qm.inquire(DEAD_LETTER_QUEUE)
+        qm.define(dlq.model_copy(update={"put": "disabled"}), replace=True)
+        (disabled,) = about_the_dlq(qm)
+        qm.set_dead_letter_queue("NO.SUCH.DLQ")
+        (missing,) = about_the_dlq(qm)
+    assert (disabled.queue, disabled.problem.split(":")[0]) == (DEAD_LETTER_QUEUE, "PUT(DISABLED)")
+    assert (missing.queue, missing.purpose) == (QMGR_ROW, "DEADQ")
+    assert missing.problem.startswith("DEADQ(NO.SUCH.DLQ) is not defined")
