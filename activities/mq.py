@@ -72,22 +72,19 @@ def _to_requester(inp: PutResponseInput) -> bool:
     return inp.outcome not in ("TIMEOUT", "CANCELLED")
 
 
-def requester_queue(inp: PutResponseInput, here: str) -> QueueAddress:
+def requester_queue(inp: PutResponseInput, transport: Transport) -> QueueAddress:
     """The requester's ReplyToQ at its ReplyToQMgr: a requester on another queue manager
-    waits on a queue of that one, and a queue of the same name here may be anyone's.
-    ``here`` is the name of the queue manager mqgather is connected to (as a blank, the
-    name MQ fills in on a request put here)."""
-    owner = inp.reply_to_qmgr.strip()
-    return QueueAddress(inp.reply_to_q, "" if owner == here else owner)
+    waits on a queue of that one, and a queue of the same name here may be anyone's
+    (the ReplyToQMgr of a request put here names this queue manager)."""
+    return transport.address(inp.reply_to_q, inp.reply_to_qmgr)
 
 
-def response_queues(inp: PutResponseInput, here: str) -> list[QueueAddress]:
-    """Where a response goes, by outcome and the aggregate's destination mode (``here``:
-    as for :func:`requester_queue`)."""
+def response_queues(inp: PutResponseInput, transport: Transport) -> list[QueueAddress]:
+    """Where a response goes, by outcome and the aggregate's destination mode."""
     spec = inp.aggregate
     if not _to_requester(inp):
         return [QueueAddress(queue_for(spec, Destination.TIMEOUT))]
-    requester = requester_queue(inp, here)
+    requester = requester_queue(inp, transport)
     if spec.destination == "replyToQueue" and inp.reply_to_q:
         return [requester]
     if spec.destination == "destinationList":
@@ -290,7 +287,7 @@ class MQActivities:
         def work(transport: Transport, reader: hold.HeldReader) -> None:
             nonlocal dlq
             refused.clear()
-            targets[:] = response_queues(inp, transport.qmgr_name)
+            targets[:] = response_queues(inp, transport)
             if ledger.done(transport, spec.ledger_queue, msg_id):
                 return  # committed by an earlier attempt
             # Held bodies leave the hold queue in this unit of work, with the PUT.
@@ -316,7 +313,7 @@ class MQActivities:
             told = notification(inp, datetime.now(UTC), failed=bool(refused))
             if told is not None:
                 # Undeliverable, it is dead-lettered and the gather's outcome stands.
-                requester = requester_queue(inp, transport.qmgr_name)
+                requester = requester_queue(inp, transport)
                 _put_or_dead_letter(transport, requester, told, final)
             note = f"{inp.gather_id} {inp.outcome} response"
             ledger.mark(transport, spec.ledger_queue, msg_id, note, spec.ledger_hours)
@@ -329,9 +326,10 @@ class MQActivities:
         if refused:
             error = "; ".join(f"{target}: {exc}" for target, exc in refused)
             _record_close(inp, "FAILED")
+            taken = [str(t) for t in targets if t not in dict(refused)]
             return PutResponseResult(
                 outcome="FAILED",
-                queues=[str(t) for t in targets if t not in {r[0] for r in refused}] + [dlq],
+                queues=[*taken, dlq],
                 msg_id=sent_id.hex(),
                 error=f"response undeliverable after {spec.delivery_attempts} attempts, put "
                 f"to the dead-letter queue {dlq}: {error}",
@@ -396,7 +394,7 @@ class MQActivities:
         def work(transport: Transport) -> None:
             if ledger.done(transport, spec.ledger_queue, key):
                 return
-            requester = requester_queue(inp, transport.qmgr_name)
+            requester = requester_queue(inp, transport)
             _put_or_dead_letter(transport, requester, told, final)
             note = f"{inp.gather_id} FAILED notification"
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)

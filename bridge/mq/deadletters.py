@@ -105,8 +105,8 @@ def retry_dead_letters(
         ):
             report.passed_over += 1
             continue
-        owner = "" if transport.is_local(header.dest_q_mgr_name) else header.dest_q_mgr_name
-        chosen = Retried(seen.msg_id, QueueAddress(header.dest_q_name, owner), header.reason)
+        to = transport.address(header.dest_q_name, header.dest_q_mgr_name)
+        chosen = Retried(seen.msg_id, to, header.reason)
         if not dry_run:
             chosen = _move(transport, queue, seen, chosen)
         report.chosen.append(chosen)

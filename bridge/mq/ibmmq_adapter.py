@@ -491,7 +491,7 @@ class IBMMQTransport(Transport):
     ) -> MQMessage:
         opts = options or PutOptions()
         # Its own name opens the same queue as a blank, through the same cached handle.
-        qmgr = "" if self.is_local(qmgr) else qmgr.strip()
+        qmgr = self.address(queue, qmgr).qmgr
         C = self.C
         open_opts = C.MQOO_OUTPUT | C.MQOO_FAIL_IF_QUIESCING
         pmo_opts = C.MQPMO_FAIL_IF_QUIESCING

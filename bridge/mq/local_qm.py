@@ -608,7 +608,7 @@ class LocalQueueManager(Transport):
         *,
         qmgr: str = "",
     ) -> MQMessage:
-        remote = "" if self.is_local(qmgr) else qmgr.strip()
+        remote = self.address(queue, qmgr).qmgr
         # Name resolution first, as MQOPEN does it.
         xmitq = self.route(remote) if remote else ""
         opts = options or PutOptions()

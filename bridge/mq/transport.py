@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Literal, Self
 
 from bridge.mq.errors import NoMessageAvailable, SyncpointLimitReached
-from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
+from bridge.mq.models import Match, MQMessage, PutOptions, QueueAddress, QueueAttributes
 
 #: MQWI_UNLIMITED: a get that waits until a message comes.
 WAIT_UNLIMITED = -1
@@ -56,6 +56,11 @@ class Transport(abc.ABC):
         blank, or its own name."""
         name = qmgr.rstrip(" \x00")
         return not name or name == self.qmgr_name
+
+    def address(self, queue: str, qmgr: str) -> QueueAddress:
+        """``queue`` at queue manager ``qmgr``, as :meth:`put` takes it: the queue
+        manager blank when it is this one (:meth:`is_local`)."""
+        return QueueAddress(queue, "" if self.is_local(qmgr) else qmgr.strip(" \x00"))
 
     @abc.abstractmethod
     def get(

@@ -90,6 +90,17 @@ def pack(message: MQMessage, remote_q_name: str, remote_q_mgr_name: str) -> byte
     return header + descriptor + extension + m.body
 
 
+def carried(message: MQMessage) -> Transmitted | None:
+    """What a message on a transmission queue (Format MQXMIT) carries, or None for any
+    other message, or one whose body does not hold a whole MQXQH."""
+    if message.format != MQFMT_XMIT_Q_HEADER:
+        return None
+    try:
+        return unpack(message.body)
+    except NotTransmitted:
+        return None
+
+
 def unpack(body: bytes) -> Transmitted:
     """The destination and the message an MQXQH body holds (the MQMDE's fields folded in).
 

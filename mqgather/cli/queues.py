@@ -87,23 +87,17 @@ def message_to_json(message: MQMessage) -> dict[str, Any]:
     MQXMIT) shows where it is going and the MQMD it carries."""
     raw, header, ccsid = message.body, None, message.coded_char_set_id
     transmission: dict[str, Any] | None = None
-    if message.format == xqh.MQFMT_XMIT_Q_HEADER:
-        try:
-            sent = xqh.unpack(message.body)
-        except xqh.NotTransmitted:
-            pass
-        else:
-            inner = message_to_json(sent.message)
-            raw, ccsid = sent.message.body, sent.message.coded_char_set_id
-            transmission = {
-                "remote_q_name": sent.remote_q_name,
-                "remote_q_mgr_name": sent.remote_q_mgr_name,
-                "message": {
-                    k: v
-                    for k, v in inner.items()
-                    if k not in ("body", "body_encoding", "properties")
-                },
-            }
+    sent = xqh.carried(message)
+    if sent is not None:
+        inner = message_to_json(sent.message)
+        raw, ccsid = sent.message.body, sent.message.coded_char_set_id
+        transmission = {
+            "remote_q_name": sent.remote_q_name,
+            "remote_q_mgr_name": sent.remote_q_mgr_name,
+            "message": {
+                k: v for k, v in inner.items() if k not in ("body", "body_encoding", "properties")
+            },
+        }
     if message.format == dlh.MQFMT_DEAD_LETTER_HEADER:
         try:
             parsed, raw = dlh.unpack(message.body)
@@ -286,7 +280,8 @@ def check(as_json: bool, mq: str, config_path: str | None) -> None:
     rule_problems, targets = _rule_targets(config)
     with open_transport(mq) as qm:
         found = rule_problems + check_queues(qm, config, targets)
-        maxumsgs = qm.max_uncommitted()
+        # Read again only to say it: a MAXUMSGS too small is among what was found.
+        maxumsgs = 0 if found else qm.max_uncommitted()
     if not found:
         click.echo(
             f"every queue of the configuration checks out on {qm.qmgr_name}; MAXUMSGS "
@@ -540,15 +535,11 @@ def _show(message: MQMessage, as_json: bool, count: int) -> None:
     if message.msg_flags & SEGMENT_FLAGS:
         group += f"  segment at {message.offset}"
         group += " (last)" if message.msg_flags & MsgFlags.LAST_SEGMENT else ""
-    if message.format == xqh.MQFMT_XMIT_Q_HEADER:
+    sent = xqh.carried(message)
+    if sent is not None:
         # On a transmission queue: where it is going, and its own body after the header.
-        try:
-            sent = xqh.unpack(message.body)
-        except xqh.NotTransmitted:
-            pass
-        else:
-            group += f"  for {sent.remote_q_name}@{sent.remote_q_mgr_name}"
-            message = sent.message
+        group += f"  for {sent.remote_q_name}@{sent.remote_q_mgr_name}"
+        message = sent.message
     click.echo(
         f"{count:>6}  {format_id(message.correl_id)}  "
         f"{len(message.body):>7}B  {message.text()[:60]!r}{group}"

@@ -343,36 +343,43 @@ def test_a_response_for_a_requester_on_another_queue_manager_waits_on_the_route_
     assert carried.message.msg_id == response_msg_id(GATHER, "COMPLETE")
 
 
+# A ReplyToQMgr with no route here; one that names a queue of mqgather's own, which is
+# no transmission queue (a hostile or mistaken requester must not reach it); and one
+# with a NUL and bytes that are no UTF-8 inside it.
+@pytest.mark.parametrize(
+    ("qmgr", "reason", "code"),
+    [("QM9", "MQRC_UNKNOWN_REMOTE_Q_MGR", 2087),
+     ("GATHER.LATE", "MQRC_XMIT_Q_USAGE_ERROR", 2091),
+     ("QM9\x00\xe9\xff", "MQRC_UNKNOWN_REMOTE_Q_MGR", 2087)],
+)  # fmt: skip
 def test_a_response_for_a_requester_on_another_queue_manager_never_lands_on_a_queue_here(
-    qm_path,
+    qm_path, qmgr, reason, code
 ):
     """The requester's ReplyToQMgr names the queue manager its ReplyToQ is on; a queue of
     the same name here is someone else's. With no route to that queue manager the PUT is
-    refused (MQRC_UNKNOWN_REMOTE_Q_MGR), retried, then dead-lettered naming the queue
-    and queue manager it was for; so is the NAN the requester asked for."""
+    refused, retried, then dead-lettered naming the queue and queue manager it was for;
+    so is the NAN the requester asked for."""
     spec = AggregateSpec(name="t", legs=(LEG,), destination="replyToQueue", delivery_attempts=2)
-    with LocalQueueManager(qm_path) as qm:
-        qm.define(QueueAttributes(name="APP.REPLY"))
+    prepare_queues(qm_path, ["APP.REPLY", "GATHER.LATE"])
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    inp = response_input(spec, reply_to_q="APP.REPLY", reply_to_qmgr="QM9",
+    inp = response_input(spec, reply_to_q="APP.REPLY", reply_to_qmgr=qmgr,
                          reply_terms=ReplyTerms(notify=MQRO_NAN))  # fmt: skip
     env = ActivityEnvironment()
-    with pytest.raises(Exception, match="MQRC_UNKNOWN_REMOTE_Q_MGR"):
+    with pytest.raises(Exception, match=reason):
         env.run(acts.put_response, inp)
     env.info = dataclasses.replace(env.info, attempt=2)
     result = env.run(acts.put_response, inp)
     with LocalQueueManager(qm_path) as qm:
-        here = drain(qm, "APP.REPLY")
+        here = drain(qm, "APP.REPLY") + drain(qm, "GATHER.LATE")
         dead = drain(qm, DEAD_LETTER_QUEUE)
     assert here == []
     assert result.outcome == "FAILED" and result.queues == [DEAD_LETTER_QUEUE]
-    assert "APP.REPLY@QM9" in result.error and "MQRC_UNKNOWN_REMOTE_Q_MGR" in result.error
+    assert reason in result.error and "APP.REPLY@" in result.error
     assert [(m.msg_type, m.feedback) for m in dead] == [(MQMT_REPLY, 0), (MQMT_REPORT, MQFB_NAN)]
     for message in dead:
         header, _ = dlh.unpack(message.body)
-        assert (header.reason, header.dest_q_name, header.dest_q_mgr_name) == (
-            2087, "APP.REPLY", "QM9",
-        )  # fmt: skip
+        assert (header.reason, header.dest_q_name) == (code, "APP.REPLY")
+        assert header.dest_q_mgr_name == qmgr
 
 
 @pytest.mark.parametrize(
