@@ -418,15 +418,16 @@ class MQActivities:
     ) -> None:
         """Forward each (queue, reply, reason) intact, each exactly once across retries
         (the ledger records every forward), in as few units of work as MAXUMSGS allows:
-        a reply may need a get from the hold queue, its forward and its ledger marker."""
-        per_unit = max(self._maxumsgs() // 3, 1)
+        a reply may need a get from the hold queue, its forward, the COA the forward
+        causes when the reply asks for one, and its ledger marker."""
+        per_unit = max(self._maxumsgs() // 4, 1)
         start = 0
         while start < len(items):
             chunk = items[start : start + per_unit]
             try:
                 self._forward_unit(spec, gather, chunk)
             except SyncpointLimitReached:
-                # More than three each (a held reply got past others that share its
+                # More than four each (a held reply got past others that share its
                 # MsgId, which are put back): the chunk was backed out whole, and its
                 # forwards are ledgered, so a smaller one is tried.
                 if per_unit == 1:

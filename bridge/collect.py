@@ -162,11 +162,12 @@ class CollectorBridge(QueueBridge):
     def _fitted(self, destination: str, rule: CollectorRule) -> CollectorRule:
         """The rule with max_messages no larger than one unit of work can PUT: a batch's
         messages may each be got from the hold queue and put (a group) or forwarded (not
-        text), beside the batch's message and its ledger marker, within MAXUMSGS."""
+        text), with the COA that put causes when the message asks for one, beside the
+        batch's message and its ledger marker, within MAXUMSGS."""
         most = self._within(
             f"destination {destination!r}", "max_messages", rule.max_messages,
-            (self.maxumsgs - 2) // 2,
-            "a batch's unit of work may need 2 per message and 2 more",
+            (self.maxumsgs - 2) // 3,
+            "a batch's unit of work may need 3 per message and 2 more",
         )  # fmt: skip
         if most == rule.max_messages:
             return rule

@@ -291,10 +291,12 @@ class QueueBridge:
     def _fitting(self, queue: str, maxumsgs: int) -> int:
         """Messages per unit of work: ``batch_size``, or fewer when the queue manager's
         MAXUMSGS could not hold them. Each message is got and at most once put (held or
-        moved), so a batch may need twice its size; a unit of work past MAXUMSGS would
-        fail and be backed out for ever."""
-        return self._within(queue, "--batch-size", self.batch_size, maxumsgs // 2,
-                            "each message may need a get and a put")  # fmt: skip
+        moved); the queue manager counts the COD its get may cause and the COA of a move
+        that keeps the message's report options, so a batch may need four times its
+        size; a unit of work past MAXUMSGS would fail and be backed out for ever."""
+        return self._within(queue, "--batch-size", self.batch_size, maxumsgs // 4,
+                            "each message may need a get, a put and the COD and COA they "
+                            "cause")  # fmt: skip
 
     def _within(self, key: str, setting: str, asked: int, most: int, why: str) -> int:
         """``asked``, or ``most`` when that is smaller, warning once per ``key`` (and per

@@ -19,11 +19,13 @@ QMGR_MAXMSGL = 100 * 1024 * 1024
 #: most it may be set to.
 DEFAULT_MAXUMSGS = 10_000
 MAX_MAXUMSGS = 999_999_999
-#: The smallest MAXUMSGS one unit of work of a bridge fits in: a reply's get and its
-#: move; a collector's batch of one (its get from the hold queue, its put, the batch's
-#: message and the ledger marker).
-LEAST_MAXUMSGS_GATHER = 2
-LEAST_MAXUMSGS_COLLECTOR = 4
+#: The smallest MAXUMSGS one unit of work of a bridge fits in: a reply's get, the COD
+#: its sender may ask of it, its move and the COA the move may cause; a collector's
+#: batch of one (its get from the hold queue, its put and that put's COA, the batch's
+#: message and the ledger marker). The queue manager counts the COA and COD reports it
+#: generates under syncpoint in the unit of work.
+LEAST_MAXUMSGS_GATHER = 4
+LEAST_MAXUMSGS_COLLECTOR = 5
 #: The largest MAXDEPTH (and BOTHRESH) a queue may be given.
 MAX_QUEUE_DEPTH = 999_999_999
 #: The largest MQMD Expiry a put may give (tenths of a second, about 3.2 years): above it,

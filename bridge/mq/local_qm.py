@@ -34,7 +34,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bridge.mq import xqh
+from bridge.mq import reports, xqh
+from bridge.mq.dlh import dead_letter
 from bridge.mq.doorbell import Doorbell, open_doorbell
 from bridge.mq.errors import (
     ConnectionBroken,
@@ -619,7 +620,7 @@ class LocalQueueManager(Transport):
             )
         msg_id = message.msg_id
         if msg_id == NONE_ID:
-            msg_id = (b"AMQ " + self.qmgr_name.encode()[:12].ljust(12) + os.urandom(8))[:ID_LENGTH]
+            msg_id = self._new_id()
         updates: dict[str, Any] = {
             "msg_id": msg_id,
             "backout_count": 0,
@@ -646,39 +647,45 @@ class LocalQueueManager(Transport):
                 appl_origin_data="",
             )
         stored = message.model_copy(update=updates)
-        # What lands where: the message on its queue, or (bound for another queue
-        # manager) behind an MQXQH on the transmission queue, where MQ keeps it until a
-        # channel sends it on. MAXMSGL and MAXDEPTH are the transmission queue's then.
         target, landed = queue, stored
         if xmitq:
-            target = xmitq
-            landed = stored.model_copy(
-                update={
-                    "format": xqh.MQFMT_XMIT_Q_HEADER,
-                    "coded_char_set_id": CCSID_UTF8,
-                    "encoding": MQENC_NATIVE,
-                    "body": xqh.pack(stored, queue, remote),
-                }
-            )
+            target, landed = xmitq, self._behind_xqh(stored, queue, remote)
         row = self._row(target, landed)
+        # The queue manager that owns the destination confirms the arrival: for another
+        # queue manager's queue that is the other one, once a channel gets it there.
+        coa = not xmitq and reports.asks(stored, reports.MQFB_COA)
         if opts.syncpoint:
             # Checked now, written by commit: the unit of work holds no lock meanwhile.
             with self._lock:
-                pending = sum(1 for q, _ in self._puts if q == target)
                 try:
-                    if self._room(self._db) < 1:
+                    room = self._room(self._db)
+                    if room < 1:
                         raise self._limit_reached(f"putting to queue {target!r}")
-                    self._check_put(self._db, target, landed, pending)
+                    self._check_put(self._db, target, landed, self._pending(target))
+                    self._puts.append((target, row))
+                    try:
+                        report = self._confirmation(self._db, queue, stored, reports.MQFB_COA, coa)
+                        if report is not None and room < 2:
+                            # MQ counts the COA it generates in the unit of work too.
+                            raise self._limit_reached(f"putting to queue {target!r} with a COA")
+                    except (MQError, sqlite3.Error):
+                        self._puts.pop()
+                        raise
                 except sqlite3.Error as exc:
                     raise _translate(exc, self.path) from exc
-                self._puts.append((target, row))
                 self._uncommitted += 1
+                if report is not None:
+                    self._puts.append(report)
+                    self._uncommitted += 1
                 self._advance_put_group(queue, message, position)
             return stored
 
         def op(db: sqlite3.Connection) -> None:
             self._check_put(db, target, landed, 0)
             _insert(db, [row])
+            report = self._confirmation(db, queue, stored, reports.MQFB_COA, coa)
+            if report is not None:
+                _insert(db, [report[1]])
 
         self._call(op)
         self._advance_put_group(queue, message, position)
@@ -694,8 +701,11 @@ class LocalQueueManager(Transport):
             UnknownRemoteQueueManager: no queue of that name (MQRC_UNKNOWN_REMOTE_Q_MGR).
             MQError: MQRC_XMIT_Q_USAGE_ERROR, the queue of that name is not USAGE(XMITQ).
         """
+        return str(self._call(self._route, qmgr, read_only=True))
+
+    def _route(self, db: sqlite3.Connection, qmgr: str) -> str:
         try:
-            row = self._call(self._queue_row, qmgr, read_only=True)
+            row = self._queue_row(db, qmgr)
         except UnknownObjectName:
             raise UnknownRemoteQueueManager(
                 f"queue manager {self.qmgr_name} has no route to queue manager {qmgr!r}: "
@@ -709,7 +719,74 @@ class LocalQueueManager(Transport):
             )
         return qmgr
 
-    def _new_group_id(self) -> bytes:
+    @staticmethod
+    def _behind_xqh(message: MQMessage, queue: str, qmgr: str) -> MQMessage:
+        """The message as it waits on a transmission queue for queue manager ``qmgr``:
+        behind an MQXQH, where MQ keeps it until a channel sends it on (MAXMSGL and
+        MAXDEPTH are the transmission queue's then)."""
+        return message.model_copy(
+            update={
+                "format": xqh.MQFMT_XMIT_Q_HEADER,
+                "coded_char_set_id": CCSID_UTF8,
+                "encoding": MQENC_NATIVE,
+                "body": xqh.pack(message, queue, qmgr),
+            }
+        )
+
+    def _pending(self, queue: str) -> int:
+        """Puts to ``queue`` the open unit of work holds, not yet on it."""
+        return sum(1 for q, _ in self._puts if q == queue)
+
+    def _confirmation(
+        self, db: sqlite3.Connection, queue: str, about: MQMessage, feedback: int, asked: bool
+    ) -> tuple[str, tuple[Any, ...]] | None:
+        """The COA or COD this queue manager sends about ``about``, arrived on or got
+        off ``queue``, as the queue and row it lands on; None when none is sent.
+
+        None is sent unless ``asked`` and the queue :meth:`_confirms`. It goes to the
+        ReplyToQ at the ReplyToQMgr; when that refuses it, to the dead-letter queue behind
+        an MQDLH naming why, and when that refuses it too it is discarded: a report never
+        fails the call that caused it.
+        """
+        if not asked or not self._confirms(db, queue):
+            return None
+        deadq = self._read_deadq(db)
+        report = reports.confirmation(
+            about, feedback, qmgr_name=self.qmgr_name, msg_id=self._new_id(),
+            now=datetime.now(UTC),
+        )  # fmt: skip
+        # MQ reads a name up to its first NUL, trailing blanks dropped.
+        to, qmgr = self.address(about.reply_to_q.split("\0", 1)[0].rstrip(), about.reply_to_qmgr)
+        try:
+            target, landed = to, report
+            if qmgr:
+                target = self._route(db, qmgr)
+                landed = self._behind_xqh(report, to, qmgr)
+            self._check_put(db, target, landed, self._pending(target))
+        except MQError as exc:
+            if not deadq:
+                return None
+            target = deadq
+            landed = dead_letter(report, exc.code, to, qmgr or self.qmgr_name, report.put_appl_name)
+            try:
+                self._check_put(db, target, landed, self._pending(target))
+            except MQError:
+                return None
+        return target, self._row(target, landed)
+
+    def _confirms(self, db: sqlite3.Connection, queue: str) -> bool:
+        """Whether a message's arrival on ``queue``, or its delivery off it, is confirmed
+        here: not on the dead-letter queue, where a message waits, not its destination,
+        nor on a transmission queue, where the queue manager at the other end confirms."""
+        return queue != self._read_deadq(db) and self._queue_row(db, queue)[_USAGE] != "xmitq"
+
+    @staticmethod
+    def _read_deadq(db: sqlite3.Connection) -> str:
+        row = db.execute("SELECT value FROM qmgr WHERE key = 'deadq'").fetchone()
+        return str(row[0]) if row else ""
+
+    def _new_id(self) -> bytes:
+        """A MsgId or GroupId as MQ makes them: "AMQ ", the queue manager, unique bytes."""
         return (b"AMQ " + self.qmgr_name.encode()[:12].ljust(12) + os.urandom(8))[:ID_LENGTH]
 
     def _put_group(
@@ -734,7 +811,7 @@ class LocalQueueManager(Transport):
         flags |= MsgFlags.MSG_IN_GROUP
         if not opts.logical_order:
             # Physical order: the caller's GroupId and sequence, a new id for MQGI_NONE.
-            group_id = message.group_id if message.group_id != NONE_ID else self._new_group_id()
+            group_id = message.group_id if message.group_id != NONE_ID else self._new_id()
             return {"group_id": group_id, "msg_flags": int(flags)}, None
         current = self._put_groups.get(queue)
         if current is not None and current.syncpoint != opts.syncpoint:
@@ -745,7 +822,7 @@ class LocalQueueManager(Transport):
                 reason="MQRC_INCONSISTENT_UOW",
             )
         if current is None:
-            current = _GroupPosition(self._new_group_id(), 1, opts.syncpoint)
+            current = _GroupPosition(self._new_id(), 1, opts.syncpoint)
         fields = {
             "group_id": current.group_id,
             "msg_seq_number": current.next_seq,
@@ -1043,11 +1120,24 @@ class LocalQueueManager(Transport):
                 f"longer than the {choice.max_length}-byte buffer",
                 messages[0],
             )
-        ids = [(row[0],) for row in rows]
+        # A destructive get confirms delivery to whoever asked (COD).
+        cod = [browse is None and reports.asks(m, reports.MQFB_COD) for m in messages]
+        if any(cod) and not self._confirms(db, queue):
+            cod = [False] * len(messages)
         if counted:
-            if room < 1:
+            # Each message, and the COD it asks for, counts toward MAXUMSGS: take those
+            # that fit.
+            fits, need = 0, 0
+            for asked in cod:
+                need += 1 + asked
+                if need > room:
+                    break
+                fits += 1
+            if not fits:
                 raise self._limit_reached(f"getting from queue {queue!r}")
-            self._uncommitted += len(ids)
+            rows, messages, cod = rows[:fits], messages[:fits], cod[:fits]
+            self._uncommitted += fits
+        ids = [(row[0],) for row in rows]
         if browse is not None:
             if position is None:
                 # A group's place among the others is its first message's place.
@@ -1061,6 +1151,16 @@ class LocalQueueManager(Transport):
             self._got_pending = True
         else:
             db.executemany("DELETE FROM messages WHERE id = ?", ids)
+        if any(cod):
+            for message, asked in zip(messages, cod, strict=True):
+                report = self._confirmation(db, queue, message, reports.MQFB_COD, asked)
+                if report is None:
+                    continue
+                if syncpoint:
+                    self._puts.append(report)
+                    self._uncommitted += 1
+                else:
+                    _insert(db, [report[1]])
         if choice.logical_order:
             self._advance_get_group(positions, queue, messages[0], syncpoint and not browse)
         return messages
@@ -1236,11 +1336,7 @@ class LocalQueueManager(Transport):
         )
 
     def dead_letter_queue(self) -> str:
-        row = self._call(
-            lambda db: db.execute("SELECT value FROM qmgr WHERE key = 'deadq'").fetchone(),
-            read_only=True,
-        )
-        return str(row[0]) if row else ""
+        return str(self._call(self._read_deadq, read_only=True))
 
     def close(self) -> None:
         with self._lock:

@@ -55,7 +55,8 @@ def collector() -> None:
     default=COLLECT_BATCH_SIZE,
     show_default=True,
     help="Messages per MQ unit of work (at most; fewer when fewer are waiting, and at "
-    "most half the queue manager's MAXUMSGS: each may be got and put).",
+    "most a quarter of the queue manager's MAXUMSGS: each may be got and put, and ask "
+    "for a COD and a COA).",
 )
 @fail_fast_option
 @metrics_port_option

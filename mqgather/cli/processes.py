@@ -261,8 +261,9 @@ def worker(
 @config_option
 @task_queue_option
 @click.option("--batch-size", default=100, show_default=True, type=click.IntRange(1, 10_000),
-              help="Messages per MQ unit of work (at most half the queue manager's "
-                   "MAXUMSGS: each may be got and put).")  # fmt: skip
+              help="Messages per MQ unit of work (at most a quarter of the queue "
+                   "manager's MAXUMSGS: each may be got and put, and ask for a COD and a "
+                   "COA).")  # fmt: skip
 @fail_fast_option
 @metrics_port_option
 def bridge(

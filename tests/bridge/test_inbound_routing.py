@@ -44,19 +44,19 @@ async def test_failures_on_a_shared_queue_go_to_a_documented_aggregate(temporal_
 
 @pytest.mark.parametrize("kind", ["gathers", "collector"])
 async def test_a_bridge_refuses_a_maxumsgs_no_unit_of_work_fits_in(temporal_env, tmp_path, kind):
-    """A reply needs its get and its move (2); a collector's batch of one up to 4. Below
-    that every unit of work would fail and be backed out for ever: the bridge stops at
-    once, naming MAXUMSGS and what to do."""
+    """A reply needs its get, its move and the COD and COA they may cause (4); a
+    collector's batch of one up to 5. Below that every unit of work would fail and be
+    backed out for ever: the bridge stops at once, naming MAXUMSGS and what to do."""
     path = tmp_path / "qm.db"
     prepare_queues(path, [SPEC.input_queue])
     with LocalQueueManager(path) as admin:
-        admin.set_max_uncommitted(1 if kind == "gathers" else 3)
+        admin.set_max_uncommitted(3 if kind == "gathers" else 4)
     connect = lambda: LocalQueueManager(path)  # noqa: E731
     if kind == "gathers":
         bridge: QueueBridge = InboundBridge(temporal_env.client, connect,
                                             [AggregateSpec(name="one", legs=LEGS)])  # fmt: skip
     else:
         bridge = CollectorBridge(temporal_env.client, connect, SPEC)
-    least = 2 if kind == "gathers" else 4
+    least = 4 if kind == "gathers" else 5
     with pytest.raises(MQGatherError, match=rf"MAXUMSGS\(\d\).*may need {least}.*ALTER QMGR"):
         await asyncio.wait_for(bridge.run(asyncio.Event()), 10)

@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.collect import CollectorBridge
+from bridge.mq import reports
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, MsgFlags, PutOptions, QueueAttributes
 from mqgather.collector_config import CollectorRule, CollectorSpec
@@ -150,24 +151,42 @@ async def test_json_and_group_formats_and_release_now(temporal_env, tmp_path):
 
 async def test_a_batch_is_no_larger_than_one_unit_of_work_can_put(temporal_env, tmp_path):
     """MAXUMSGS 20: a group batch's unit of work puts each message and its ledger marker,
-    and may get each from the hold queue, so a rule of 50 messages closes its batches at
-    9. 27 messages become three groups of 9; one group of 27 would fail at its put, and
-    be retried, for ever."""
-    async with collecting(temporal_env.client, tmp_path, maxumsgs=20) as c:
+    and gets each from the hold queue (where all wait here), and the queue manager counts
+    the COA each put causes when the message asks for one, so a rule of 50 messages
+    closes its batches at 6. 24 messages become four groups of 6; one group of 24, or of
+    the 9 that fit without the COAs, would fail at its put, and be retried, for ever.
+    Each sender hears of its message's arrival on the input queue and on its
+    destination, and of its delivery to the collector and to the destination's reader."""
+    asks = {"report": reports.MQRO_COA | reports.MQRO_COD, "reply_to_q": "APP.REPORTS"}
+    held = SPEC.model_copy(update={"inline_bytes": 0})  # every message on the hold queue
+    async with collecting(temporal_env.client, tmp_path, spec=held, maxumsgs=20,
+                          extra_queues=("APP.REPORTS",)) as c:  # fmt: skip
         c.rule("G", "CMAOUT.GRP", max_messages=50, max_delay_seconds=3, format="group")
-        for i in range(27):
-            c.send("G", f"g{i}".encode())
-        out = [await c.take("CMAOUT.GRP") for _ in range(27)]
+        sent = [
+            c.qm.put(c.spec.input_queue, MQMessage(properties={"destination": "G"},
+                                                   body=f"g{i}".encode(), **asks),
+                     PutOptions(syncpoint=False)).msg_id
+            for i in range(24)
+        ]  # fmt: skip
+        out = [await c.take("CMAOUT.GRP") for _ in range(24)]
         assert c.depth("CMAOUT.GRP") == 0 and c.depth("CMAIN") == 0
         assert c.depth(c.spec.failure_queue) == 0
-    assert [m.body for m in out] == [f"g{i}".encode() for i in range(27)]
-    groups = [out[i : i + 9] for i in (0, 9, 18)]
-    assert len({g[0].group_id for g in groups}) == 3
+        confirmations = list(c.qm.browse("APP.REPORTS"))
+    assert [m.body for m in out] == [f"g{i}".encode() for i in range(24)]
+    groups = [out[i : i + 6] for i in (0, 6, 12, 18)]
+    assert len({g[0].group_id for g in groups}) == 4
     for group in groups:
         assert {m.group_id for m in group} == {group[0].group_id}
-        assert [m.msg_seq_number for m in group] == list(range(1, 10))
+        assert [m.msg_seq_number for m in group] == list(range(1, 7))
         assert group[-1].group_status == "last-in-group"
         assert group[0].properties[PROP_BATCH_REASON] == "count"
+    # On the input queue the reports are correlated with the sender's MsgIds; the group's
+    # messages have MsgIds of the batch's own, and the reports there with those.
+    assert sorted(m.correl_id for m in confirmations if m.correl_id in sent) == sorted(sent * 2)
+    assert sorted(m.correl_id for m in confirmations if m.correl_id not in sent) == sorted(
+        [m.msg_id for m in out] * 2
+    )
+    assert sorted(m.feedback for m in confirmations) == [259] * 48 + [260] * 48
 
 
 def _config(tmp_path: Path, spec: CollectorSpec) -> Path:

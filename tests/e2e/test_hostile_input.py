@@ -13,7 +13,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bridge.mq import dlh
+from bridge.mq import dlh, reports
 from bridge.mq.models import (
     SEGMENT_FLAGS,
     Match,
@@ -284,26 +284,41 @@ async def test_a_flood_before_registration_stays_small_and_expires_on_time(tempo
     assert (closed - first_reply).total_seconds() <= spec.unknown_timeout_seconds + 2
 
 
-async def test_every_batch_fits_maxumsgs_when_each_message_is_moved(temporal_env, tmp_path):
+@pytest.mark.parametrize("confirmed", [False, True], ids=["plain", "coa-and-cod"])
+async def test_every_batch_fits_maxumsgs_when_each_message_is_moved(
+    temporal_env, tmp_path, confirmed
+):
     """MAXUMSGS 20 and a batch size of 100: 60 replies that name no leg each need a get
-    and a put (to the failure queue). The bridge takes 10 per unit of work, so each
-    reaches the failure queue once and none is backed out; a batch of 100, or of the 20
-    the queue manager would let it get, fails at its first put and is backed out for
-    ever."""
+    and a put (to the failure queue), and the queue manager counts the COD the get causes
+    and the COA the put causes when the reply asks for them. The bridge takes 5 per unit
+    of work, so each reaches the failure queue once and none is backed out; a batch of
+    100, or of the 20 the queue manager would let it get, or of 10 (a get and a put
+    each) with the reports, fails at a put and is backed out for ever. Each sender hears
+    of its reply's arrival on the reply queue and on the failure queue, and of its
+    delivery once."""
     spec = AggregateSpec(name="small", legs=LEGS)
+    asks = {"report": reports.MQRO_COA | reports.MQRO_COD, "reply_to_q": "APP.REPORTS"}
     async with pipeline(
-        temporal_env.client, tmp_path, [spec], maxumsgs=20, batch_size=100, run_worker=False
-    ) as p:
+        temporal_env.client, tmp_path, [spec], maxumsgs=20, batch_size=100, run_worker=False,
+        extra_queues=["APP.REPORTS"],
+    ) as p:  # fmt: skip
+        fields = asks if confirmed else {}
         sent = [
-            p.put("GATHER.IN", MQMessage(correl_id=b"C%d" % n, body=b"%d" % n)).msg_id
+            p.put("GATHER.IN", MQMessage(correl_id=b"C%d" % n, body=b"%d" % n, **fields)).msg_id
             for n in range(60)
         ]
         await until(lambda: asyncio.sleep(0, p.depth("GATHER.FAILURE")), lambda d: d == 60)
         moved = p.messages("GATHER.FAILURE")
+        confirmations = p.messages("APP.REPORTS")
         assert p.empty("GATHER.IN") and p.empty("GATHER.BACKOUT")
+        assert p.empty("SYSTEM.DEAD.LETTER.QUEUE")
         assert p.bridge.stats.rollbacks == 0
     assert sorted(m.msg_id for m in moved) == sorted(sent)
     assert all("leg" in str(m.properties[PROP_REASON]) for m in moved)
+    by_sent = sorted((m.correl_id, m.feedback) for m in confirmations)
+    expected = [(i, fb) for i in sent for fb in (reports.MQFB_COA, reports.MQFB_COA,
+                                                 reports.MQFB_COD)]  # fmt: skip
+    assert by_sent == (sorted(expected) if confirmed else [])
 
 
 async def test_a_bridge_reads_maxumsgs_again_when_it_was_lowered(temporal_env, tmp_path):

@@ -175,12 +175,14 @@ async def test_a_held_reply_is_kept_as_the_gathers_and_forwarded_as_it_came(temp
     # from then on it is the gather's, and waiting on the hold queue for the other legs
     # must neither expire it nor leave it to a queue manager restart (which discards
     # non-persistent messages). Its arrival and delivery were confirmed on the reply
-    # queue, so on the hold queue it asks for no report. A copy forwarded elsewhere goes
-    # as it came.
+    # queue, so on the hold queue it asks for no report: its sender hears of it once
+    # each. A copy forwarded elsewhere goes as it came, so its sender hears of its
+    # arrival there too, and of its delivery when the operator takes it.
     spec = AggregateSpec(name="expiring", merge="blob", legs=THREE_LEGS, timeout_seconds=300,
                          inline_reply_bytes=0, late_window_seconds=60)  # fmt: skip
     bodies = {"CREDIT": b"credit", "STOCK": b"stock", "TAX": b"tax"}
-    async with pipeline(temporal_env.client, tmp_path, [spec], extra_queues=["PROBE"]) as p:
+    queues = ["PROBE", "APP.REPORTS"]
+    async with pipeline(temporal_env.client, tmp_path, [spec], extra_queues=queues) as p:
         sent = await p.scatter(spec)
         handle = p.handle(spec, sent.correl_id)
         for queue, props in ((spec.reply_queue, {"leg": "CREDIT"}), ("PROBE", {})):
@@ -201,8 +203,13 @@ async def test_a_held_reply_is_kept_as_the_gathers_and_forwarded_as_it_came(temp
         late = p.put(spec.reply_queue, late)
         late_copy = await p.wait_message("GATHER.LATE")
         assert p.empty(GATHER_HOLD)
+        confirmations = p.messages("APP.REPORTS")
     assert (held.persistence, held.expiry, held.report) == (1, -1, MQRO_PASS_CORREL_ID)
     assert response.body == _expected(spec, bodies)
     # The expiry it came with, less the time it spent, and its persistence.
     assert late_copy.msg_id == late.msg_id and 0 < late_copy.expiry <= 600_000
     assert late_copy.persistence == 0 and late_copy.report == ASKS
+    # Arrivals: CREDIT's and TAX's on the reply queue, the twin's beside it, TAX's on the
+    # late queue; deliveries: CREDIT's and TAX's to the bridge, TAX's off the late queue.
+    assert all(m.correl_id == sent.correl_id for m in confirmations)
+    assert sorted(m.feedback for m in confirmations) == [259] * 4 + [260] * 3

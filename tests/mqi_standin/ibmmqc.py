@@ -36,8 +36,10 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
   ``MQIMPO_INQ_PROP_UNDER_CURSOR``; booleans come back as integers, as the C layer
   returns them; names beginning "JMS" other than the five JMS synonyms the MQI may set
   are refused (2442), while a message put by a JMS program shows them to MQINQMP.
-- unit of work: MAXUMSGS counts every message got or put under syncpoint (2024 past it,
-  the unit of work left open).
+- unit of work: MAXUMSGS counts every message got or put under syncpoint, and the COA
+  and COD reports they cause (2024 past it, the unit of work left open).
+- reports: COA on arrival and COD on a destructive get, as the queue manager generates
+  them (to the ReplyToQ at the ReplyToQMgr, in the unit of work of the call).
 - queues PUT(DISABLED) / GET(DISABLED) refuse puts (2051) and gets and browses (2016).
 - inquire: CURDEPTH, MAXDEPTH, MAXMSGL, BOTHRESH, BOQNAME, PUT, GET, DEADQ, MAXUMSGS.
 - PCF: CREATE / CHANGE / COPY / INQUIRE / DELETE Q through SYSTEM.ADMIN.COMMAND.QUEUE with

@@ -48,7 +48,7 @@ def test_check_names_a_maxumsgs_below_what_scatter_and_the_bridges_need(tmp_path
         == "MAXUMSGS(4): scatter puts the 5 requests of aggregate wide in one unit of work"
     )
     assert problems == [
-        "MAXUMSGS(1): a bridge needs at least 2 messages in one unit of work",
+        "MAXUMSGS(1): a bridge needs at least 4 messages in one unit of work",
         "MAXUMSGS(1): scatter puts the 5 requests of aggregate wide in one unit of work",
     ]
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bridge.mq import xqh
+from bridge.mq import dlh, reports, xqh
 from bridge.mq.errors import (
     MessageTooBig,
     MQError,
@@ -243,6 +243,122 @@ def test_a_blank_reply_to_qmgr_is_filled_with_this_queue_managers_name(connect, 
     qm.commit()
     assert first.reply_to_qmgr == second.reply_to_qmgr == qm.qmgr_name
     assert (first.reply_to_q, second.reply_to_q) == ("APP.REPLY", "")
+
+
+def test_coa_and_cod_are_confirmed_once_each_to_the_reply_to_queue(connect, make_queue):
+    """The queue manager confirms a message's arrival (COA, with its first 100 bytes)
+    when the put commits and its delivery (COD) when a get commits; a browse, a backed
+    out get and a backed out put confirm nothing."""
+    qm, sender = connect(), connect()
+    q, replies = make_queue(qm), make_queue(qm)
+    asks = reports.MQRO_COA_WITH_DATA | reports.MQRO_COD | 0x40  # MQRO_PASS_CORREL_ID
+    body = bytes(range(150))
+    sent = MQMessage(body=body, correl_id=parse_id("C-1"), reply_to_q=replies, report=asks,
+                     priority=4, persistence=0)  # fmt: skip
+    sender.put(q, sent)
+    sender.backout()
+    put = sender.put(q, sent)
+    assert qm.inquire(replies).curdepth == 0  # in the put's unit of work
+    sender.commit()
+    coa = qm.get(replies, syncpoint=False)
+    assert (coa.msg_type, coa.feedback, coa.body) == (MQMT_REPORT, reports.MQFB_COA, body[:100])
+    assert coa.correl_id == sent.correl_id and coa.msg_id not in (put.msg_id, NONE_ID)
+    assert (coa.priority, coa.persistence, coa.report, coa.reply_to_q) == (4, 0, 0, "")
+    assert coa.put_appl_type == reports.MQAT_QMGR
+
+    assert qm.get(q, browse="first").body == body
+    qm.get(q)
+    qm.backout()
+    assert qm.inquire(replies).curdepth == 0
+    got = qm.get(q)
+    assert qm.inquire(replies).curdepth == 0
+    qm.commit()
+    cod = qm.get(replies, syncpoint=False)
+    assert (cod.feedback, cod.body, cod.correl_id) == (reports.MQFB_COD, b"", sent.correl_id)
+    assert got.report == asks  # the message keeps what it asked
+    with pytest.raises(NoMessageAvailable):
+        qm.get(replies, syncpoint=False)
+
+
+def test_a_cod_outside_syncpoint_with_full_data_and_the_msg_id_passed_on(connect, make_queue):
+    qm = connect()
+    q, replies = make_queue(qm), make_queue(qm)
+    asks = reports.MQRO_COD_WITH_FULL_DATA | 0x80  # MQRO_PASS_MSG_ID
+    put = qm.put(q, MQMessage(body=b"y" * 300, reply_to_q=replies, report=asks,
+                              format="MQSTR"), PutOptions(syncpoint=False))  # fmt: skip
+    assert qm.inquire(replies).curdepth == 0  # no COA was asked
+    qm.get(q, syncpoint=False)
+    cod = qm.get(replies, syncpoint=False)
+    assert (cod.feedback, cod.body, cod.format) == (reports.MQFB_COD, b"y" * 300, "MQSTR")
+    assert cod.msg_id == cod.correl_id == put.msg_id
+
+
+def test_a_confirmation_the_reply_to_queue_refuses_is_dead_lettered_and_the_put_stands(
+    connect, make_queue
+):
+    qm = connect()
+    q = make_queue(qm)
+    dlq = qm.dead_letter_queue()
+    assert dlq
+    before = qm.inquire(dlq).curdepth
+    sent = MQMessage(body=b"x", reply_to_q="NO.SUCH.REPLY.Q", report=reports.MQRO_COA)
+    put = qm.put(q, sent)
+    qm.commit()
+    assert qm.inquire(q).curdepth == 1
+    assert qm.inquire(dlq).curdepth == before + 1
+    dead = qm.get(dlq, match=Match(correl_id=put.msg_id))
+    qm.commit()
+    header, rest = dlh.unpack(dead.body)
+    assert (header.reason, header.dest_q_name, rest) == (2085, "NO.SUCH.REPLY.Q", b"")
+    assert dead.feedback == reports.MQFB_COA
+
+
+def test_a_confirmation_for_a_sender_on_another_queue_manager_waits_on_the_route(
+    connect, make_queue
+):
+    """A COA for a ReplyToQ at another queue manager goes behind an MQXQH on the
+    transmission queue named after it; a message got off a transmission queue (where the
+    queue manager at the other end confirms) causes no COD here."""
+    qm = connect()
+    q, xmitq, replies = make_queue(qm), make_queue(qm, usage="xmitq"), make_queue(qm)
+    asks = reports.MQRO_COA | reports.MQRO_COD
+    put = qm.put(q, MQMessage(body=b"x", reply_to_q="APP.REPORTS", reply_to_qmgr=xmitq,
+                              report=asks))  # fmt: skip
+    qm.commit()
+    waiting = qm.get(xmitq)
+    qm.commit()
+    carried = xqh.unpack(waiting.body)
+    assert (carried.remote_q_name, carried.remote_q_mgr_name) == ("APP.REPORTS", xmitq)
+    assert (carried.message.feedback, carried.message.correl_id) == (reports.MQFB_COA, put.msg_id)
+
+    qm.put(q, MQMessage(body=b"y", reply_to_q=replies, report=asks), qmgr=xmitq)
+    qm.commit()
+    assert qm.inquire(replies).curdepth == 0  # its arrival is confirmed at the other end
+    qm.get(xmitq)
+    qm.commit()
+    assert qm.inquire(replies).curdepth == 0  # and so is its delivery
+
+
+def test_maxumsgs_counts_the_confirmations_a_unit_of_work_causes(
+    connect, make_queue, request, tmp_path
+):
+    qm = connect()
+    q, replies = make_queue(qm), make_queue(qm)
+    limit = _maxumsgs(request, tmp_path, qm, 5)
+    if request.node.callspec.params["connect"] != "ibmmq":
+        assert limit == 5
+    confirm = MQMessage(body=b"c", reply_to_q=replies, report=reports.MQRO_COA | reports.MQRO_COD)
+    for _ in range(limit // 2):
+        qm.put(q, confirm)  # each with its COA: two each
+    with pytest.raises(SyncpointLimitReached):
+        qm.put(q, confirm)  # room for the message, none for its COA
+    qm.put(q, MQMessage(body=b"plain"))
+    qm.commit()
+    assert qm.inquire(replies).curdepth == limit // 2
+    got = qm.get_batch(q, limit)  # each with its COD: two each, and the plain one
+    assert [m.body for m in got] == [b"c"] * (limit // 2) + [b"plain"] * (limit % 2)
+    qm.commit()
+    assert qm.inquire(replies).curdepth == 2 * (limit // 2)
 
 
 def test_properties_of_every_type_round_trip(connect, make_queue):
