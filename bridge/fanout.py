@@ -13,7 +13,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from bridge.identify import INDEX_LENGTH, KEY_LENGTH, gather_correl_id, leg_correl_id
-from bridge.mq import hold
+from bridge.mq import hold, reports
 from bridge.mq.models import ID_LENGTH, MQMessage, PropertyValue, PutOptions
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec, over_limits
@@ -103,6 +103,8 @@ def _put_requests(
             msg_id=msg_id,
             correl_id=msg_id,
             reply_to_q=spec.reply_queue,
+            # MQ's report about an undelivered request comes with its MsgId as CorrelId.
+            report=reports.MQRO_EXCEPTION if spec.request_reports else 0,
             properties=props,
             body=(bodies or {}).get(leg.name, b"{}"),
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bridge.mq import reports
 from bridge.mq.errors import feedback_name
 from bridge.mq.models import ID_LENGTH, MQMT_REPORT, NONE_ID, MQMessage, rfh2_hint
 from mqgather.config import AggregateSpec
@@ -52,6 +53,27 @@ def leg_correl_id(gather_key: bytes, index: int) -> bytes:
 def gather_correl_id(gather_key: bytes) -> bytes:
     """The gather's CorrelId in the CorrelId layout: the key with a zero leg index."""
     return leg_correl_id(gather_key, 0)
+
+
+@dataclass(frozen=True)
+class ReportedLeg:
+    """A leg whose request MQ reported undelivered: its gather's CorrelId, its index in
+    the CorrelId layout, and what the report says."""
+
+    correl_id: bytes
+    leg_index: int
+    reason: str
+
+
+def reported_leg(message: MQMessage, spec: AggregateSpec) -> ReportedLeg | None:
+    """The leg a report about an undelivered request (exception, expiration) names, when
+    the aggregate asked for such reports (``request_reports``); None for any other
+    report, or one whose CorrelId names no leg."""
+    reason = reports.undelivered(message) if spec.request_reports else None
+    index = int.from_bytes(message.correl_id[KEY_LENGTH:], "big")
+    if reason is None or not index:
+        return None
+    return ReportedLeg(gather_correl_id(message.correl_id), index - 1, reason)
 
 
 def identify(message: MQMessage, candidates: Sequence[AggregateSpec]) -> Identified:

@@ -33,7 +33,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from bridge.identify import IdentificationError, ReportMessage, identify
+from bridge.identify import IdentificationError, ReportedLeg, ReportMessage, identify, reported_leg
 from bridge.mq import hold
 from bridge.mq.errors import REASONS, MQError, QueueInhibited, SyncpointLimitReached
 from bridge.mq.forward import forward
@@ -53,6 +53,7 @@ from workflows.models import (
     HeldBody,
     Reply,
     ReplyBatch,
+    Undelivered,
     gather_id,
     start_input,
     start_options,
@@ -118,6 +119,8 @@ class BridgeStats:
     redeliveries_dropped: int = 0
     failures: int = 0
     reports: int = 0
+    #: Reports of undelivered requests told to their gathers.
+    undelivered: int = 0
     backed_out_to_boq: int = 0
     rollbacks: int = 0
     held: int = 0
@@ -516,6 +519,7 @@ class InboundBridge(QueueBridge):
         # the hold queue, or for wherever else it goes.
         whole: dict[int, MQMessage] = {}
         owner = owner_of_shared_queue(specs)
+        undelivered: list[tuple[AggregateSpec, MQMessage, ReportedLeg]] = []
         for message in batch:
             # Its leg or CorrelId could be among what is missing, or in another segment.
             if problem := message.unreadable or not_whole(message):
@@ -543,6 +547,8 @@ class InboundBridge(QueueBridge):
             except ReportMessage as exc:
                 target = queue_for(exc.aggregate, Destination.REPORT)
                 moves.append(Move(Destination.REPORT, target, message, str(exc)))
+                if (leg := reported_leg(message, exc.aggregate)) is not None:
+                    undelivered.append((exc.aggregate, message, leg))
                 continue
             except IdentificationError as exc:
                 target = queue_for(exc.aggregate or owner, Destination.FAILURE)
@@ -603,10 +609,31 @@ class InboundBridge(QueueBridge):
                 ]
             else:
                 raise error
+        # Before MQCMIT, as the replies' signals: a report got again re-requests nothing
+        # more (the gather remembers its MsgId).
+        await asyncio.gather(*(self._undelivered(*item) for item in undelivered))
         if held:
             await call(self._hold, transport, held)
         if moves:
             await call(self._move, transport, queue, moves)
+
+    async def _undelivered(self, spec: AggregateSpec, report: MQMessage, leg: ReportedLeg) -> None:
+        """Tell the gather MQ reported its leg's request undelivered. A gather that is
+        gone (ended, or never started) has nothing to ask again: the report goes to the
+        report queue all the same."""
+        gid = gather_id(spec.name, leg.correl_id)
+        told = Undelivered(leg_index=leg.leg_index, reason=leg.reason[:200],
+                           report=report.msg_id.hex())  # fmt: skip
+        try:
+            await self.client.get_workflow_handle(gid).signal(
+                GatherWorkflow.undelivered, told, rpc_timeout=self.rpc_timeout
+            )
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            log.info("no open gather %s for the report on its leg %d", gid, leg.leg_index + 1)
+            return
+        self.stats.undelivered += 1
 
     def _check(self, reply: Reply) -> tuple[str, int]:
         """Whether the worker will decode this reply exactly as sent (see

@@ -141,6 +141,14 @@ class AggregateSpec(BaseModel):
         description="scatter keeps every leg's request with its gather, so an operator can "
         "re-request any leg by hand (legs with retries keep theirs anyway)",
     )
+    request_reports: bool = Field(
+        default=False,
+        description="scatter's requests ask MQ for an exception report (MQRO_EXCEPTION) to "
+        "the reply queue when they cannot be delivered; such a report (or an expiration "
+        "report) about a leg's request re-requests the leg at once when it has a "
+        "re-request left (its retries), instead of waiting out retry_after_seconds. Needs "
+        'leg_identification = "correlid": the report\'s CorrelId names the leg',
+    )
     timer: Literal["first", "restart"] = Field(
         default="first", description="first: from the first registration (ACE); restart: IA72"
     )
@@ -284,6 +292,14 @@ class AggregateSpec(BaseModel):
                 )
         elif self.mode == "static" and not self.legs:
             raise ValueError("legs: static mode needs the legs listed")
+        if self.request_reports and (
+            self.leg_identification != "correlid" or self.mode == "static"
+        ):
+            raise ValueError(
+                'request_reports: needs leg_identification = "correlid" and mode = '
+                '"registration": a report names its leg only by the CorrelId scatter gave '
+                "the request"
+            )
         if self.destination == "destinationList" and not self.destination_list:
             raise ValueError("destination_list: needed when destination is destinationList")
         self._check_rule(names)

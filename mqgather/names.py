@@ -16,6 +16,7 @@ GATHER_ID_PREFIX = "gather:"
 
 SIGNAL_EXPECT = "expect"
 SIGNAL_REPLIES = "replies"
+SIGNAL_UNDELIVERED = "undelivered"
 QUERY_STATUS = "status"
 QUERY_CONSUMED = "consumed"
 #: Which messages, by key (MsgId and fingerprint: workflows.redelivery), were taken.

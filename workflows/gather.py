@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         RerequestInput,
         RouteInput,
         SendRequestInput,
+        Undelivered,
         UpdateResult,
         gather_id,
     )
@@ -108,6 +109,17 @@ class GatherWorkflow:
         logic.take_replies(self.spec, self.s, batch.replies, workflow.now(), self.id,
                            by_content=self._input.redelivery_by_content)  # fmt: skip
         self._wake = True
+
+    @workflow.signal(name=names.SIGNAL_UNDELIVERED)
+    def undelivered(self, inp: Undelivered) -> None:
+        """MQ reported a leg's request undelivered (from the bridge): ask the leg again now
+        if it has a re-request left."""
+        if logic.is_closed(self.s) or not self.s.registered:
+            return
+        made = legs.rerequest_reported(self.s, inp.leg_index, inp.reason, inp.report,
+                                       workflow.now())  # fmt: skip
+        if made is not None:
+            self._wake = True
 
     @workflow.query(name=names.QUERY_STATUS)
     def status(self) -> GatherStatus:

@@ -159,6 +159,22 @@ def rerequest_now(state: GatherState, name: str, reason: str, now: datetime) -> 
     return _record(state, leg, now, reason)
 
 
+def rerequest_reported(
+    state: GatherState, index: int, reason: str, report: str, now: datetime
+) -> Rerequest | None:
+    """MQ reported leg ``index``'s request undelivered: the leg is asked again now when it
+    has a re-request left (its next one is then not waited for), once per report. Else
+    nothing changes: the report may be about an earlier request than the latest, which
+    may still be delivered, so the leg keeps its clock."""
+    if not 0 <= index < len(state.expected) or report in state.reported:
+        return None
+    leg = state.expected[index]
+    if leg.name in state.received or retry_due(state, leg) is None:
+        return None
+    state.reported.append(report)
+    return _record(state, leg, now, f"MQ reported its request undelivered: {reason}")
+
+
 def next_due(state: GatherState, now: datetime) -> datetime | None:
     """The earliest moment a leg's clock changes something: a re-request or a leg given up."""
     times = []

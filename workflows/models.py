@@ -99,6 +99,15 @@ class ReplyBatch(BaseModel):
     replies: list[Reply]
 
 
+class Undelivered(BaseModel):
+    """Signal ``undelivered``: MQ reported that a leg's request was not delivered (an
+    exception or expiration report on the reply queue, its CorrelId naming the leg)."""
+
+    leg_index: int = Field(ge=0, description="the leg, by its place in the CorrelId layout")
+    reason: str = Field(max_length=200, description="what the report says")
+    report: str = Field(max_length=48, description="the report's MsgId (hex), seen once")
+
+
 class ReplyTerms(BaseModel):
     """What a requester's request asked of its reply through its report options, which
     the gather's response to it keeps."""
@@ -248,6 +257,11 @@ class GatherState(BaseModel):
     )
     rerequested: dict[str, list[datetime]] = Field(
         default_factory=dict, description="when each leg was asked again, by leg"
+    )
+    reported: list[str] = Field(
+        default_factory=list,
+        description="MsgIds (hex) of the reports of undelivered requests acted upon: a "
+        "report got again (its bridge stopped before MQCMIT) re-requests nothing more",
     )
     to_request: list[Rerequest] = Field(
         default_factory=list, description="re-requests decided and not yet PUT"

@@ -1,17 +1,23 @@
 """The reports a queue manager itself generates: confirm on arrival (COA) and confirm on
-delivery (COD).
+delivery (COD); and how a report that a message was not delivered is recognised.
 
 A message asks for them in its MQMD Report. The queue manager that owns the destination
 queue sends a COA when the message is placed there, and a COD when an application gets
 it off that queue destructively (a browse confirms nothing). Both go to the message's
 ReplyToQ at its ReplyToQMgr; under syncpoint they belong to the unit of work of the put
 or get that caused them, so a backout sends none, and they count toward MAXUMSGS.
+
+An exception report (MQRO_EXCEPTION) comes from whatever could not deliver the message,
+a channel's message channel agent on the way to another queue manager, say: its
+Feedback is the MQRC reason. An expiration report (MQFB_EXPIRATION) says it expired
+unread.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from bridge.mq.errors import feedback_name
 from bridge.mq.models import (
     MQEI_UNLIMITED,
     MQFMT_NONE,
@@ -30,6 +36,11 @@ MQRO_COA, MQRO_COA_WITH_DATA, MQRO_COA_WITH_FULL_DATA = 0x100, 0x300, 0x700
 MQRO_COD, MQRO_COD_WITH_DATA, MQRO_COD_WITH_FULL_DATA = 0x800, 0x1800, 0x3800
 #: Feedback of a COA and of a COD.
 MQFB_COA, MQFB_COD = 259, 260
+#: Report option asking for an exception report without data, and the Feedback of an
+#: expiration report.
+MQRO_EXCEPTION, MQFB_EXPIRATION = 0x01000000, 258
+#: The MQRC reason codes an exception report carries as its Feedback.
+MQRC_FIRST, MQRC_LAST = 2001, 6999
 #: PutApplType of a message the queue manager puts itself.
 MQAT_QMGR = 7
 #: Bytes of the original's data a report "with data" carries.
@@ -40,6 +51,23 @@ _ASKED = {
     MQFB_COA: (MQRO_COA, MQRO_COA_WITH_DATA, MQRO_COA_WITH_FULL_DATA),
     MQFB_COD: (MQRO_COD, MQRO_COD_WITH_DATA, MQRO_COD_WITH_FULL_DATA),
 }
+
+
+def undelivered(message: MQMessage) -> str | None:
+    """Why the message a report is about was not delivered, or None when the report says
+    nothing of the kind (a COA, a COD, a PAN, an application's own Feedback ...).
+
+    Args:
+        message: a report (MsgType MQMT_REPORT).
+    """
+    if message.msg_type != MQMT_REPORT:
+        return None
+    feedback = message.feedback
+    if feedback == MQFB_EXPIRATION:
+        return "it expired unread (MQFB_EXPIRATION)"
+    if MQRC_FIRST <= feedback <= MQRC_LAST:
+        return f"it could not be delivered: {feedback_name(feedback)}"
+    return None
 
 
 def asks(message: MQMessage, feedback: int) -> bool:

@@ -6,10 +6,12 @@ import pytest
 
 from bridge.identify import (
     IdentificationError,
+    ReportedLeg,
     ReportMessage,
     gather_correl_id,
     identify,
     leg_correl_id,
+    reported_leg,
 )
 from bridge.mq.errors import feedback_name
 from bridge.mq.models import MQMT_REPLY, MQMT_REPORT, MQMessage, parse_id
@@ -169,3 +171,35 @@ async def test_scatter_pads_a_short_correl_id_as_mq_does(temporal_env, tmp_path)
     described = await temporal_env.client.get_workflow_handle(sent.gather_id).describe()
     assert described.id == sent.gather_id
     await temporal_env.client.get_workflow_handle(sent.gather_id).terminate()
+
+
+@pytest.mark.parametrize(
+    ("feedback", "said"),
+    [
+        (2053, "it could not be delivered: MQRC_Q_FULL (2053)"),
+        (2085, "it could not be delivered: MQRC_UNKNOWN_OBJECT_NAME (2085)"),
+        (258, "it expired unread (MQFB_EXPIRATION)"),
+        (259, None),  # a COA
+        (276, None),  # a NAN: the back end answered
+        (65536 + 4, None),  # an application's own
+    ],
+)
+def test_a_report_of_an_undelivered_request_names_its_gather_and_leg(feedback, said):
+    spec = ORDERS.model_copy(update={"leg_identification": "correlid", "request_reports": True})
+    report = MQMessage(correl_id=leg_correl_id(b"K", 2), msg_type=MQMT_REPORT, feedback=feedback)
+    leg = reported_leg(report, spec)
+    if said is None:
+        assert leg is None
+        return
+    assert leg == ReportedLeg(leg_correl_id(b"K", 0), 1, said)
+    # Not asked for, not a report, or no leg in the CorrelId: nothing.
+    assert reported_leg(report, spec.model_copy(update={"request_reports": False})) is None
+    assert reported_leg(report.model_copy(update={"msg_type": MQMT_REPLY}), spec) is None
+    assert (
+        reported_leg(report.model_copy(update={"correl_id": leg_correl_id(b"K", 0)}), spec) is None
+    )
+
+
+def test_request_reports_needs_the_correl_id_layout():
+    with pytest.raises(ValueError, match='request_reports: needs leg_identification = "correlid"'):
+        AggregateSpec(name="r", request_reports=True)

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from bridge.mq import reports
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQRO_PASS_CORREL_ID, MQMessage
+from bridge.mq.models import MQMT_REPORT, MQRO_PASS_CORREL_ID, MQMessage, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import PROP_ATTEMPT, PROP_MISSING, PROP_REASON, PROP_STATE, PROP_USED
 from tests.e2e.test_operators import cli
@@ -194,6 +195,45 @@ async def test_a_leg_that_never_answers_is_asked_n_plus_one_times_then_the_rule_
     assert [m.properties.get(PROP_ATTEMPT) for m in taken] == [None, 2, 3]
     assert result.state == "COMPLETE" and result.legs_missing == ["CREDIT"]
     assert result.legs[0].attempts == 3 and result.legs[0].lost
+
+
+async def test_a_report_of_an_undelivered_request_asks_the_leg_again_at_once(
+    temporal_env, tmp_path
+):
+    """CREDIT's request was dead-lettered on the way (the channel to its queue manager
+    found the queue full): with request_reports the request asked for an exception
+    report, which comes back to the reply queue with the request's MsgId as CorrelId.
+    The gather asks CREDIT again at once, not after retry_after_seconds (300 s here);
+    the report goes to the report queue all the same, and the same report got again
+    asks nothing more."""
+    legs = three(retries=2, retry_after_seconds=300.0)
+    spec = AggregateSpec(name="reported", legs=legs, leg_identification="correlid",
+                         request_reports=True, timeout_seconds=600)  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        handle = p.handle(spec, sent.correl_id)
+        first = await p.wait_message("BACKEND.CREDIT")
+        assert first.report == reports.MQRO_EXCEPTION
+        # What a message channel agent sends back (MQRO_COPY_MSG_ID_TO_CORREL_ID).
+        report = MQMessage(msg_type=MQMT_REPORT, feedback=2053, correl_id=first.msg_id,
+                           msg_id=parse_id("EXC-1"), format="")  # fmt: skip
+        p.put(spec.reply_queue, report)
+        again = await p.wait_message("BACKEND.CREDIT", timeout=60)
+        p.put(spec.reply_queue, report)  # got again: its bridge stopped before MQCMIT
+        # A reply signalled after it: once the gather has it, it has seen the report.
+        _answer(p, spec, await p.wait_message("BACKEND.STOCK"), "STOCK")
+        seen = await until(lambda: status(handle), lambda s: "STOCK" in s.legs_received)
+        _answer(p, spec, again, "CREDIT")
+        _answer(p, spec, await p.wait_message("BACKEND.STOCK_ALT"), "STOCK_ALT")
+        result = await p.result(spec, sent.correl_id, timeout=60)
+        reported = p.messages(spec.report_queue)
+        assert p.empty("BACKEND.CREDIT")
+    assert again.properties[PROP_ATTEMPT] == 2 and again.correl_id == first.correl_id
+    assert "MQRC_Q_FULL (2053)" in str(again.properties[PROP_REASON])
+    assert [leg.attempts for leg in seen.legs] == [2, 1, 1]
+    assert result.state == "COMPLETE" and [leg.attempts for leg in result.legs] == [2, 1, 1]
+    assert [m.msg_id for m in reported] == [report.msg_id] * 2
+    assert all("MQRC_Q_FULL" in str(m.properties[PROP_REASON]) for m in reported)
 
 
 async def test_an_operator_re_requests_a_leg_by_hand(temporal_env, tmp_path):

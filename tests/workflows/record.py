@@ -7,7 +7,8 @@ Runs one real gather per path the workflow can take — complete, duplicates fir
 timer, timeout, unknown, extend then release, cancel (by update and through Temporal), a
 PUT retried until its queue has room, static mode, a leg body the merge refuses,
 continue-as-new, a logical group with a gap and a duplicate, replies that share one
-MsgId with a redelivery among them — and one collector destination per path a collector
+MsgId with a redelivery among them, a leg asked again on MQ's report that its request
+was not delivered — and one collector destination per path a collector
 can take (closed by count, delay, bytes or an operator's release, a group batch, a PUT
 retried, continue-as-new, messages that share a MsgId), through the bridges, a worker
 and the embedded queue manager on a dev server of its own, and writes each run's history
@@ -243,6 +244,23 @@ async def rerequested(p: Pipeline, s: AggregateSpec) -> bytes:
     return g.correl_id
 
 
+async def rerequest_reported(p: Pipeline, s: AggregateSpec) -> bytes:
+    g = await p.scatter(s)
+    first = await p.wait_message("BACKEND.CREDIT")
+    # A message channel agent's exception report: the request could not be delivered.
+    report = MQMessage(msg_type=4, feedback=2053, correl_id=first.msg_id, format="")
+    p.put(s.reply_queue, report)
+    again = await p.wait_message("BACKEND.CREDIT")
+    for request in (
+        again,
+        await p.wait_message("BACKEND.STOCK"),
+        await p.wait_message("BACKEND.TAX"),
+    ):
+        p.put(s.reply_queue, MQMessage(correl_id=request.correl_id, body=b"{}"))
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
 async def reused_msg_id(p: Pipeline, s: AggregateSpec) -> bytes:
     g = await p.scatter(s)
     handle = p.handle(s, g.correl_id)
@@ -286,6 +304,10 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
     "rerequested": (rerequested, {"legs": (LegSpec(name="CREDIT", sequence=10, retries=2,
                                            retry_after_seconds=1), *LEGS[1:])}),
     "reused_msg_id": (reused_msg_id, {}),
+    "rerequest_reported": (rerequest_reported, {
+        "leg_identification": "correlid", "request_reports": True,
+        "legs": (LegSpec(name="CREDIT", sequence=10, retries=1, retry_after_seconds=60),
+                 *LEGS[1:])}),
 }  # fmt: skip
 
 Collect = Callable[[Collecting, str], Awaitable[None]]

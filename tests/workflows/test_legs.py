@@ -163,6 +163,33 @@ def test_an_operators_re_request_is_checked_and_counted():
     assert not logic.rerequest(state, "STOCK", "ops", at(2)).accepted
 
 
+def test_a_report_of_an_undelivered_request_asks_again_at_once_once_per_report():
+    s, state = retrying()
+    made = legs.rerequest_reported(state, 0, "MQRC_Q_FULL (2053)", "aa", at(0.5))
+    assert made is not None and (made.leg, made.attempt) == ("CREDIT", 2)
+    assert "MQRC_Q_FULL (2053)" in made.reason
+    assert legs.retry_due(state, s.legs[0]) == at(0.5 + 4)  # the next wait counts from it
+    # The same report got again, a leg out of range: nothing more.
+    assert legs.rerequest_reported(state, 0, "again", "aa", at(1)) is None
+    assert legs.rerequest_reported(state, 7, "no such leg", "bb", at(1)) is None
+    # Another report: the last re-request left.
+    assert legs.rerequest_reported(state, 0, "MQRC_Q_FULL (2053)", "cc", at(1))
+    assert [r.attempt for r in state.to_request] == [2, 3]
+    # None left: the leg keeps its clock (the report may be about an earlier request).
+    assert legs.rerequest_reported(state, 0, "late report", "dd", at(2)) is None
+    assert state.reported == ["aa", "cc"]
+    assert logic.decide(s, state, at(2)) is None
+
+
+def test_a_report_asks_nothing_of_a_leg_that_replied_or_whose_request_was_not_kept():
+    s, state = retrying()
+    logic.take_replies(s, state, [reply(1, "CREDIT")], T0, GATHER)
+    assert legs.rerequest_reported(state, 0, "MQRC_Q_FULL (2053)", "aa", at(1)) is None
+    # STOCK has no retries and no request kept.
+    assert legs.rerequest_reported(state, 1, "MQRC_Q_FULL (2053)", "bb", at(1)) is None
+    assert state.to_request == [] and state.reported == []
+
+
 def test_re_requests_not_yet_put_when_the_gather_closes_were_never_made():
     _, state = retrying()
     legs.plan_rerequests(state, at(2))

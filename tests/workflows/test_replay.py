@@ -18,7 +18,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
 from analytics.replay import ReplayReport, read_histories, replay
-from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW, PATCH_BY_CONTENT, PATCH_SETTLE
+from mqgather.names import (
+    COLLECT_WORKFLOW,
+    GATHER_WORKFLOW,
+    PATCH_BY_CONTENT,
+    PATCH_SETTLE,
+    SIGNAL_UNDELIVERED,
+)
 from mqgather.runtime.codec import KeyRing, data_converter, parse_key_ring
 from tests.workers.gather_v2 import CollectorV2, GatherV2
 from tests.workflows.record import COLLECT_SCENARIOS, HISTORIES, KEYS_FILE, SCENARIOS
@@ -66,10 +72,24 @@ def test_the_recorded_sets_cover_every_path():
     assert PATCH_BY_CONTENT not in patches(BEFORE_FINGERPRINTS)
     assert not patches(BEFORE_RULES, "*.json") & {PATCH_SETTLE, PATCH_REREQUEST}
     assert patches(LATEST, "rerequested.json") == {PATCH_REREQUEST}
+    assert patches(LATEST, "rerequest_reported.json") == {PATCH_REREQUEST}
+    assert _signals(LATEST, "rerequest_reported.json") >= {SIGNAL_UNDELIVERED}
+    assert SIGNAL_UNDELIVERED not in _signals(BEFORE_REPORTS, "*.json")
     # Gathers take the settling step from their input, not from a patch: no marker.
     gathers = [f.name for f in (HISTORIES / LATEST).glob("*.json")
                if not f.name.startswith(("collect_", "_"))]  # fmt: skip
     assert set().union(*(patches(LATEST, name) for name in gathers)) == {PATCH_REREQUEST}
+
+
+def _signals(name: str, files: str) -> set[str]:
+    """The names of the signals in the set's histories matching ``files``."""
+    found = set()
+    for path in (HISTORIES / name).glob(files):
+        history = WorkflowHistory.from_json(path.stem, path.read_text())
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                found.add(event.workflow_execution_signaled_event_attributes.signal_name)
+    return found
 
 
 def patches(name: str, files: str = "collect_*.json") -> set[str]:
@@ -87,9 +107,12 @@ def patches(name: str, files: str = "collect_*.json") -> set[str]:
 #: The first set written by ``tests.workflows.record`` (every later one covers as much).
 RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
 #: The newest set: every path the recorder knows, gathers over a logical group, the
-#: collector's, completion rules, optional legs, leg deadlines, a re-request and replies
-#: that share a MsgId among them.
-LATEST = "0.1.0-164c2fee18a1"
+#: collector's, completion rules, optional legs, leg deadlines, a re-request, replies
+#: that share a MsgId among them, and a leg asked again on MQ's report that its request
+#: was not delivered (signal ``undelivered``).
+LATEST = "0.1.0-1c874860e123"
+#: The last set before gathers heard of undelivered requests.
+BEFORE_REPORTS = "0.1.0-164c2fee18a1"
 #: The last set before redeliveries were told apart by content.
 BEFORE_FINGERPRINTS = "0.1.0-53424fd356a0"
 #: The last set before completion rules and the wait before closing.
