@@ -520,6 +520,7 @@ class InboundBridge(QueueBridge):
         whole: dict[int, MQMessage] = {}
         owner = owner_of_shared_queue(specs)
         undelivered: list[tuple[AggregateSpec, MQMessage, ReportedLeg]] = []
+        told: set[tuple[str, bytes, int]] = set()
         for message in batch:
             # Its leg or CorrelId could be among what is missing, or in another segment.
             if problem := message.unreadable or not_whole(message):
@@ -547,8 +548,14 @@ class InboundBridge(QueueBridge):
             except ReportMessage as exc:
                 target = queue_for(exc.aggregate, Destination.REPORT)
                 moves.append(Move(Destination.REPORT, target, message, str(exc)))
-                if (leg := reported_leg(message, exc.aggregate)) is not None:
-                    undelivered.append((exc.aggregate, message, leg))
+                leg = reported_leg(message, exc.aggregate)
+                # One per leg and batch: a flood of reports for one gather adds no more
+                # to its history than one signal per leg per batch.
+                if leg is not None:
+                    about = (exc.aggregate.name, leg.correl_id, leg.leg_index)
+                    if about not in told:
+                        told.add(about)
+                        undelivered.append((exc.aggregate, message, leg))
                 continue
             except IdentificationError as exc:
                 target = queue_for(exc.aggregate or owner, Destination.FAILURE)

@@ -236,6 +236,34 @@ async def test_a_report_of_an_undelivered_request_asks_the_leg_again_at_once(
     assert all("MQRC_Q_FULL" in str(m.properties[PROP_REASON]) for m in reported)
 
 
+async def test_a_flood_of_reports_on_one_leg_is_one_signal_per_batch(temporal_env, tmp_path):
+    """200 forged exception reports for CREDIT, committed at once: the bridge takes them
+    in two batches and tells the gather once per batch, so CREDIT is asked again twice
+    (its retries) and the gather's history grows by two signals, not 200. Every report
+    reaches the report queue once."""
+    legs = three(retries=5, retry_after_seconds=300.0)
+    spec = AggregateSpec(name="flooded", legs=legs, leg_identification="correlid",
+                         request_reports=True, timeout_seconds=600)  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        handle = p.handle(spec, sent.correl_id)
+        first = await p.wait_message("BACKEND.CREDIT")
+        for n in range(200):
+            forged = MQMessage(msg_type=MQMT_REPORT, feedback=2053, correl_id=first.msg_id,
+                               msg_id=parse_id(f"FLOOD-{n}"), format="")  # fmt: skip
+            p.qm.put(spec.reply_queue, forged)
+        p.qm.commit()
+        await until(lambda: asyncio.sleep(0, p.depth(spec.report_queue)), lambda d: d == 200)
+        await until(lambda: status(handle), lambda s: s.legs[0].attempts == 3)
+        await handle.execute_update(GatherWorkflow.cancel, CancelInput(reason="test over"))
+        events = (await handle.fetch_history()).events
+        reported = p.messages(spec.report_queue)
+    signals = [e.workflow_execution_signaled_event_attributes.signal_name for e in events
+               if e.workflow_execution_signaled_event_attributes.signal_name]  # fmt: skip
+    assert signals.count("undelivered") == 2
+    assert sorted(m.msg_id for m in reported) == sorted(parse_id(f"FLOOD-{n}") for n in range(200))
+
+
 async def test_an_operator_re_requests_a_leg_by_hand(temporal_env, tmp_path):
     spec = AggregateSpec(name="byhand", legs=three(), keep_requests=True, timeout_seconds=120)
     client = temporal_env.client
