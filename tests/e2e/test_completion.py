@@ -197,6 +197,21 @@ async def test_a_leg_that_never_answers_is_asked_n_plus_one_times_then_the_rule_
     assert result.legs[0].attempts == 3 and result.legs[0].lost
 
 
+def _reporting(name: str, retries: int) -> AggregateSpec:
+    """An aggregate whose requests ask for exception reports; CREDIT is asked again only
+    after 300 s unless MQ reports its request undelivered."""
+    legs = three(retries=retries, retry_after_seconds=300.0)
+    return AggregateSpec(name=name, legs=legs, leg_identification="correlid",
+                         request_reports=True, timeout_seconds=600)  # fmt: skip
+
+
+def _queue_full(request: MQMessage, report_id: str) -> MQMessage:
+    """What a message channel agent sends back about a request it could not deliver
+    (MQRC_Q_FULL), correlated as MQRO_COPY_MSG_ID_TO_CORREL_ID asks."""
+    return MQMessage(msg_type=MQMT_REPORT, feedback=2053, correl_id=request.msg_id,
+                     msg_id=parse_id(report_id), format="")  # fmt: skip
+
+
 async def test_a_report_of_an_undelivered_request_asks_the_leg_again_at_once(
     temporal_env, tmp_path
 ):
@@ -206,17 +221,13 @@ async def test_a_report_of_an_undelivered_request_asks_the_leg_again_at_once(
     The gather asks CREDIT again at once, not after retry_after_seconds (300 s here);
     the report goes to the report queue all the same, and the same report got again
     asks nothing more."""
-    legs = three(retries=2, retry_after_seconds=300.0)
-    spec = AggregateSpec(name="reported", legs=legs, leg_identification="correlid",
-                         request_reports=True, timeout_seconds=600)  # fmt: skip
+    spec = _reporting("reported", retries=2)
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
         sent = await p.scatter(spec)
         handle = p.handle(spec, sent.correl_id)
         first = await p.wait_message("BACKEND.CREDIT")
         assert first.report == reports.MQRO_EXCEPTION
-        # What a message channel agent sends back (MQRO_COPY_MSG_ID_TO_CORREL_ID).
-        report = MQMessage(msg_type=MQMT_REPORT, feedback=2053, correl_id=first.msg_id,
-                           msg_id=parse_id("EXC-1"), format="")  # fmt: skip
+        report = _queue_full(first, "EXC-1")
         p.put(spec.reply_queue, report)
         again = await p.wait_message("BACKEND.CREDIT", timeout=60)
         p.put(spec.reply_queue, report)  # got again: its bridge stopped before MQCMIT
@@ -238,20 +249,16 @@ async def test_a_report_of_an_undelivered_request_asks_the_leg_again_at_once(
 
 async def test_a_flood_of_reports_on_one_leg_is_one_signal_per_batch(temporal_env, tmp_path):
     """200 forged exception reports for CREDIT, committed at once: the bridge takes them
-    in two batches and tells the gather once per batch, so CREDIT is asked again twice
-    (its retries) and the gather's history grows by two signals, not 200. Every report
-    reaches the report queue once."""
-    legs = three(retries=5, retry_after_seconds=300.0)
-    spec = AggregateSpec(name="flooded", legs=legs, leg_identification="correlid",
-                         request_reports=True, timeout_seconds=600)  # fmt: skip
+    in two batches and tells the gather once per batch, so CREDIT (which has 5
+    re-requests) is asked again twice, and the gather's history grows by two signals,
+    not 200. Every report reaches the report queue once."""
+    spec = _reporting("flooded", retries=5)
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
         sent = await p.scatter(spec)
         handle = p.handle(spec, sent.correl_id)
         first = await p.wait_message("BACKEND.CREDIT")
         for n in range(200):
-            forged = MQMessage(msg_type=MQMT_REPORT, feedback=2053, correl_id=first.msg_id,
-                               msg_id=parse_id(f"FLOOD-{n}"), format="")  # fmt: skip
-            p.qm.put(spec.reply_queue, forged)
+            p.qm.put(spec.reply_queue, _queue_full(first, f"FLOOD-{n}"))
         p.qm.commit()
         await until(lambda: asyncio.sleep(0, p.depth(spec.report_queue)), lambda d: d == 200)
         await until(lambda: status(handle), lambda s: s.legs[0].attempts == 3)
