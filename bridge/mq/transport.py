@@ -181,18 +181,30 @@ class Transport(abc.ABC):
     def clear(self, queue: str) -> int:
         """Remove every available message from a queue; returns how many (committed
         every 500, or sooner where MAXUMSGS is lower)."""
-        count = 0
+        count = held = 0
+        outside = False
         while True:
             try:
-                self.get(queue, syncpoint=True)
+                self.get(queue, syncpoint=not outside)
             except NoMessageAvailable:
                 break
             except SyncpointLimitReached:
-                self.commit()
+                if held:
+                    self.commit()
+                    held = 0
+                else:
+                    # Even an empty unit of work has no room for the message and the COD
+                    # it asks for (MAXUMSGS 1): that one goes outside syncpoint.
+                    outside = True
                 continue
             count += 1
-            if count % 500 == 0:
+            if outside:
+                outside = False
+                continue
+            held += 1
+            if held == 500:
                 self.commit()
+                held = 0
         self.commit()
         return count
 

@@ -669,6 +669,23 @@ def test_clear_commits_as_often_as_maxumsgs_needs(connect, make_queue, request, 
     assert qm.inquire(q).curdepth == 0
 
 
+@pytest.mark.timeout(60)  # a clear that retries the same get for ever fails here
+def test_clear_takes_a_message_asking_for_a_cod_when_maxumsgs_is_1(
+    connect, make_queue, request, tmp_path
+):
+    """A get under syncpoint needs room for the message and its COD: with MAXUMSGS 1
+    even an empty unit of work has none, so clear takes that one outside syncpoint."""
+    qm = connect()
+    q, replies = make_queue(qm), make_queue(qm)
+    for i in range(4):
+        asks = reports.MQRO_COD if i % 2 else 0
+        qm.put(q, MQMessage(body=b"%d" % i, reply_to_q=replies, report=asks),
+               PutOptions(syncpoint=False))  # fmt: skip
+    _maxumsgs(request, tmp_path, qm, 1)  # IBM MQ's own where the test cannot set it
+    assert qm.clear(q) == 4
+    assert (qm.inquire(q).curdepth, qm.inquire(replies).curdepth) == (0, 2)
+
+
 def test_a_redelivered_message_keeps_its_fingerprint_and_a_reused_msg_id_does_not(
     connect, make_queue
 ):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from mqgather.cli import keys as keys_cli
@@ -57,6 +58,7 @@ def test_add_activate_and_the_refusals_that_keep_a_ring_whole(tmp_path):
     assert missing.exit_code != 0 and "k9" in missing.output
 
 
+@pytest.mark.timeout(60)  # a codec server that starts instead of refusing fails here
 def test_the_codec_server_refuses_to_start_without_a_token_or_a_ring(tmp_path, monkeypatch):
     for name in ("MQGATHER_KEYS", "MQGATHER_KEYS_FILE", "MQGATHER_CODEC_TOKEN",
                  "MQGATHER_CODEC_TOKEN_FILE"):  # fmt: skip
