@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -32,11 +31,12 @@ from bridge.mq.models import (
     PropertyValue,
     PutOptions,
     QueueAddress,
+    expiry_tenths,
 )
 from bridge.mq.transport import Transport
 from mqgather import names
 from mqgather.config import AggregateSpec
-from mqgather.constants import DEFAULT_HELD_MB, HELD_BUDGET_WAIT_SECONDS, MAX_EXPIRY_TENTHS, MB
+from mqgather.constants import DEFAULT_HELD_MB, HELD_BUDGET_WAIT_SECONDS, MB
 from mqgather.names import (
     APPL_NAME,
     PROP_ATTEMPT,
@@ -109,9 +109,8 @@ def _requester_life(terms: ReplyTerms, now: datetime) -> tuple[int, int]:
     """What a message to the requester gets of its request's Expiry and Report."""
     if terms.expires_at is None:
         return MQEI_UNLIMITED, terms.report
-    tenths = math.ceil((terms.expires_at - now).total_seconds() * 10)
     # A request that expired meanwhile gets a response with the shortest life MQ takes.
-    return min(max(tenths, 1), MAX_EXPIRY_TENTHS), terms.report
+    return expiry_tenths((terms.expires_at - now).total_seconds()), terms.report
 
 
 def response_id(inp: PutResponseInput) -> bytes:
@@ -348,13 +347,15 @@ class MQActivities:
         key = ledger_key("request", inp.gather_id, inp.leg, str(inp.attempt))
         sent = inp.request.message
         properties = {**sent.properties, PROP_ATTEMPT: inp.attempt, PROP_REASON: inp.reason}
-        message = sent.model_copy(
-            update={
-                "msg_id": key,
-                "report": sent.report | MQRO_PASS_CORREL_ID,
-                "properties": properties,
-            }
-        )
+        update: dict[str, object] = {
+            "msg_id": key,
+            "report": sent.report | MQRO_PASS_CORREL_ID,
+            "properties": properties,
+        }
+        if inp.expires_at is not None:
+            # Nobody waits for the leg's reply past then: MQ discards the request unread.
+            update["expiry"] = expiry_tenths((inp.expires_at - datetime.now(UTC)).total_seconds())
+        message = sent.model_copy(update=update)
 
         def work(transport: Transport) -> None:
             if ledger.done(transport, spec.ledger_queue, key):

@@ -14,7 +14,14 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from bridge.identify import INDEX_LENGTH, KEY_LENGTH, gather_correl_id, leg_correl_id
 from bridge.mq import hold, reports
-from bridge.mq.models import ID_LENGTH, MQMessage, PropertyValue, PutOptions
+from bridge.mq.models import (
+    ID_LENGTH,
+    MQEI_UNLIMITED,
+    MQMessage,
+    PropertyValue,
+    PutOptions,
+    expiry_tenths,
+)
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec, over_limits
 from mqgather.constants import MAX_KEPT_REQUEST_BYTES, MAX_WAIT_SECONDS
@@ -82,6 +89,16 @@ def _kept(spec: AggregateSpec, leg: LegSpec, message: MQMessage) -> LegRequest:
     return LegRequest(queue=leg.queue(), message=message)
 
 
+def request_expiry(spec: AggregateSpec, leg: LegSpec, timeout: float) -> int:
+    """A leg's request's Expiry: unlimited, or (``expire_requests``) the time until
+    nobody waits for its reply, the leg's own deadline or the gather's (``timeout``
+    seconds from now; 0 for none), whichever comes first."""
+    waits = [s for s in (leg.timeout_seconds, timeout) if s]
+    if not spec.expire_requests or not waits:
+        return MQEI_UNLIMITED
+    return expiry_tenths(min(waits))
+
+
 def _put_requests(
     transport: Transport,
     spec: AggregateSpec,
@@ -89,6 +106,7 @@ def _put_requests(
     correl: bytes,
     bodies: Mapping[str, bytes] | None,
     leg_properties: Mapping[str, Mapping[str, PropertyValue]] | None,
+    timeout: float,
 ) -> dict[str, LegRequest]:
     """PUT one request per leg under syncpoint; the requests kept for re-requests."""
     requests: dict[str, LegRequest] = {}
@@ -105,6 +123,7 @@ def _put_requests(
             reply_to_q=spec.reply_queue,
             # MQ's report about an undelivered request comes with its MsgId as CorrelId.
             report=reports.MQRO_EXCEPTION if spec.request_reports else 0,
+            expiry=request_expiry(spec, leg, timeout),
             properties=props,
             body=(bodies or {}).get(leg.name, b"{}"),
         )
@@ -195,7 +214,8 @@ async def scatter(
     # registration that does not validate or a start Temporal refuses backs out every
     # request already put (never left for a later commit to send without its gather).
     try:
-        requests = _put_requests(transport, spec, chosen, correl, bodies, leg_properties)
+        timeout = spec.timeout_seconds if timeout_seconds is None else timeout_seconds
+        requests = _put_requests(transport, spec, chosen, correl, bodies, leg_properties, timeout)
         registration = Registration(
             legs=list(chosen),
             count=len(chosen) if spec.leg_identification == "count" else 0,

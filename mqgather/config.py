@@ -141,6 +141,13 @@ class AggregateSpec(BaseModel):
         description="scatter keeps every leg's request with its gather, so an operator can "
         "re-request any leg by hand (legs with retries keep theirs anyway)",
     )
+    expire_requests: bool = Field(
+        default=False,
+        description="scatter's requests expire (MQMD Expiry) when nobody waits for their "
+        "reply any more: at the leg's own deadline, else the gather's; a re-request gets "
+        "the time left. A back end that comes back late never works on them: MQ discards "
+        "them unread",
+    )
     request_reports: bool = Field(
         default=False,
         description="scatter's requests ask MQ for an exception report (MQRO_EXCEPTION) to "

@@ -334,6 +334,9 @@ class GatherWorkflow:
                 attempt=item.attempt,
                 request=self.s.requests[item.leg],
                 reason=item.reason,
+                expires_at=legs.awaited_until(self.s, item.leg)
+                if self.spec.expire_requests
+                else None,
             )
             work = f"re-request {item.attempt} of leg {item.leg}"
             await self._mq_work(work, names.ACTIVITY_SEND_REQUEST, lambda: sent, str)  # noqa: B023 - awaited in this iteration

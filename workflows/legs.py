@@ -46,6 +46,14 @@ def _wait(leg: LegSpec, made: int) -> float:
     return leg.retry_after_seconds * leg.retry_backoff**made
 
 
+def awaited_until(state: GatherState, name: str) -> datetime | None:
+    """Until when a reply of leg ``name`` is awaited: its own deadline or the gather's,
+    whichever comes first (None: no deadline)."""
+    leg = next(leg for leg in state.expected if leg.name == name)
+    times = [t for t in (deadline(state, leg), state.deadline) if t is not None]
+    return min(times, default=None)
+
+
 def retry_due(state: GatherState, leg: LegSpec) -> datetime | None:
     """When the leg is asked again, if it has a re-request left and its request is kept."""
     made = len(state.rerequested.get(leg.name, ()))

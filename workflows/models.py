@@ -405,6 +405,11 @@ class SendRequestInput(BaseModel):
     attempt: int = Field(ge=2)
     request: LegRequest
     reason: str = ""
+    expires_at: datetime | None = Field(
+        default=None,
+        description="when nobody waits for the leg's reply any more (expire_requests): "
+        "the request expires then",
+    )
 
 
 class RouteInput(BaseModel):

@@ -532,6 +532,12 @@ class PutOptions(BaseModel):
     logical_order: bool = False
 
 
+def expiry_tenths(seconds: float) -> int:
+    """An MQMD Expiry for a message that must not outlive ``seconds`` from now: tenths of
+    a second, rounded up, at least the shortest MQ takes (1) and at most the longest."""
+    return min(max(math.ceil(seconds * 10), 1), MAX_EXPIRY_TENTHS)
+
+
 def wait_refusal(wait_ms: int) -> str | None:
     """Why MQ refuses a get's WaitInterval (MQRC_WAIT_INTERVAL_ERROR), or None: it is a
     number of milliseconds that an MQLONG holds, or -1 (MQWI_UNLIMITED)."""

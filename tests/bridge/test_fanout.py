@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.fanout import ScatterError
+from bridge.fanout import ScatterError, request_expiry
+from bridge.mq.models import MQEI_UNLIMITED
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import MAX_KEPT_REQUEST_BYTES
 from tests.harness import pipeline
@@ -36,3 +37,21 @@ async def test_a_scatter_refused_midway_leaves_no_request_for_a_later_commit(
         p.qm.commit()
         depths = {leg.name: p.depth(leg.queue()) for leg in LEGS}
     assert depths == {"CREDIT": 0, "STOCK": 0}
+
+
+@pytest.mark.parametrize(
+    ("expire", "leg_timeout", "timeout", "expiry"),
+    [
+        (False, 5.0, 30.0, MQEI_UNLIMITED),  # not asked
+        (True, None, 30.0, 300),  # the gather's deadline
+        (True, 5.0, 30.0, 50),  # the leg's own, sooner
+        (True, 50.0, 30.0, 300),  # the gather's, sooner
+        (True, None, 0.0, MQEI_UNLIMITED),  # no deadline at all
+        (True, 0.01, 0.0, 1),  # a hundredth of a second: the shortest Expiry MQ takes
+        (True, 2.34, 0.0, 24),  # rounded up: never before the deadline
+    ],
+)
+def test_a_request_expires_when_nobody_waits_for_its_reply(expire, leg_timeout, timeout, expiry):
+    spec = AggregateSpec(name="e", expire_requests=expire)
+    leg = LegSpec(name="CREDIT", timeout_seconds=leg_timeout)
+    assert request_expiry(spec, leg, timeout) == expiry

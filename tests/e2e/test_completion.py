@@ -271,6 +271,25 @@ async def test_a_flood_of_reports_on_one_leg_is_one_signal_per_batch(temporal_en
     assert sorted(m.msg_id for m in reported) == sorted(parse_id(f"FLOOD-{n}") for n in range(200))
 
 
+async def test_requests_expire_when_nobody_waits_for_their_replies(temporal_env, tmp_path):
+    """expire_requests: each request's Expiry is the time until its gather's deadline
+    (4 s), and CREDIT's re-request, 1 s later, gets the time left. No back end answers:
+    once the gather has timed out, MQ has discarded the requests nobody took, so a back
+    end that comes back never works on them."""
+    # CREDIT is lost only 11 s after its request: the gather's deadline ends it first.
+    legs = three(retries=1, retry_after_seconds=1.0, retry_backoff=10.0)
+    spec = AggregateSpec(name="expiring", legs=legs, expire_requests=True, timeout_seconds=4)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        first = await p.wait_message("BACKEND.CREDIT")
+        again = await p.wait_message("BACKEND.CREDIT", timeout=10)
+        result = await p.result(spec, sent.correl_id, timeout=30)
+        left = [p.empty(f"BACKEND.{leg}") for leg in ("STOCK", "STOCK_ALT")]
+    assert 30 < first.expiry <= 40 and again.properties[PROP_ATTEMPT] == 2
+    assert 0 < again.expiry <= 30 and again.expiry < first.expiry - 5
+    assert result.state == "TIMEOUT" and left == [True, True]
+
+
 async def test_an_operator_re_requests_a_leg_by_hand(temporal_env, tmp_path):
     spec = AggregateSpec(name="byhand", legs=three(), keep_requests=True, timeout_seconds=120)
     client = temporal_env.client

@@ -190,6 +190,16 @@ def test_a_report_asks_nothing_of_a_leg_that_replied_or_whose_request_was_not_ke
     assert state.to_request == [] and state.reported == []
 
 
+def test_a_legs_reply_is_awaited_until_its_own_deadline_or_the_gathers():
+    _, state = retrying()  # the gather's deadline: 30 s
+    assert legs.awaited_until(state, "CREDIT") == at(30)
+    _, state = retrying(timeout_seconds=5)
+    assert legs.awaited_until(state, "CREDIT") == at(5)
+    assert legs.awaited_until(state, "STOCK") == at(30)
+    state.deadline = None  # a gather that waits for ever
+    assert legs.awaited_until(state, "STOCK") is None
+
+
 def test_re_requests_not_yet_put_when_the_gather_closes_were_never_made():
     _, state = retrying()
     legs.plan_rerequests(state, at(2))
