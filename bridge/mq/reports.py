@@ -64,9 +64,9 @@ def undelivered(message: MQMessage) -> str | None:
         return None
     feedback = message.feedback
     if feedback == MQFB_EXPIRATION:
-        return "it expired unread (MQFB_EXPIRATION)"
+        return "expired unread (MQFB_EXPIRATION)"
     if MQRC_FIRST <= feedback <= MQRC_LAST:
-        return f"it could not be delivered: {feedback_name(feedback)}"
+        return feedback_name(feedback)
     return None
 
 

@@ -176,9 +176,10 @@ async def test_scatter_pads_a_short_correl_id_as_mq_does(temporal_env, tmp_path)
 @pytest.mark.parametrize(
     ("feedback", "said"),
     [
-        (2053, "it could not be delivered: MQRC_Q_FULL (2053)"),
-        (2085, "it could not be delivered: MQRC_UNKNOWN_OBJECT_NAME (2085)"),
-        (258, "it expired unread (MQFB_EXPIRATION)"),
+        (2053, "MQRC_Q_FULL (2053)"),
+        (2085, "MQRC_UNKNOWN_OBJECT_NAME (2085)"),
+        (2999, "Feedback 2999"),  # a reason code this release does not name
+        (258, "expired unread (MQFB_EXPIRATION)"),
         (259, None),  # a COA
         (276, None),  # a NAN: the back end answered
         (65536 + 4, None),  # an application's own
