@@ -137,6 +137,7 @@ def plan_rerequests(state: GatherState, now: datetime) -> list[Rerequest]:
 
 def _record(state: GatherState, leg: LegSpec, now: datetime, reason: str) -> Rerequest:
     state.rerequested.setdefault(leg.name, []).append(now)
+    state.rerequest_reasons[leg.name] = reason
     request = Rerequest(leg=leg.name, attempt=attempts(state, leg), reason=reason)
     state.to_request.append(request)
     return request
@@ -203,4 +204,5 @@ def drop_unsent(state: GatherState) -> None:
             made.pop()
         if not made:
             state.rerequested.pop(item.leg, None)
+            state.rerequest_reasons.pop(item.leg, None)
     state.to_request.clear()

@@ -532,6 +532,7 @@ def leg_status(state: GatherState, now: datetime | None = None) -> list[LegStatu
                 deadline=legs.deadline(state, leg),
                 lost=now is not None and legs.is_lost(state, leg, now),
                 next_request_at=legs.retry_due(state, leg) if pending else None,
+                last_reason=state.rerequest_reasons.get(leg.name, ""),
             )
         )
     return shown
@@ -687,7 +688,7 @@ def _asked(leg: LegStatus | None) -> str:
     """A leg's requests and clocks for the details table ("" when it has none)."""
     if leg is None:
         return ""
-    parts = [f"{leg.attempts} requests"] if leg.attempts > 1 else []
+    parts = [leg.asked()] if leg.attempts > 1 else []
     if leg.next_request_at is not None:
         parts.append(f"next {leg.next_request_at:%H:%M:%S}")
     if leg.deadline is not None and not leg.received:

@@ -258,6 +258,9 @@ class GatherState(BaseModel):
     rerequested: dict[str, list[datetime]] = Field(
         default_factory=dict, description="when each leg was asked again, by leg"
     )
+    rerequest_reasons: dict[str, str] = Field(
+        default_factory=dict, description="why each leg was asked again the last time, by leg"
+    )
     reported: list[str] = Field(
         default_factory=list,
         description="MsgIds (hex) of the reports of undelivered requests acted upon: a "
@@ -321,10 +324,19 @@ class LegStatus(BaseModel):
     deadline: datetime | None = Field(default=None, description="the leg's own deadline")
     lost: bool = Field(default=False, description="past its deadline or its last retry")
     next_request_at: datetime | None = Field(default=None, description="next re-request")
+    last_reason: str = Field(default="", description="why it was asked again the last time")
+
+    def asked(self) -> str:
+        """``2 requests (last: no reply)``, or "" for a leg asked once."""
+        if self.attempts <= 1:
+            return ""
+        why = f" (last: {self.last_reason})" if self.last_reason else ""
+        return f"{self.attempts} requests{why}"
 
     def line(self) -> str:
-        """``CREDIT: 10,485,760 bytes (held)`` or ``TAX: missing, 2 requests``."""
-        asked = f", {self.attempts} requests" if self.attempts > 1 else ""
+        """``CREDIT: 10,485,760 bytes (held)`` or ``TAX: missing, 2 requests (last: no
+        reply)``."""
+        asked = f", {self.asked()}" if self.attempts > 1 else ""
         if not self.received:
             gone = " (lost)" if self.lost else ""
             due = f", due {self.deadline:%H:%M:%S}" if self.deadline and not self.lost else ""

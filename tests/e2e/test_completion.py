@@ -242,6 +242,7 @@ async def test_a_report_of_an_undelivered_request_asks_the_leg_again_at_once(
     assert again.properties[PROP_ATTEMPT] == 2 and again.correl_id == first.correl_id
     assert "MQRC_Q_FULL (2053)" in str(again.properties[PROP_REASON])
     assert [leg.attempts for leg in seen.legs] == [2, 1, 1]
+    assert seen.legs[0].last_reason == "MQ reported its request undelivered: MQRC_Q_FULL (2053)"
     assert result.state == "COMPLETE" and [leg.attempts for leg in result.legs] == [2, 1, 1]
     assert [m.msg_id for m in reported] == [report.msg_id] * 2
     assert all("MQRC_Q_FULL" in str(m.properties[PROP_REASON]) for m in reported)
@@ -300,6 +301,7 @@ async def test_an_operator_re_requests_a_leg_by_hand(temporal_env, tmp_path):
         done = await cli(client, "rerequest", "HAND-1", "STOCK", "--reason", "supplier back")
         again = await p.wait_message("BACKEND.STOCK")
         shown = await cli(client, "status", "HAND-1")
+        as_json = await cli(client, "status", "HAND-1", "--json")
         handle = p.handle(spec, sent.correl_id)
         await handle.execute_update(GatherWorkflow.cancel, CancelInput(reason="test over"))
     assert unknown.returncode != 0 and b"TAX is not a leg of this gather" in unknown.stderr
@@ -308,7 +310,9 @@ async def test_an_operator_re_requests_a_leg_by_hand(temporal_env, tmp_path):
     assert again.correl_id == first.correl_id and again.body == first.body
     assert again.properties[PROP_ATTEMPT] == 2
     assert again.properties[PROP_REASON] == "supplier back"
-    assert b"STOCK: missing, 2 requests" in shown.stdout, shown.stdout
+    assert b"STOCK: missing, 2 requests (last:" in shown.stdout, shown.stdout.decode()
+    stock = json.loads(as_json.stdout)["legs"][1]
+    assert (stock["name"], stock["attempts"], stock["last_reason"]) == ("STOCK", 2, "supplier back")
 
 
 def _run_dying_worker(address: str, path: str, task_queue: str, marker: str, when: str) -> None:

@@ -204,7 +204,7 @@ def test_re_requests_not_yet_put_when_the_gather_closes_were_never_made():
     _, state = retrying()
     legs.plan_rerequests(state, at(2))
     legs.drop_unsent(state)
-    assert state.to_request == [] and state.rerequested == {}
+    assert state.to_request == [] and state.rerequested == state.rerequest_reasons == {}
 
 
 @pytest.mark.parametrize("rule", ["any", "quorum:1", "CREDIT or STOCK"])
@@ -221,4 +221,9 @@ def test_details_show_each_legs_requests_and_deadline():
     _, state = retrying(timeout_seconds=20)
     legs.plan_rerequests(state, at(2))
     shown = logic.details(state, at(3))
-    assert "| CREDIT | **missing** | 2 requests, next 00:00:06, deadline 00:00:20 |" in shown
+    assert (
+        "| CREDIT | **missing** | 2 requests (last: no reply), next 00:00:06, "
+        "deadline 00:00:20 |" in shown
+    )
+    (credit, *_) = logic.leg_status(state, at(3))
+    assert credit.line() == "CREDIT: missing, 2 requests (last: no reply), due 00:00:20"
