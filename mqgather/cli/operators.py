@@ -194,7 +194,8 @@ def status(correl_id: str, name: str | None, as_json: bool) -> None:
 
     shown = run(main)
     if not as_json and "legs" in shown:
-        shown["legs"] = [LegStatus.model_validate(leg).line() for leg in shown["legs"]]
+        # A line each: a leg's line may hold commas (the reason it was asked again).
+        shown["legs"] = "\n".join(LegStatus.model_validate(leg).line() for leg in shown["legs"])
     show_fields(shown, as_json)
 
 

@@ -310,7 +310,8 @@ async def test_an_operator_re_requests_a_leg_by_hand(temporal_env, tmp_path):
     assert again.correl_id == first.correl_id and again.body == first.body
     assert again.properties[PROP_ATTEMPT] == 2
     assert again.properties[PROP_REASON] == "supplier back"
-    assert b"STOCK: missing, 2 requests (last:" in shown.stdout, shown.stdout.decode()
+    lines = [line.strip("│ ") for line in shown.stdout.decode().splitlines()]
+    assert "STOCK: missing, 2 requests (last: supplier back)" in lines, lines
     stock = json.loads(as_json.stdout)["legs"][1]
     assert (stock["name"], stock["attempts"], stock["last_reason"]) == ("STOCK", 2, "supplier back")
 
