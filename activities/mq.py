@@ -325,7 +325,8 @@ class MQActivities:
         if refused:
             error = "; ".join(f"{target}: {exc}" for target, exc in refused)
             _record_close(inp, "FAILED")
-            taken = [str(t) for t in targets if t not in dict(refused)]
+            gone = dict(refused)
+            taken = [str(t) for t in targets if t not in gone]
             return PutResponseResult(
                 outcome="FAILED",
                 queues=[*taken, dlq],

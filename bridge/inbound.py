@@ -519,8 +519,9 @@ class InboundBridge(QueueBridge):
         # the hold queue, or for wherever else it goes.
         whole: dict[int, MQMessage] = {}
         owner = owner_of_shared_queue(specs)
-        undelivered: list[tuple[AggregateSpec, MQMessage, ReportedLeg]] = []
-        told: set[tuple[str, bytes, int]] = set()
+        # The first report per gather and leg in the batch.
+        undelivered: dict[tuple[str, bytes, int], tuple[AggregateSpec, MQMessage, ReportedLeg]]
+        undelivered = {}
         for message in batch:
             # Its leg or CorrelId could be among what is missing, or in another segment.
             if problem := message.unreadable or not_whole(message):
@@ -553,9 +554,7 @@ class InboundBridge(QueueBridge):
                 # to its history than one signal per leg per batch.
                 if leg is not None:
                     about = (exc.aggregate.name, leg.correl_id, leg.leg_index)
-                    if about not in told:
-                        told.add(about)
-                        undelivered.append((exc.aggregate, message, leg))
+                    undelivered.setdefault(about, (exc.aggregate, message, leg))
                 continue
             except IdentificationError as exc:
                 target = queue_for(exc.aggregate or owner, Destination.FAILURE)
@@ -618,7 +617,7 @@ class InboundBridge(QueueBridge):
                 raise error
         # Before MQCMIT, as the replies' signals: a report got again re-requests nothing
         # more (the gather remembers its MsgId).
-        await asyncio.gather(*(self._undelivered(*item) for item in undelivered))
+        await asyncio.gather(*(self._undelivered(*item) for item in undelivered.values()))
         if held:
             await call(self._hold, transport, held)
         if moves:

@@ -688,7 +688,7 @@ def _asked(leg: LegStatus | None) -> str:
     """A leg's requests and clocks for the details table ("" when it has none)."""
     if leg is None:
         return ""
-    parts = [leg.asked()] if leg.attempts > 1 else []
+    parts = [times] if (times := leg.asked()) else []
     if leg.next_request_at is not None:
         parts.append(f"next {leg.next_request_at:%H:%M:%S}")
     if leg.deadline is not None and not leg.received:

@@ -336,7 +336,7 @@ class LegStatus(BaseModel):
     def line(self) -> str:
         """``CREDIT: 10,485,760 bytes (held)`` or ``TAX: missing, 2 requests (last: no
         reply)``."""
-        asked = f", {self.asked()}" if self.attempts > 1 else ""
+        asked = f", {times}" if (times := self.asked()) else ""
         if not self.received:
             gone = " (lost)" if self.lost else ""
             due = f", due {self.deadline:%H:%M:%S}" if self.deadline and not self.lost else ""

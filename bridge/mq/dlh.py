@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bridge.mq.models import MQENC_NATIVE, MQMessage, fixed_chars, put_date_time
+from bridge.mq.models import MQENC_NATIVE, MQMessage, chars_text, fixed_chars, put_date_time
 from mqgather.ccsid import CCSID_UTF8
 
 STRUC_ID = b"DLH "
@@ -75,21 +75,17 @@ def unpack(body: bytes) -> tuple[DeadLetterHeader, bytes]:
     if len(body) < LENGTH or not body.startswith(STRUC_ID):
         raise NotADeadLetter("the body does not start with an MQDLH")
     fields = _LAYOUT.unpack_from(body)
-
-    def text(raw: bytes) -> str:
-        return raw.decode("latin-1").rstrip(" \x00")
-
     header = DeadLetterHeader(
         reason=fields[2],
-        dest_q_name=text(fields[3]),
-        dest_q_mgr_name=text(fields[4]),
+        dest_q_name=chars_text(fields[3]),
+        dest_q_mgr_name=chars_text(fields[4]),
         encoding=fields[5],
         coded_char_set_id=fields[6],
-        format=text(fields[7]),
+        format=chars_text(fields[7]),
         put_appl_type=fields[8],
-        put_appl_name=text(fields[9]),
-        put_date=text(fields[10]),
-        put_time=text(fields[11]),
+        put_appl_name=chars_text(fields[9]),
+        put_date=chars_text(fields[10]),
+        put_time=chars_text(fields[11]),
     )
     return header, body[LENGTH:]
 

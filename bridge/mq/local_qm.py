@@ -654,6 +654,12 @@ class LocalQueueManager(Transport):
         # The queue manager that owns the destination confirms the arrival: for another
         # queue manager's queue that is the other one, once a channel gets it there.
         coa = not xmitq and reports.asks(stored, reports.MQFB_COA)
+
+        def arrival(db: sqlite3.Connection) -> tuple[str, tuple[Any, ...]] | None:
+            if not coa or not self._confirms(db, queue):
+                return None
+            return self._confirmation(db, stored, reports.MQFB_COA)
+
         if opts.syncpoint:
             # Checked now, written by commit: the unit of work holds no lock meanwhile.
             with self._lock:
@@ -664,7 +670,7 @@ class LocalQueueManager(Transport):
                     self._check_put(self._db, target, landed, self._pending(target))
                     self._puts.append((target, row))
                     try:
-                        report = self._confirmation(self._db, queue, stored, reports.MQFB_COA, coa)
+                        report = arrival(self._db)
                         if report is not None and room < 2:
                             # MQ counts the COA it generates in the unit of work too.
                             raise self._limit_reached(f"putting to queue {target!r} with a COA")
@@ -683,7 +689,7 @@ class LocalQueueManager(Transport):
         def op(db: sqlite3.Connection) -> None:
             self._check_put(db, target, landed, 0)
             _insert(db, [row])
-            report = self._confirmation(db, queue, stored, reports.MQFB_COA, coa)
+            report = arrival(db)
             if report is not None:
                 _insert(db, [report[1]])
 
@@ -738,19 +744,15 @@ class LocalQueueManager(Transport):
         return sum(1 for q, _ in self._puts if q == queue)
 
     def _confirmation(
-        self, db: sqlite3.Connection, queue: str, about: MQMessage, feedback: int, asked: bool
+        self, db: sqlite3.Connection, about: MQMessage, feedback: int
     ) -> tuple[str, tuple[Any, ...]] | None:
-        """The COA or COD this queue manager sends about ``about``, arrived on or got
-        off ``queue``, as the queue and row it lands on; None when none is sent.
+        """The COA or COD this queue manager sends about ``about`` (whose queue
+        :meth:`_confirms`), as the queue and row it lands on; None when it is discarded.
 
-        None is sent unless ``asked`` and the queue :meth:`_confirms`. It goes to the
-        ReplyToQ at the ReplyToQMgr; when that refuses it, to the dead-letter queue behind
-        an MQDLH naming why, and when that refuses it too it is discarded: a report never
-        fails the call that caused it.
+        It goes to the ReplyToQ at the ReplyToQMgr; when that refuses it, to the
+        dead-letter queue behind an MQDLH naming why, and when that refuses it too it is
+        discarded: a report never fails the call that caused it.
         """
-        if not asked or not self._confirms(db, queue):
-            return None
-        deadq = self._read_deadq(db)
         report = reports.confirmation(
             about, feedback, qmgr_name=self.qmgr_name, msg_id=self._new_id(),
             now=datetime.now(UTC),
@@ -764,6 +766,7 @@ class LocalQueueManager(Transport):
                 landed = self._behind_xqh(report, to, qmgr)
             self._check_put(db, target, landed, self._pending(target))
         except MQError as exc:
+            deadq = self._read_deadq(db)
             if not deadq:
                 return None
             target = deadq
@@ -1153,7 +1156,7 @@ class LocalQueueManager(Transport):
             db.executemany("DELETE FROM messages WHERE id = ?", ids)
         if any(cod):
             for message, asked in zip(messages, cod, strict=True):
-                report = self._confirmation(db, queue, message, reports.MQFB_COD, asked)
+                report = self._confirmation(db, message, reports.MQFB_COD) if asked else None
                 if report is None:
                     continue
                 if syncpoint:

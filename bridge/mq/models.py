@@ -455,6 +455,12 @@ def fixed_chars(text: str, size: int) -> bytes:
     return text.encode("latin-1", "replace")[:size].ljust(size, b" ")
 
 
+def chars_text(raw: bytes) -> str:
+    """The text of an MQ character field :func:`fixed_chars` wrote: its blanks and NULs
+    after the last character dropped."""
+    return raw.decode("latin-1").rstrip(" \x00")
+
+
 def put_date_time(stamp: datetime) -> tuple[str, str]:
     """PutDate and PutTime as MQ writes them: YYYYMMDD and HHMMSSTH, in UTC."""
     at = stamp.astimezone(UTC)

@@ -18,6 +18,7 @@ from bridge.mq.models import (
     MQOL_UNDEFINED,
     NONE_ID,
     MQMessage,
+    chars_text,
     fixed_chars,
     put_date_time,
 )
@@ -47,10 +48,6 @@ class Transmitted:
     remote_q_name: str
     remote_q_mgr_name: str
     message: MQMessage
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("latin-1").rstrip(" \x00")
 
 
 def _has_v2_fields(m: MQMessage) -> bool:
@@ -114,18 +111,19 @@ def unpack(body: bytes) -> Transmitted:
     rest = body[LENGTH:]
     fields = {
         "report": md[2], "msg_type": md[3], "expiry": md[4], "feedback": md[5],
-        "encoding": md[6], "coded_char_set_id": md[7], "format": _text(md[8]),
+        "encoding": md[6], "coded_char_set_id": md[7], "format": chars_text(md[8]),
         "priority": md[9], "persistence": md[10], "msg_id": md[11], "correl_id": md[12],
-        "reply_to_q": _text(md[14]), "reply_to_qmgr": _text(md[15]),
-        "user_identifier": _text(md[16]), "accounting_token": md[17],
-        "appl_identity_data": _text(md[18]), "put_appl_type": md[19],
-        "put_appl_name": _text(md[20]), "appl_origin_data": _text(md[23]),
+        "reply_to_q": chars_text(md[14]), "reply_to_qmgr": chars_text(md[15]),
+        "user_identifier": chars_text(md[16]), "accounting_token": md[17],
+        "appl_identity_data": chars_text(md[18]), "put_appl_type": md[19],
+        "put_appl_name": chars_text(md[20]), "appl_origin_data": chars_text(md[23]),
     }  # fmt: skip
     if fields["format"] == MQFMT_MD_EXTENSION and len(rest) >= _MDE.size:
         mde = _MDE.unpack_from(rest)
         fields.update(
-            encoding=mde[3], coded_char_set_id=mde[4], format=_text(mde[5]), group_id=mde[7],
+            encoding=mde[3], coded_char_set_id=mde[4], format=chars_text(mde[5]), group_id=mde[7],
             msg_seq_number=mde[8], offset=mde[9], msg_flags=mde[10], original_length=mde[11],
         )  # fmt: skip
         rest = rest[_MDE.size :]
-    return Transmitted(_text(remote_q), _text(remote_qmgr), MQMessage(body=rest, **fields))
+    message = MQMessage(body=rest, **fields)
+    return Transmitted(chars_text(remote_q), chars_text(remote_qmgr), message)

@@ -56,9 +56,10 @@ def test_asks(report, feedback, asked):
     ],
 )
 def test_a_report_carries_none_the_first_100_or_all_of_the_data(report, feedback, length):
-    about = _about(report, format="MQSTR")
+    about = _about(report, format="MQSTR", coded_char_set_id=37, encoding=785)  # EBCDIC
     sent = reports.confirmation(about, feedback, qmgr_name="QM1", msg_id=NEW_ID, now=NOW)
     assert sent.body == about.body[:length]
+    assert (sent.coded_char_set_id, sent.encoding) == (37, 785)  # its data as it was
     assert sent.format == ("MQSTR" if length else MQFMT_NONE)
     assert (sent.msg_type, sent.feedback) == (MQMT_REPORT, feedback)
 

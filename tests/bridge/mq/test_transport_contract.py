@@ -298,23 +298,31 @@ def test_a_cod_outside_syncpoint_with_full_data_and_the_msg_id_passed_on(connect
     assert cod.msg_id == cod.correl_id == put.msg_id
 
 
+@pytest.mark.parametrize("refusal", ["missing", "too small"])
 def test_a_confirmation_the_reply_to_queue_refuses_is_dead_lettered_and_the_put_stands(
-    connect, make_queue
+    connect, make_queue, refusal
 ):
+    """A ReplyToQ that is not there (2085), or one too small for a COA with all of a
+    large message's data (2030): the COA goes to the dead-letter queue, the put stands."""
     qm = connect()
-    q = make_queue(qm)
+    q = make_queue(qm, maxmsgl=1_000_000)
+    reply_q, asks, reason = "NO.SUCH.REPLY.Q", reports.MQRO_COA, 2085
+    if refusal == "too small":
+        reply_q = make_queue(qm, maxmsgl=1000)
+        asks, reason = reports.MQRO_COA_WITH_FULL_DATA, 2030
     dlq = qm.dead_letter_queue()
     assert dlq
     before = qm.inquire(dlq).curdepth
-    sent = MQMessage(body=b"x", reply_to_q="NO.SUCH.REPLY.Q", report=reports.MQRO_COA)
-    put = qm.put(q, sent)
+    body = b"x" * (500_000 if refusal == "too small" else 1)
+    put = qm.put(q, MQMessage(body=body, reply_to_q=reply_q, report=asks))
     qm.commit()
     assert qm.inquire(q).curdepth == 1
     assert qm.inquire(dlq).curdepth == before + 1
     dead = qm.get(dlq, match=Match(correl_id=put.msg_id))
     qm.commit()
     header, rest = dlh.unpack(dead.body)
-    assert (header.reason, header.dest_q_name, rest) == (2085, "NO.SUCH.REPLY.Q", b"")
+    assert (header.reason, header.dest_q_name) == (reason, reply_q)
+    assert rest == (body if refusal == "too small" else b"")
     assert dead.feedback == reports.MQFB_COA
 
 
