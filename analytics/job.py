@@ -87,12 +87,17 @@ def _to_pandas(frame: DataFrame) -> pd.DataFrame:
     return cast(pd.DataFrame, frame.toPandas())
 
 
-def spark_session(master: str | None = "local[*]", app: str = "mqgather-analytics") -> SparkSession:
+def spark_session(
+    master: str | None = "local[*]", app: str = "mqgather-analytics", java_options: str = ""
+) -> SparkSession:
     """A SparkSession in UTC with a shuffle size that suits one machine.
 
-    ``master=None`` keeps the master spark-submit set (local[*] when there is none).
+    ``master=None`` keeps the master spark-submit set (local[*] when there is none);
+    ``java_options`` go to the driver's JVM (a profiler's, say), when it starts here.
     """
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     spark = (
         builder.appName(app)
         .config("spark.sql.session.timeZone", "UTC")

@@ -9,10 +9,13 @@ event shapes for 10k and 100k gathers, and per size, in the same run and Spark s
 Then job / floor and job / single-node, and the time's growth for 10x the gathers. With
 ``--plan`` the physical plan of the job's heaviest stage (the gather facts) is printed;
 with ``--against REV`` (repeatable) that revision's own benchmark runs right after, on this machine,
-and the two are set side by side.
+and the two are set side by side. With ``--profile`` the floor and the job's one pass over
+the files (its gather facts, written to Spark's no-op sink) run once more each at the
+largest size under Java Flight Recorder, and each one's JVM CPU is split by the area of
+code its samples fall in (:mod:`bench.jfr`): what the pass costs beyond the floor's read.
 
     python -m bench.analytics_scale [--sizes 10000 100000] [--repeat N] [--plan]
-        [--against REV]
+        [--against REV] [--profile]
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -33,6 +37,7 @@ from pyspark.sql import functions as F
 from analytics.job import analyze, line_facts, spark_session
 from analytics.synth import synthesize
 from analytics.transforms import RAW_SCHEMA
+from bench import jfr
 from bench.analytics_duckdb import gather_facts as duckdb_facts
 from bench.figures import ENV_RECORD, Figure, exclusive, record
 
@@ -83,6 +88,35 @@ def heaviest_plan(spark: SparkSession, files: list[str]) -> str:
     heaviest stage."""
     plan = line_facts(spark, files)
     return str(plan._jdf.queryExecution().executedPlan().toString())
+
+
+def jvm_cpu(spark: SparkSession) -> tuple[int, float]:
+    """The driver JVM's process id and the CPU seconds it has spent so far."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a running session has its gateway
+    pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # utime and stime: the 14th and 15th fields, counted from the pid.
+    return pid, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def profile_pass(spark: SparkSession, files: list[str]) -> None:
+    """The floor and the job's one pass, each once under Java Flight Recorder: its JVM
+    CPU, and its samples by area of code."""
+    work: dict[str, Callable[[], object]] = {
+        "the floor: Spark reading the files and counting the events": lambda: read_and_count(
+            spark, files
+        ),
+        "the job's one pass, its facts to the no-op sink": lambda: (
+            line_facts(spark, files).write.format("noop").mode("overwrite").save()
+        ),
+    }
+    for name, run in work.items():
+        pid, before = jvm_cpu(spark)
+        found = jfr.record(pid, run)
+        spent = jvm_cpu(spark)[1] - before
+        print(f"  {name}: {spent:.1f} s of JVM CPU, {found.samples} samples")
+        print("\n".join(found.lines()))
 
 
 def against(revision: str, sizes: list[int], repeat: int) -> tuple[dict[int, list[float]], bool]:
@@ -156,8 +190,13 @@ def main() -> None:
                         help="also run this git revision's own benchmark and compare "
                              "(repeat it for more)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="run each size N times")
+    parser.add_argument("--profile", action="store_true",
+                        help="split the floor's and the pass's JVM CPU by area of code "
+                             "(Java Flight Recorder; needs the JDK's jcmd and jfr)")  # fmt: skip
     ns = parser.parse_args()
-    spark = spark_session("local[*]", "mqgather-bench")
+    if ns.profile and (missing := jfr.available()):
+        parser.error(f"--profile: {missing}")
+    spark = spark_session("local[*]", "mqgather-bench", jfr.JAVA_OPTIONS if ns.profile else "")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         write(Path(tmp) / "warm", 2000)
@@ -172,6 +211,9 @@ def main() -> None:
         if ns.plan:
             print("\nthe gather facts' physical plan (the heaviest stage):")
             print(heaviest_plan(spark, files))
+        if ns.profile:
+            print(f"\nwhere the JVM's CPU goes, {ns.sizes[-1]:,} gathers:")
+            profile_pass(spark, files)
     spark.stop()
     if len(rows) > 1:
         (n0, s0), (n1, s1) = ((n, statistics.median(runs)) for n, runs in (rows[0], rows[-1]))
