@@ -37,7 +37,7 @@ BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
     ("evictions", ["bench.evictions", "-n", "300"]),
     ("collector_throughput", ["bench.collector_throughput"]),
     ("analytics_scale",
-     ["bench.analytics_scale", "--repeat", "3", "--plan",
+     ["bench.analytics_scale", "--repeat", "3", "--plan", "--profile",
       *(arg for rev in ANALYTICS_RELEASES for arg in ("--against", rev))]),
     ("analytics_sealed", ["bench.analytics_sealed", "--gathers", "20000", "--repeat", "3"]),
     ("chaos", ["bench.chaos"]),
