@@ -40,6 +40,7 @@ from analytics.transforms import RAW_SCHEMA
 from bench import jfr
 from bench.analytics_duckdb import gather_facts as duckdb_facts
 from bench.figures import ENV_RECORD, Figure, exclusive, record
+from bench.gather_throughput import cpu_times
 
 #: The issue's targets: facts + trends within 2x the read-and-count floor at 100,000
 #: gathers, and time growing at most 3x for 10x the gathers.
@@ -95,9 +96,7 @@ def jvm_cpu(spark: SparkSession) -> tuple[int, float]:
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # a running session has its gateway
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    # utime and stime: the 14th and 15th fields, counted from the pid.
-    return pid, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return pid, sum(cpu_times(pid))
 
 
 def profile_pass(spark: SparkSession, files: list[str]) -> None:
