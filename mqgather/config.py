@@ -606,6 +606,33 @@ def over_limits(spec: AggregateSpec) -> tuple[str, str] | None:
     return None
 
 
+#: Distinct aggregate specs kept for sharing (:func:`shared_spec`); past it the table
+#: starts again, so a worker whose configuration keeps changing holds no more.
+SHARED_SPECS_MAX = 256
+_shared_specs: dict[AggregateSpec, AggregateSpec] = {}
+
+
+def shared_spec(spec: AggregateSpec) -> AggregateSpec:
+    """The one instance of ``spec``'s value that the gathers holding it share.
+
+    A gather's start input, its aggregate's spec within it, lives with the gather in the
+    worker for as long as it is cached there (the SDK keeps it). Equal specs decoded
+    apart are each objects the garbage collector walks while the gather is open and
+    frees in a full collection once it is evicted; one per value instead is none of
+    that. A spec is frozen, so sharing it changes nothing a gather sees.
+    """
+    try:
+        found = _shared_specs.get(spec)
+    except TypeError:  # a value that cannot be hashed: kept as it is
+        return spec
+    if found is not None:
+        return found
+    if len(_shared_specs) >= SHARED_SPECS_MAX:
+        _shared_specs.clear()
+    _shared_specs[spec] = spec
+    return spec
+
+
 def parse_config(data: dict[str, Any], source: str) -> MQGatherConfig:
     """Validate a configuration mapping; errors name the key at fault and the file."""
     try:

@@ -19,7 +19,7 @@ from bridge.mq.models import (
     MQMessage,
     id_text,
 )
-from mqgather.config import AggregateSpec, LegSpec
+from mqgather.config import AggregateSpec, LegSpec, shared_spec
 from mqgather.constants import MAX_WAIT_SECONDS
 from mqgather.limits import shown
 from mqgather.names import AGGREGATE_NAME, CORREL_ID, CORREL_ID_TEXT, GATHER_ID_PREFIX
@@ -306,6 +306,12 @@ class GatherInput(BaseModel):
         "reuses a MsgId is taken (set by every starter; gathers started before it replay "
         "telling by MsgId alone)",
     )
+
+    @field_validator("aggregate")
+    @classmethod
+    def _shared(cls, spec: AggregateSpec) -> AggregateSpec:
+        # Every open gather of an aggregate holds its input: one spec object for them all.
+        return shared_spec(spec)
 
 
 class LegStatus(BaseModel):

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from mqgather.config import load_config
+from mqgather import config as config_module
+from mqgather.config import AggregateSpec, LegSpec, load_config, shared_spec
 from mqgather.constants import MAX_EXPIRY_TENTHS
 from mqgather.errors import ConfigError
 
@@ -172,3 +173,28 @@ def test_a_gathers_response_may_feed_another_gather(tmp_path):
                     "[aggregates.outer]\nreply_queue = 'OUTER.IN'\n")  # fmt: skip
     config = load_config(path)
     assert config.aggregate("inner").response_queue == config.aggregate("outer").reply_queue
+
+
+def test_equal_specs_share_one_instance_and_the_table_is_bounded(monkeypatch):
+    monkeypatch.setattr(config_module, "_shared_specs", {})
+    legs = (LegSpec(name="A", sequence=1), LegSpec(name="B", sequence=2))
+    first = shared_spec(AggregateSpec(name="orders", legs=legs))
+    again = shared_spec(AggregateSpec(name="orders", legs=legs))
+    other = shared_spec(AggregateSpec(name="orders", legs=legs, timeout_seconds=7))
+    assert again is first
+    assert other is not first and other.timeout_seconds == 7
+    monkeypatch.setattr(config_module, "SHARED_SPECS_MAX", 2)
+    third = shared_spec(AggregateSpec(name="stock"))
+    # Past its bound the table starts again: a spec kept before is a new one's now.
+    assert shared_spec(AggregateSpec(name="stock")) is third
+    assert shared_spec(AggregateSpec(name="orders", legs=legs)) is not first
+
+
+def test_gathers_decoded_apart_share_their_aggregates_spec():
+    from workflows.models import GatherInput, start_input
+
+    spec = AggregateSpec(name="shared", legs=(LegSpec(name="A", sequence=1),))
+    data = start_input(spec, b"c" * 24).model_dump_json()
+    one, two = (GatherInput.model_validate_json(data) for _ in range(2))
+    assert one.aggregate is two.aggregate
+    assert one.aggregate == spec

@@ -1,7 +1,8 @@
 """A gather evicted from its worker's cache while it waits under its durable timer
 leaves none of its coroutines' frames for the garbage collector (the SDK's refusal to
 cancel the timer while evicting is raised again from ``run`` without them), nor its
-state: what only the state holds is freed when the gather is evicted."""
+state: what only the state holds is freed when the gather is evicted. Nor its aggregate's
+spec: the gathers of one aggregate share one."""
 
 import asyncio
 import gc
@@ -60,6 +61,7 @@ async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines_nor_its_state
                 gc.collect()
                 frames = [o for o in gc.garbage if isinstance(o, types.FrameType)]
                 states = [o for o in gc.garbage if isinstance(o, GatherState | Reply)]
+                specs = [o for o in gc.garbage if isinstance(o, AggregateSpec | LegSpec)]
             finally:
                 gc.set_debug(0)
                 gc.garbage.clear()
@@ -73,6 +75,9 @@ async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines_nor_its_state
     # Each evicted gather held its state and the CREDIT reply in it; neither waited for
     # the collector.
     assert not states, [type(o).__name__ for o in states]
+    # Each gather's start input was decoded apart, its spec equal to the others': the
+    # one shared spec stays, none is left to the collector.
+    assert not specs, [type(o).__name__ for o in specs]
 
 
 def _gather_file() -> str:
