@@ -20,10 +20,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The driver's options: stacks deep enough for Spark's, and exact line tables for the
-#: JIT-compiled code the samples land in.
+#: Frames kept per sample, recorded and read back: deep enough for Spark's stacks.
+STACK_DEPTH = 512
+#: The driver's options: that depth, and exact line tables for the JIT-compiled code the
+#: samples land in.
 JAVA_OPTIONS = (
-    "-XX:FlightRecorderOptions=stackdepth=512 -XX:+UnlockDiagnosticVMOptions "
+    f"-XX:FlightRecorderOptions=stackdepth={STACK_DEPTH} -XX:+UnlockDiagnosticVMOptions "
     "-XX:+DebugNonSafepoints"
 )
 
@@ -78,19 +80,15 @@ def area_of(frames: Sequence[str]) -> str:
 
 def classify(stacks: Iterable[Sequence[str]]) -> Profile:
     """The samples' areas."""
-    by_area: Counter[str] = Counter()
-    n = 0
-    for frames in stacks:
-        by_area[area_of(frames)] += 1
-        n += 1
-    return Profile(n, by_area)
+    by_area = Counter(area_of(frames) for frames in stacks)
+    return Profile(sum(by_area.values()), by_area)
 
 
 def _stacks(recording: Path) -> list[list[str]]:
     """The executor threads' sampled stacks of a recording, as ``class.method`` frames."""
     printed = subprocess.run(
-        ["jfr", "print", "--json", "--stack-depth", "512", "--events", "jdk.ExecutionSample",
-         str(recording)],
+        ["jfr", "print", "--json", "--stack-depth", str(STACK_DEPTH),
+         "--events", "jdk.ExecutionSample", str(recording)],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     stacks = []

@@ -621,10 +621,8 @@ def shared_spec(spec: AggregateSpec) -> AggregateSpec:
     frees in a full collection once it is evicted; one per value instead is none of
     that. A spec is frozen, so sharing it changes nothing a gather sees.
     """
-    try:
-        found = _shared_specs.get(spec)
-    except TypeError:  # a value that cannot be hashed: kept as it is
-        return spec
+    # Every field of a spec is a hashable value (tuples, not lists), as a frozen model's.
+    found = _shared_specs.get(spec)
     if found is not None:
         return found
     if len(_shared_specs) >= SHARED_SPECS_MAX:
