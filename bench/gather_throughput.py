@@ -382,10 +382,12 @@ async def floor(
     return cpu_ms, stages, [await h.fetch_history() for h in handles[:keep]], waits
 
 
-def put_gathers(qm: LocalQueueManager, prefix: str, n: int, legs: tuple[str, ...]) -> None:
+def put_gathers(
+    qm: LocalQueueManager, prefix: str, n: int, legs: tuple[str, ...], queue: str = "GATHER.IN"
+) -> None:
     for i in range(n):
         for leg in legs:
-            qm.put("GATHER.IN", MQMessage(correl_id=f"{prefix}{i}".encode(),
+            qm.put(queue, MQMessage(correl_id=f"{prefix}{i}".encode(),
                                           properties={"leg": leg}, body=BODY))  # fmt: skip
         if i % 30 == 29:
             qm.commit()

@@ -33,6 +33,7 @@ BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
     ("qm_commits", ["bench.qm_commits", "--rounds", "3"]),
     ("gather_throughput",
      ["bench.gather_throughput", "--gathers", "600", "--open", "0,10000", "--repeat", "3"]),
+    ("bridge_floor", ["bench.bridge_floor", "--gathers", "600", "--rounds", "3"]),
     ("worker_direct", ["bench.worker_direct", "--workflows", "300", "--rounds", "3"]),
     ("evictions", ["bench.evictions", "-n", "300"]),
     ("collector_throughput", ["bench.collector_throughput"]),
