@@ -49,13 +49,11 @@ from bench.gather_throughput import (
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, QueueAttributes
 from mqgather.config import parse_config
+from mqgather.constants import BRIDGE_BATCH_SIZE, GATHER_IN
 from mqgather.runtime.temporal import ensure_search_attributes, grpc_compression_name
 from workflows.models import start_options
 
 FLOOR_QUEUE = "FLOOR.IN"
-BRIDGE_QUEUE = "GATHER.IN"
-#: Messages per unit of work: the bridge's default (`mqgather bridge --batch-size`).
-BATCH_SIZE = 100
 #: The floor's workflows go to a task queue no worker polls: they stay open, as the
 #: bridge's gathers do here.
 FLOOR_TASK_QUEUE = "bridge-floor"
@@ -91,7 +89,7 @@ async def serve(address: str, qm_path: Path, queue: str, compression: str) -> No
 
     qm = await call(LocalQueueManager, qm_path)
     while True:
-        batch = await call(qm.get_batch, queue, BATCH_SIZE, wait_ms=500)
+        batch = await call(qm.get_batch, queue, BRIDGE_BATCH_SIZE, wait_ms=500)
         if not batch:
             continue
         await asyncio.gather(
@@ -143,12 +141,12 @@ async def main(n: int, rounds: int) -> None:
             qm.define(QueueAttributes(name=FLOOR_QUEUE, maxdepth=100_000), replace=True)
             pids = {
                 "bridge": bench.spawn([sys.executable, "-m", "mqgather.cli", "bridge",
-                                       "--batch-size", str(BATCH_SIZE)], bench.env).pid,
+                                       "--batch-size", str(BRIDGE_BATCH_SIZE)], bench.env).pid,
                 "floor": bench.spawn([sys.executable, "-m", "bench.bridge_floor", "serve",
                                       "--address", bench.address, "--qm", str(bench.qm_path),
                                       "--grpc-compression", grpc_compression_name()]).pid,
             }  # fmt: skip
-            queues = {"bridge": BRIDGE_QUEUE, "floor": FLOOR_QUEUE}
+            queues = {"bridge": GATHER_IN, "floor": FLOOR_QUEUE}
             run = f"{time.time_ns() % 10**6:06d}"
             print(f"warming up; then {rounds} round(s) of {n} gathers each way …", flush=True)
             for kind, pid in pids.items():
@@ -181,13 +179,12 @@ if __name__ == "__main__":
     floor = sub.add_parser("serve", help="run the floor's loop (the bench starts it)")
     floor.add_argument("--address", required=True)
     floor.add_argument("--qm", type=Path, required=True)
-    floor.add_argument("--queue", default=FLOOR_QUEUE)
     floor.add_argument("--grpc-compression", default="none")
     parser.add_argument("--gathers", type=int, default=600, help="gathers per round and side")
     parser.add_argument("--rounds", type=int, default=3)
     ns = parser.parse_args()
     if ns.command == "serve":
-        asyncio.run(serve(ns.address, ns.qm, ns.queue, ns.grpc_compression))
+        asyncio.run(serve(ns.address, ns.qm, FLOOR_QUEUE, ns.grpc_compression))
     else:
         with exclusive():
             asyncio.run(main(ns.gathers, ns.rounds))

@@ -93,6 +93,8 @@ COLLECT_FAILURE = "COLLECT.FAILURE"
 COLLECT_HOLD = "COLLECT.HOLD"
 #: Target queues of the demo's collector rules.
 COLLECT_DEMO_OUT = ("COLLECT.OUT.FR", "COLLECT.OUT.UK", "COLLECT.OUT.SP")
+#: Messages per MQ unit of work of the gathers' bridge (``mqgather bridge --batch-size``).
+BRIDGE_BATCH_SIZE = 100
 #: Messages per MQ unit of work of the collector's bridge: the more per get, the more per
 #: destination signal, and a signal costs the server the same whatever it carries.
 COLLECT_BATCH_SIZE = 1000

@@ -29,6 +29,7 @@ from mqgather.cli.options import (
 )
 from mqgather.config import load_config
 from mqgather.constants import (
+    BRIDGE_BATCH_SIZE,
     DEFAULT_DEPLOYMENT,
     DEFAULT_HELD_MB,
     DEFAULT_MAX_CACHED_GATHERS,
@@ -260,7 +261,8 @@ def worker(
 @mq_option
 @config_option
 @task_queue_option
-@click.option("--batch-size", default=100, show_default=True, type=click.IntRange(1, 10_000),
+@click.option("--batch-size", default=BRIDGE_BATCH_SIZE, show_default=True,
+              type=click.IntRange(1, 10_000),
               help="Messages per MQ unit of work (at most a quarter of the queue "
                    "manager's MAXUMSGS: each may be got and put, and ask for a COD and a "
                    "COA).")  # fmt: skip
