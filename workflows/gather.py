@@ -56,6 +56,8 @@ ACTIVITY_TIMEOUT = timedelta(seconds=60)
 #: Re-requests of lost legs (a command the gather did not issue before): recorded as a
 #: patch marker the first time a gather makes one.
 PATCH_REREQUEST = "rerequest-lost-legs"
+#: The task a closed gather leaves waiting for its eviction (:meth:`GatherWorkflow.run`).
+EVICTION_WATCH = "let go of the state when evicted"
 
 
 def unwound(exc: BaseException) -> BaseException:
@@ -191,7 +193,7 @@ class GatherWorkflow:
     async def run(self, inp: GatherInput) -> GatherResult:
         """Wait for every leg under the durable timer, then merge and PUT."""
         try:
-            return await self._run()
+            result = await self._run()
         except (Exception, asyncio.CancelledError):
             raise  # a failure, or an operator's cancel: as it came, traceback and all
         # The SDK's own flow (an eviction from the worker's cache, a continue-as-new):
@@ -203,6 +205,19 @@ class GatherWorkflow:
                 # replies, the legs' lists) is freed now instead.
                 del self.s
             raise unwound(exc) from None
+        # Done, the SDK evicts this instance once the server has the last task, and keeps
+        # it in reference cycles until a full collection. Queries may still reach it until
+        # then, so the state is let go of at that eviction, not now.
+        asyncio.get_running_loop().create_task(self._let_go_when_evicted(), name=EVICTION_WATCH)
+        return result
+
+    async def _let_go_when_evicted(self) -> None:
+        """Wait for the eviction that follows the gather's close (the SDK cancels every task
+        then), and let go of the state: freed by its reference count there and then,
+        instead of waiting in the instance's cycles for a full collection."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.get_running_loop().create_future()
+        del self.s
 
     async def _run(self) -> GatherResult:
         if self.s.started_at is None:

@@ -2,7 +2,8 @@
 leaves none of its coroutines' frames for the garbage collector (the SDK's refusal to
 cancel the timer while evicting is raised again from ``run`` without them), nor its
 state: what only the state holds is freed when the gather is evicted. Nor its aggregate's
-spec: the gathers of one aggregate share one."""
+spec: the gathers of one aggregate share one. A gather that completes lets go of its state
+at the eviction that follows its close."""
 
 import asyncio
 import gc
@@ -12,7 +13,7 @@ import types
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline, status, until
 from workers.worker import build_worker
-from workflows.gather import unwound
+from workflows.gather import GatherWorkflow, unwound
 from workflows.models import GatherState, Reply
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
@@ -78,6 +79,42 @@ async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines_nor_its_state
     # Each gather's start input was decoded apart, its spec equal to the others': the
     # one shared spec stays, none is left to the collector.
     assert not specs, [type(o).__name__ for o in specs]
+
+
+async def test_a_completed_gather_lets_go_of_its_state_when_evicted(temporal_env, tmp_path):
+    spec = AggregateSpec(name="completed", legs=LEGS, timeout_seconds=3600)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_worker=False) as p:
+        worker = build_worker(temporal_env.client, p.connect, task_queue=p.task_queue,
+                              sandboxed=False)  # fmt: skip
+        async with worker:
+            gc.collect()
+            gc.disable()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                ids = set()
+                for _ in range(3):
+                    g = await p.scatter(spec)
+                    for leg in LEGS:
+                        p.reply(spec, g.correl_id, leg.name, b"{}")
+                    assert (await p.result(spec, g.correl_id)).state == "COMPLETE"
+                    ids.add(g.gather_id)
+
+                async def dropped() -> set[str]:
+                    # The SDK drops a closed gather's instance at its eviction; with the
+                    # collector off, the collection here keeps what it would free.
+                    gc.collect()
+                    return {o.id for o in gc.garbage if isinstance(o, GatherWorkflow)}
+
+                # The eviction itself, whatever the gather does at it, is awaited.
+                await until(dropped, lambda left: ids <= left)
+                states = [o for o in gc.garbage if isinstance(o, GatherState | Reply)]
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+                gc.enable()
+    # Each gather held its state and three replies until the end; the queries that may
+    # reach it before the eviction read them, the collector never has to.
+    assert not states, [type(o).__name__ for o in states]
 
 
 def _gather_file() -> str:
