@@ -214,7 +214,9 @@ class GatherWorkflow:
     async def _let_go_when_evicted(self) -> None:
         """Wait for the eviction that follows the gather's close (the SDK cancels every task
         then), and let go of the state: freed by its reference count there and then,
-        instead of waiting in the instance's cycles for a full collection."""
+        instead of waiting in the instance's cycles for a full collection. Started only at
+        the close: at an open gather's eviction ``run`` lets go of the state itself, after
+        its own unwinding, which still reads it."""
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.get_running_loop().create_future()
         del self.s

@@ -6,9 +6,11 @@ spec: the gathers of one aggregate share one. A gather that completes lets go of
 at the eviction that follows its close."""
 
 import asyncio
+import contextlib
 import gc
 import sys
 import types
+from collections.abc import Iterator
 
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline, status, until
@@ -18,6 +20,21 @@ from workflows.models import GatherState, Reply
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
+
+
+@contextlib.contextmanager
+def collector_saving_garbage() -> Iterator[list]:
+    """The collector off, and what each collection inside would free kept in the list
+    yielded (``gc.garbage``) instead; the collector as it was afterwards."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield gc.garbage
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
 
 
 def _raised_during_another() -> BaseException:
@@ -49,10 +66,7 @@ async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines_nor_its_state
                               max_cached_gathers=1, sandboxed=False)  # fmt: skip
         async with worker:
             gathers = []
-            gc.collect()
-            gc.disable()
-            gc.set_debug(gc.DEBUG_SAVEALL)
-            try:
+            with collector_saving_garbage() as garbage:
                 for _ in range(4):
                     g = await p.scatter(spec)
                     p.reply(spec, g.correl_id, "CREDIT", b"{}")
@@ -60,13 +74,9 @@ async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines_nor_its_state
                                 lambda s: len(s.legs_received) == 1)  # fmt: skip
                     gathers.append(g)
                 gc.collect()
-                frames = [o for o in gc.garbage if isinstance(o, types.FrameType)]
-                states = [o for o in gc.garbage if isinstance(o, GatherState | Reply)]
-                specs = [o for o in gc.garbage if isinstance(o, AggregateSpec | LegSpec)]
-            finally:
-                gc.set_debug(0)
-                gc.garbage.clear()
-                gc.enable()
+                frames = [o for o in garbage if isinstance(o, types.FrameType)]
+                states = [o for o in garbage if isinstance(o, GatherState | Reply)]
+                specs = [o for o in garbage if isinstance(o, AggregateSpec | LegSpec)]
             for g in gathers:
                 await p.handle(spec, g.correl_id).terminate("test over")
     left = {f.f_code.co_name for f in frames if f.f_code.co_filename == _gather_file()}
@@ -87,10 +97,7 @@ async def test_a_completed_gather_lets_go_of_its_state_when_evicted(temporal_env
         worker = build_worker(temporal_env.client, p.connect, task_queue=p.task_queue,
                               sandboxed=False)  # fmt: skip
         async with worker:
-            gc.collect()
-            gc.disable()
-            gc.set_debug(gc.DEBUG_SAVEALL)
-            try:
+            with collector_saving_garbage() as garbage:
                 ids = set()
                 for _ in range(3):
                     g = await p.scatter(spec)
@@ -103,15 +110,11 @@ async def test_a_completed_gather_lets_go_of_its_state_when_evicted(temporal_env
                     # The SDK drops a closed gather's instance at its eviction; with the
                     # collector off, the collection here keeps what it would free.
                     gc.collect()
-                    return {o.id for o in gc.garbage if isinstance(o, GatherWorkflow)}
+                    return {o.id for o in garbage if isinstance(o, GatherWorkflow)}
 
                 # The eviction itself, whatever the gather does at it, is awaited.
                 await until(dropped, lambda left: ids <= left)
-                states = [o for o in gc.garbage if isinstance(o, GatherState | Reply)]
-            finally:
-                gc.set_debug(0)
-                gc.garbage.clear()
-                gc.enable()
+                states = [o for o in garbage if isinstance(o, GatherState | Reply)]
     # Each gather held its state and three replies until the end; the queries that may
     # reach it before the eviction read them, the collector never has to.
     assert not states, [type(o).__name__ for o in states]
