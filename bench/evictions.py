@@ -15,11 +15,17 @@ them are opened, each past its first task and then evicted by the ones after it:
   summary and details), started without their signal, so they wait;
 - the floor's workflows, started without their signal, so they wait.
 
+With ``--completed`` each workflow instead runs to its end before the next starts (a
+gather with all three replies in its start signal, a floor workflow with its signal), and
+the count waits until the worker has dropped every one of them: what a closed workflow
+leaves at the eviction that follows its close, which every paced gather adds to the open
+one it evicted.
+
 The collector is switched off while they open; then one collection frees what they left,
 and every object it frees is counted by type. Per workflow: the objects, the ratio to the
 floor's, and the types where a gather leaves most beyond the floor.
 
-    python -m bench.evictions [-n 300] [--cache 10]
+    python -m bench.evictions [-n 300] [--cache 10] [--completed]
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from bench.figures import Figure, exclusive, record
-from bench.gather_throughput import CONFIG, Bench, _first_task_done
+from bench.gather_throughput import CONFIG, Bench, _first_task_done, _start_trivial
 from bench.trivial import TrivialLocalWorkflow, TrivialVisibleWorkflow, nothing
 from bench.worker_direct import correl_of, starters
 from bridge.mq.local_qm import LocalQueueManager
@@ -53,10 +59,23 @@ from workflows.models import start_options
 KINDS = ("gather", "visible floor", "floor")
 
 
-async def cyclic_garbage(run: Callable[[], Awaitable[None]]) -> Counter[str]:
+EVICTION_WAIT_SECONDS = 60.0
+
+
+class NotSettled(RuntimeError):
+    """What the count waited for did not happen in time."""
+
+
+async def cyclic_garbage(
+    run: Callable[[], Awaitable[None]],
+    settled: Callable[[list[object]], bool] | None = None,
+    wait: float = EVICTION_WAIT_SECONDS,
+) -> Counter[str]:
     """The objects in reference cycles that ``run`` leaves unreachable, by type
-    (``module.qualname``): the collector is off while it runs, and the one collection
-    after it keeps what it frees for counting. The collector's state is restored."""
+    (``module.qualname``): the collector is off while it runs, and the collection after
+    it keeps what it frees for counting. With ``settled``, collections are repeated
+    (each keeping what it frees) until ``settled`` holds for all that was kept, for at
+    most ``wait`` seconds. The collector's state is restored."""
     gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
@@ -64,6 +83,12 @@ async def cyclic_garbage(run: Callable[[], Awaitable[None]]) -> Counter[str]:
         await run()
         gc.set_debug(gc.DEBUG_SAVEALL)
         gc.collect()
+        deadline = time.monotonic() + wait
+        while settled is not None and not settled(gc.garbage):
+            if time.monotonic() > deadline:
+                raise NotSettled(f"what the count waits for did not happen in {wait:.0f} s")
+            await asyncio.sleep(0.02)
+            gc.collect()
         found = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage)
     finally:
         gc.set_debug(0)
@@ -73,11 +98,30 @@ async def cyclic_garbage(run: Callable[[], Awaitable[None]]) -> Counter[str]:
     return found
 
 
+def dropped_workflows(garbage: list[object]) -> set[str]:
+    """The IDs of the workflows whose instances are among ``garbage``: those their
+    worker has dropped from its cache."""
+    return {
+        o._info.workflow_id
+        for o in garbage
+        if type(o).__name__ == "_WorkflowInstanceImpl" and hasattr(o, "_info")
+    }
+
+
 def openers(
-    client: Client, spec: AggregateSpec, task_queue: str
+    client: Client, spec: AggregateSpec, task_queue: str, completed: bool = False
 ) -> dict[str, Callable[[str], Awaitable[WorkflowHandle]]]:
     """For each kind, how one workflow of it opens (given a tag of 12 characters or
-    fewer)."""
+    fewer); with ``completed``, started with what it needs to run to its end."""
+    if completed:
+        return {
+            "gather": starters(client, spec, task_queue)["gather"],
+            "visible floor": lambda tag: _start_trivial(
+                client, "TrivialVisible", f"visible-{tag}", task_queue,
+                **start_options(spec, correl_of(tag)),
+            ),
+            "floor": lambda tag: _start_trivial(client, "TrivialLocal", f"floor-{tag}", task_queue),
+        }  # fmt: skip
 
     async def visible(tag: str) -> WorkflowHandle:
         return await client.start_workflow(
@@ -104,6 +148,34 @@ async def open_all(open_one: Callable[[str], Awaitable[WorkflowHandle]], tags: l
             await asyncio.sleep(0.02)
 
 
+async def complete_all(
+    open_one: Callable[[str], Awaitable[WorkflowHandle]], tags: list[str]
+) -> set[str]:
+    """Run a workflow per tag to its end, each before the next starts; their IDs."""
+    ids = set()
+    for tag in tags:
+        handle = await open_one(tag)
+        await handle.result()
+        ids.add(handle.id)
+    return ids
+
+
+async def count(
+    open_one: Callable[[str], Awaitable[WorkflowHandle]], tags: list[str], completed: bool
+) -> Counter[str]:
+    """What the workflows of ``tags`` leave in cycles: opened and evicted by those
+    after them or, ``completed``, run to their end and dropped by their worker."""
+    if not completed:
+        return await cyclic_garbage(functools.partial(open_all, open_one, tags))
+    ids: set[str] = set()
+
+    async def run() -> None:
+        ids.update(await complete_all(open_one, tags))
+
+    # The worker drops a closed workflow after the result is out: each drop is awaited.
+    return await cyclic_garbage(run, lambda garbage: ids <= dropped_workflows(garbage))
+
+
 def per_workflow(found: dict[str, Counter[str]], n: int) -> dict[str, float]:
     """Objects left per workflow of each kind, from the counts of ``n`` of each."""
     return {kind: sum(c.values()) / n for kind, c in found.items()}
@@ -123,8 +195,9 @@ def report(found: dict[str, Counter[str]], n: int, top: int = 12) -> str:
     return "\n".join(lines)
 
 
-async def main(n: int, cache: int) -> None:
-    """Open ``n`` workflows of each kind on a worker caching ``cache``, and report."""
+async def main(n: int, cache: int, completed: bool = False) -> None:
+    """Open (or, ``completed``, run to their end) ``n`` workflows of each kind on a
+    worker caching ``cache``, and report."""
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
         try:
@@ -152,12 +225,12 @@ async def main(n: int, cache: int) -> None:
                         activities=[nothing], activity_executor=ThreadPoolExecutor(4),
                         max_cached_workflows=cache, workflow_runner=UnsandboxedWorkflowRunner(),
                     )  # fmt: skip
-                open_one = openers(client, spec, queue)[kind]
+                open_one = openers(client, spec, queue, completed)[kind]
                 async with worker:
                     # Warm-up: the cache fills, and evicting starts, before the count.
-                    await open_all(open_one, [f"w{run}{i}" for i in range(2 * cache)])
+                    await count(open_one, [f"w{run}{i}" for i in range(2 * cache)], completed)
                     tags = [f"{run}{kind[0]}{i}" for i in range(n)]
-                    found[kind] = await cyclic_garbage(functools.partial(open_all, open_one, tags))
+                    found[kind] = await count(open_one, tags, completed)
                 print(f"  {kind}: {per_workflow(found, n)[kind]:.1f} objects per workflow",
                       flush=True)  # fmt: skip
         finally:
@@ -165,8 +238,9 @@ async def main(n: int, cache: int) -> None:
     print()
     print(report(found, n))
     per = per_workflow(found, n)
+    what = "completed gather" if completed else "evicted gather"
     for kind in ("visible floor", "floor"):
-        record(Figure("evictions", "objects left in cycles per evicted gather", per["gather"],
+        record(Figure("evictions", f"objects left in cycles per {what}", per["gather"],
                       "objects", per[kind], f"a {kind} workflow"))  # fmt: skip
 
 
@@ -176,6 +250,10 @@ if __name__ == "__main__":
     )
     parser.add_argument("-n", type=int, default=300, help="workflows of each kind counted")
     parser.add_argument("--cache", type=int, default=10, help="workflows each worker caches")
+    parser.add_argument(
+        "--completed", action="store_true",
+        help="run each workflow to its end and count what it leaves when its worker drops it",
+    )  # fmt: skip
     ns = parser.parse_args()
     with exclusive():
-        asyncio.run(main(ns.n, ns.cache))
+        asyncio.run(main(ns.n, ns.cache, ns.completed))

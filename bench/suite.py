@@ -36,6 +36,7 @@ BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
     ("bridge_floor", ["bench.bridge_floor", "--gathers", "600", "--rounds", "3"]),
     ("worker_direct", ["bench.worker_direct", "--workflows", "300", "--rounds", "3"]),
     ("evictions", ["bench.evictions", "-n", "300"]),
+    ("evictions_completed", ["bench.evictions", "-n", "300", "--completed"]),
     ("collector_throughput", ["bench.collector_throughput"]),
     ("analytics_scale",
      ["bench.analytics_scale", "--repeat", "3", "--plan", "--profile",
