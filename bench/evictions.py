@@ -25,7 +25,11 @@ The collector is switched off while they open; then one collection frees what th
 and every object it frees is counted by type. Per workflow: the objects, the ratio to the
 floor's, and the types where a gather leaves most beyond the floor.
 
-    python -m bench.evictions [-n 300] [--cache 10] [--completed]
+With ``--live`` the workers cache every workflow opened, and what is counted is what each
+open workflow keeps alive among the objects the collector tracks: what every full
+collection walks, for each gather the cache holds.
+
+    python -m bench.evictions [-n 300] [--cache 10] [--completed | --live]
 """
 
 from __future__ import annotations
@@ -58,6 +62,17 @@ from workflows.models import start_options
 
 KINDS = ("gather", "visible floor", "floor")
 
+#: What is counted: what an evicted open workflow leaves in cycles, what a completed one
+#: leaves there, what an open cached one keeps alive.
+EVICTED, COMPLETED, LIVE = "evicted", "completed", "live"
+
+#: Per mode, what the report and the figure call the count.
+COUNTED = {
+    EVICTED: "objects left in cycles per evicted",
+    COMPLETED: "objects left in cycles per completed",
+    LIVE: "objects kept alive, and walked by each full collection, per open cached",
+}
+
 
 EVICTION_WAIT_SECONDS = 60.0
 
@@ -89,12 +104,30 @@ async def cyclic_garbage(
                 raise NotSettled(f"what the count waits for did not happen in {wait:.0f} s")
             await asyncio.sleep(0.02)
             gc.collect()
-        found = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage)
+        found = by_type(gc.garbage)
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
         if was_enabled:
             gc.enable()
+    return found
+
+
+def by_type(objects: list[object]) -> Counter[str]:
+    """How many of ``objects`` there are of each type (``module.qualname``)."""
+    return Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in objects)
+
+
+async def live_objects(run: Callable[[], Awaitable[None]]) -> Counter[str]:
+    """The objects the collector tracks that ``run`` adds and keeps alive, by type (a
+    type of which ``run`` leaves fewer counts below zero): a collection before and after
+    it, so that what it freed, cycles too, is not counted."""
+    gc.collect()
+    before = by_type(gc.get_objects())
+    await run()
+    gc.collect()
+    found = by_type(gc.get_objects())
+    found.subtract(before)
     return found
 
 
@@ -161,11 +194,13 @@ async def complete_all(
 
 
 async def count(
-    open_one: Callable[[str], Awaitable[WorkflowHandle]], tags: list[str], completed: bool
+    open_one: Callable[[str], Awaitable[WorkflowHandle]], tags: list[str], mode: str
 ) -> Counter[str]:
-    """What the workflows of ``tags`` leave in cycles: opened and evicted by those
-    after them or, ``completed``, run to their end and dropped by their worker."""
-    if not completed:
+    """What the workflows of ``tags`` leave in cycles (opened and evicted by those after
+    them, or run to their end and dropped by their worker), or keep alive, by ``mode``."""
+    if mode == LIVE:
+        return await live_objects(functools.partial(open_all, open_one, tags))
+    if mode == EVICTED:
         return await cyclic_garbage(functools.partial(open_all, open_one, tags))
     ids: set[str] = set()
 
@@ -181,11 +216,11 @@ def per_workflow(found: dict[str, Counter[str]], n: int) -> dict[str, float]:
     return {kind: sum(c.values()) / n for kind, c in found.items()}
 
 
-def report(found: dict[str, Counter[str]], n: int, top: int = 12) -> str:
+def report(found: dict[str, Counter[str]], n: int, top: int = 12, mode: str = EVICTED) -> str:
     """Objects per workflow of each kind, the ratio to the floor's, and where the
     gather's differ most from the floor's."""
     per = per_workflow(found, n)
-    lines = ["objects left in cycles per evicted workflow:"]
+    lines = [f"{COUNTED[mode]} workflow:"]
     for kind, objects in per.items():
         lines.append(f"  {kind:<14} {objects:7.1f}   / floor {objects / per['floor']:.2f}")
     gap = Counter({t: found["gather"][t] - found["floor"][t] for t in found["gather"]})
@@ -195,9 +230,11 @@ def report(found: dict[str, Counter[str]], n: int, top: int = 12) -> str:
     return "\n".join(lines)
 
 
-async def main(n: int, cache: int, completed: bool = False) -> None:
-    """Open (or, ``completed``, run to their end) ``n`` workflows of each kind on a
-    worker caching ``cache``, and report."""
+async def main(n: int, cache: int, mode: str = EVICTED) -> None:
+    """Open ``n`` workflows of each kind (run to their end, by ``mode``) on a worker
+    caching ``cache`` (all of them, ``live``), and report."""
+    if mode == LIVE:
+        cache = n + 3 * cache  # room for the warm-up and the count: none is evicted
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
         try:
@@ -225,22 +262,22 @@ async def main(n: int, cache: int, completed: bool = False) -> None:
                         activities=[nothing], activity_executor=ThreadPoolExecutor(4),
                         max_cached_workflows=cache, workflow_runner=UnsandboxedWorkflowRunner(),
                     )  # fmt: skip
-                open_one = openers(client, spec, queue, completed)[kind]
+                open_one = openers(client, spec, queue, mode == COMPLETED)[kind]
+                warm_up = [f"w{run}{i}" for i in range(2 * cache if mode != LIVE else 10)]
                 async with worker:
                     # Warm-up: the cache fills, and evicting starts, before the count.
-                    await count(open_one, [f"w{run}{i}" for i in range(2 * cache)], completed)
+                    await count(open_one, warm_up, mode)
                     tags = [f"{run}{kind[0]}{i}" for i in range(n)]
-                    found[kind] = await count(open_one, tags, completed)
+                    found[kind] = await count(open_one, tags, mode)
                 print(f"  {kind}: {per_workflow(found, n)[kind]:.1f} objects per workflow",
                       flush=True)  # fmt: skip
         finally:
             bench.close()
     print()
-    print(report(found, n))
+    print(report(found, n, mode=mode))
     per = per_workflow(found, n)
-    what = "completed gather" if completed else "evicted gather"
     for kind in ("visible floor", "floor"):
-        record(Figure("evictions", f"objects left in cycles per {what}", per["gather"],
+        record(Figure("evictions", f"{COUNTED[mode]} gather", per["gather"],
                       "objects", per[kind], f"a {kind} workflow"))  # fmt: skip
 
 
@@ -250,10 +287,15 @@ if __name__ == "__main__":
     )
     parser.add_argument("-n", type=int, default=300, help="workflows of each kind counted")
     parser.add_argument("--cache", type=int, default=10, help="workflows each worker caches")
-    parser.add_argument(
-        "--completed", action="store_true",
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument(
+        "--completed", action="store_const", dest="mode", const=COMPLETED, default=EVICTED,
         help="run each workflow to its end and count what it leaves when its worker drops it",
+    )  # fmt: skip
+    modes.add_argument(
+        "--live", action="store_const", dest="mode", const=LIVE,
+        help="cache every workflow opened and count what each keeps alive",
     )  # fmt: skip
     ns = parser.parse_args()
     with exclusive():
-        asyncio.run(main(ns.n, ns.cache, ns.completed))
+        asyncio.run(main(ns.n, ns.cache, ns.mode))

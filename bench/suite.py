@@ -37,6 +37,7 @@ BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
     ("worker_direct", ["bench.worker_direct", "--workflows", "300", "--rounds", "3"]),
     ("evictions", ["bench.evictions", "-n", "300"]),
     ("evictions_completed", ["bench.evictions", "-n", "300", "--completed"]),
+    ("evictions_live", ["bench.evictions", "-n", "300", "--live"]),
     ("collector_throughput", ["bench.collector_throughput"]),
     ("analytics_scale",
      ["bench.analytics_scale", "--repeat", "3", "--plan", "--profile",

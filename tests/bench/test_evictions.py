@@ -13,7 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from bench.evictions import NotSettled, count, cyclic_garbage, dropped_workflows, openers, report
+from bench.evictions import (
+    COMPLETED,
+    NotSettled,
+    count,
+    cyclic_garbage,
+    dropped_workflows,
+    live_objects,
+    openers,
+    report,
+)
 from bench.trivial import TrivialLocalWorkflow, nothing
 from mqgather.config import AggregateSpec, LegSpec
 
@@ -103,12 +112,26 @@ async def test_workflows_run_to_their_end_are_counted_once_their_worker_dropped_
         activity_executor=ThreadPoolExecutor(1), max_cached_workflows=10,
         workflow_runner=UnsandboxedWorkflowRunner(),
     ):  # fmt: skip
-        found = await count(open_one, tags, completed=True)
+        found = await count(open_one, tags, COMPLETED)
     # Each closed workflow's instance, with the cache room to keep it, was dropped by its
     # worker and counted; and each had completed, not waited for its signal.
     assert found["temporalio.worker._workflow_instance._WorkflowInstanceImpl"] == len(tags)
     for tag in tags:
         assert await client.get_workflow_handle(f"floor-{tag}").result() is True
+
+
+async def test_what_is_kept_alive_is_counted_and_what_is_freed_is_not() -> None:
+    kept: list[Node] = []
+
+    async def keep_some() -> None:
+        kept.extend(Node() for _ in range(6))  # alive, in cycles of their own
+        for _ in range(30):
+            Node()  # freed: only a collection does it, and one comes before the count
+        Leaf()  # freed at once
+
+    found = await live_objects(keep_some)
+    assert found[f"{Node.__module__}.{Node.__qualname__}"] == 6
+    assert found[f"{Leaf.__module__}.{Leaf.__qualname__}"] == 0
 
 
 def test_the_ids_of_dropped_workflows_are_read_from_their_instances_only() -> None:
