@@ -73,7 +73,7 @@ COUNTED = {
     LIVE: "objects kept alive, and walked by each full collection, per open cached",
 }
 
-
+#: How long a count waits for what it waits for (each closed workflow dropped).
 EVICTION_WAIT_SECONDS = 60.0
 
 
@@ -265,7 +265,8 @@ async def main(n: int, cache: int, mode: str = EVICTED) -> None:
                 open_one = openers(client, spec, queue, mode == COMPLETED)[kind]
                 warm_up = [f"w{run}{i}" for i in range(2 * cache if mode != LIVE else 10)]
                 async with worker:
-                    # Warm-up: the cache fills, and evicting starts, before the count.
+                    # Warm-up: the worker has run workflows of its kind before the count,
+                    # and (unless live) the cache has filled and evicting started.
                     await count(open_one, warm_up, mode)
                     tags = [f"{run}{kind[0]}{i}" for i in range(n)]
                     found[kind] = await count(open_one, tags, mode)
