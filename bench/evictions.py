@@ -50,7 +50,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from bench.figures import Figure, exclusive, record
-from bench.gather_throughput import CONFIG, Bench, _first_task_done, _start_trivial
+from bench.gather_throughput import CONFIG, Bench, _first_task_done
 from bench.trivial import TrivialLocalWorkflow, TrivialVisibleWorkflow, nothing
 from bench.worker_direct import correl_of, starters
 from bridge.mq.local_qm import LocalQueueManager
@@ -147,14 +147,7 @@ def openers(
     """For each kind, how one workflow of it opens (given a tag of 12 characters or
     fewer); with ``completed``, started with what it needs to run to its end."""
     if completed:
-        return {
-            "gather": starters(client, spec, task_queue)["gather"],
-            "visible floor": lambda tag: _start_trivial(
-                client, "TrivialVisible", f"visible-{tag}", task_queue,
-                **start_options(spec, correl_of(tag)),
-            ),
-            "floor": lambda tag: _start_trivial(client, "TrivialLocal", f"floor-{tag}", task_queue),
-        }  # fmt: skip
+        return starters(client, spec, task_queue, trivial_queue=task_queue)
 
     async def visible(tag: str) -> WorkflowHandle:
         return await client.start_workflow(

@@ -305,11 +305,15 @@ def correl_of(tag: str) -> bytes:
 
 
 def starters(
-    client: Client, spec: AggregateSpec, task_queue: str = TASK_QUEUE, legs: tuple[str, ...] = LEGS
+    client: Client,
+    spec: AggregateSpec,
+    task_queue: str = TASK_QUEUE,
+    legs: tuple[str, ...] = LEGS,
+    trivial_queue: str = "trivial",
 ) -> dict[str, Callable[[str], Awaitable[WorkflowHandle]]]:
     """For each kind, how one workflow of it starts (given a unique tag of 12 characters
     or fewer); a gather on ``task_queue`` with a reply of each of ``legs`` in its start
-    signal."""
+    signal, the floor's workflows on ``trivial_queue`` with theirs."""
 
     async def gather(tag: str) -> WorkflowHandle:
         # As the bridge starts a gather (bridge/inbound.py).
@@ -325,10 +329,10 @@ def starters(
 
     def visible(tag: str) -> Awaitable[WorkflowHandle]:
         options = start_options(spec, correl_of(tag))
-        return _start_trivial(client, "TrivialVisible", f"visible-{tag}", **options)
+        return _start_trivial(client, "TrivialVisible", f"visible-{tag}", trivial_queue, **options)
 
     def floor(tag: str) -> Awaitable[WorkflowHandle]:
-        return _start_trivial(client, "TrivialLocal", f"floor-{tag}")
+        return _start_trivial(client, "TrivialLocal", f"floor-{tag}", trivial_queue)
 
     return {"gather": gather, "visible floor": visible, "floor": floor}
 
