@@ -99,9 +99,12 @@ async def test_a_count_whose_wait_never_ends_says_so_and_leaves_the_collector_as
     assert gc.isenabled() and gc.get_debug() == 0 and gc.garbage == []
 
 
-async def test_workflows_run_to_their_end_are_counted_once_their_worker_dropped_each(
+async def test_workflows_run_to_their_end_are_each_counted_as_dropped_by_their_worker(
     temporal_env,
 ) -> None:
+    # Here the worker drops each closed workflow before the count's first collection, so
+    # this shows the completed mode's openers and the drop's detection; that the count
+    # waits for a drop that comes later is shown by the wait's own test above.
     client = temporal_env.client
     queue = f"evictions-completed-{uuid.uuid4()}"
     spec = AggregateSpec(name="evictions", legs=(LegSpec(name="CREDIT", sequence=10),))
