@@ -76,6 +76,17 @@ def unwound(exc: BaseException) -> BaseException:
     return exc.with_traceback(None)
 
 
+def evicting(exc: BaseException) -> bool:
+    """Whether ``exc`` is the SDK's refusal of a command while it evicts the workflow.
+
+    Told by the name of the SDK's own class, which it does not export: were it renamed,
+    the refusal is raised again as it came, which the SDK handles as before."""
+    kind = type(exc)
+    return kind.__name__ == "_WorkflowBeingEvictedError" and kind.__module__.startswith(
+        "temporalio."
+    )
+
+
 # The versioning behavior (pinned) is the versioned worker's default, not set here: the
 # SDK refuses a behavior on the definition when the worker runs unversioned.
 @workflow.defn(name=names.GATHER_WORKFLOW)
@@ -204,6 +215,13 @@ class GatherWorkflow:
                 # reference cycles until a full collection. The state it alone holds (the
                 # replies, the legs' lists) is freed now instead.
                 del self.s
+            if evicting(exc):
+                # A cancellation, which the SDK ignores while it evicts, ends the run task
+                # without an error: its own refusal would stay with that task (which the
+                # instance keeps) with every frame it passed through, for a full
+                # collection to free.
+                unwound(exc)
+                raise asyncio.CancelledError from None
             raise unwound(exc) from None
         # Done, the SDK evicts this instance once the server has the last task, and keeps
         # it in reference cycles until a full collection. Queries may still reach it until
