@@ -1,6 +1,7 @@
 """A gather evicted from its worker's cache while it waits under its durable timer
-leaves none of its coroutines' frames for the garbage collector (the SDK's refusal to
-cancel the timer while evicting is raised again from ``run`` without them), nor its
+leaves none of its coroutines' frames for the garbage collector, nor the SDK's that ran
+them (``run`` ends on a cancellation the SDK drops while it evicts, instead of raising
+again its refusal to cancel the timer, which the run task would keep), nor its
 state: what only the state holds is freed when the gather is evicted. Nor its aggregate's
 spec: the gathers of one aggregate share one. A gather that completes lets go of its state
 at the eviction that follows its close."""
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline, status, until
 from workers.worker import build_worker
-from workflows.gather import GatherWorkflow, unwound
+from workflows.gather import GatherWorkflow, evicting, unwound
 from workflows.models import GatherState, Reply
 
 #: Modules whose frames an evicted gather left when its run task kept an error.
@@ -55,6 +56,17 @@ def test_unwound_is_the_same_exception_without_its_traceback_or_what_it_was_rais
     assert exc.__cause__ is not None
     assert unwound(exc) is exc
     assert exc.__traceback__ is None and exc.__context__ is None and exc.__cause__ is None
+
+
+def test_evicting_knows_the_sdks_refusal_while_it_evicts_and_nothing_else():
+    # Pins the SDK's class by name: an upgrade that renames it fails here, not quietly.
+    from temporalio.worker._workflow_instance import _WorkflowBeingEvictedError
+
+    assert evicting(_WorkflowBeingEvictedError("Ignoring a command while evicting"))
+    look_alike = type("_WorkflowBeingEvictedError", (BaseException,), {})
+    assert not evicting(look_alike())
+    assert not evicting(asyncio.CancelledError())
+    assert not evicting(GeneratorExit())
 
 
 async def test_an_evicted_gather_leaves_no_frame_of_its_coroutines_nor_its_state(
