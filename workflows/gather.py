@@ -208,8 +208,8 @@ class GatherWorkflow:
         except (Exception, asyncio.CancelledError):
             raise  # a failure, or an operator's cancel: as it came, traceback and all
         # The SDK's own flow (an eviction from the worker's cache, a continue-as-new):
-        # raised again at once, lighter.
-        except BaseException as exc:  # noqa: BLE001 - raised again, never swallowed
+        # raised again at once, lighter; an eviction's refusal as a cancellation.
+        except BaseException as exc:  # noqa: BLE001 - always ends the run, never swallowed
             if not isinstance(exc, workflow.ContinueAsNewError):
                 # Evicted: this instance never runs again, and the SDK keeps it in
                 # reference cycles until a full collection. The state it alone holds (the
