@@ -219,7 +219,8 @@ class GatherWorkflow:
                 # A cancellation, which the SDK ignores while it evicts, ends the run task
                 # without an error: its own refusal would stay with that task (which the
                 # instance keeps) with every frame it passed through, for a full
-                # collection to free.
+                # collection to free. The cancellation's context is the refusal, so the
+                # refusal lets go of its frames first.
                 unwound(exc)
                 raise asyncio.CancelledError from None
             raise unwound(exc) from None
