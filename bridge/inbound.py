@@ -75,6 +75,10 @@ REPLY_PAYLOAD_BYTES = 1536 * 1024
 RETRYABLE = (MQError, RPCError, TimeoutError, RuntimeError)
 #: How often a bridge looks again at an input queue an operator set GET(DISABLED).
 INHIBITED_POLL_SECONDS = 1.0
+#: Closed gathers whose record of what they took a bridge keeps, the oldest let go
+#: first: a closed gather's record never changes, so a flood of late replies for one
+#: CorrelId costs one look at it.
+CLOSED_RECORDS = 1024
 
 
 class _HasMessage(Protocol):
@@ -497,6 +501,8 @@ class InboundBridge(QueueBridge):
         self.by_queue: dict[str, list[AggregateSpec]] = {}
         for spec in aggregates:
             self.by_queue.setdefault(spec.reply_queue, []).append(spec)
+        # Closed gathers' records of what they took, by gather id (CLOSED_RECORDS).
+        self._closed: dict[str, redelivery.Seen] = {}
 
     def queues(self) -> list[str]:
         return list(self.by_queue)
@@ -706,6 +712,9 @@ class InboundBridge(QueueBridge):
         """Which of these messages (by key: :mod:`workflows.redelivery`) the gather took:
         a running gather is asked, a completed one read from its result; a gather that
         never started, or ended without a result, took none."""
+        record = self._closed.get(gid)
+        if record is not None:
+            return set(record.taken(keys))
         handle = self.client.get_workflow_handle(gid, result_type=GatherResult)
         try:
             desc = await handle.describe(rpc_timeout=self.rpc_timeout)
@@ -717,11 +726,17 @@ class InboundBridge(QueueBridge):
             return await self._ask_taken(
                 handle, GatherWorkflow.taken, GatherWorkflow.consumed, keys
             )
+        record = redelivery.Seen()
         try:
             result = await handle.result(rpc_timeout=self.rpc_timeout)
         except WorkflowFailureError:
-            return set()
-        return set(redelivery.taken_among(result.consumed_msg_ids, keys))
+            pass  # it took none that went anywhere, and never will
+        else:
+            record.rebuild(result.consumed_msg_ids)
+        if len(self._closed) >= CLOSED_RECORDS:
+            del self._closed[next(iter(self._closed))]
+        self._closed[gid] = record
+        return set(record.taken(keys))
 
     async def _already_consumed(self, message: MQMessage, specs: list[AggregateSpec]) -> bool:
         """Whether a message at BOTHRESH already reached its gather (the bridge was
@@ -744,11 +759,15 @@ class InboundBridge(QueueBridge):
         """Replies for a closed gather go to the late queue, except redeliveries of inline
         replies the gather already consumed (the bridge died between signal and commit).
         A held reply still here was never on the hold queue for the gather (its put backs
-        out with the GET), so it goes to the late queue whatever the gather saw."""
+        out with the GET), so it goes to the late queue whatever the gather saw.
+
+        The gather's record is read even for a reply whose BackoutCount is 0: a queue
+        manager may restart with the count lower than the backouts (z/OS, on a private
+        queue without HARDENBO), and a message an operator moved back counts from 0.
+        """
         gid = gather_id(spec.name, correl)
-        consumed: set[str] = set()
-        if any(r.message.backout_count for r in replies):
-            consumed = await self._taken_keys(gid, [_key(r) for r in replies])
+        inline = [_key(r) for r in replies if r.held is None]
+        consumed = await self._taken_keys(gid, inline) if inline else set()
         moves = []
         for reply in replies:
             if reply.held is None and _key(reply) in consumed:

@@ -82,11 +82,3 @@ class Seen:
     def any_with(self, msg_id: str) -> bool:
         """Whether any message with this MsgId (hex) was taken."""
         return msg_id in self.msg_ids
-
-
-def taken_among(keys: Iterable[str], asked: Iterable[str]) -> list[str]:
-    """Those of ``asked`` (keys) that ``keys`` (a gather's record of what it took) says
-    were taken, by :meth:`Seen.has`."""
-    index = Seen()
-    index.rebuild(keys)
-    return index.taken(asked)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, Interceptor, OutboundInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq import dlh, reports
@@ -465,6 +466,68 @@ async def test_after_the_close_a_reply_that_reuses_a_msg_id_is_late_and_a_redeli
         assert p.empty("GATHER.IN") and p.empty("GATHER.LATE") and p.empty("GATHER.BACKOUT")
     assert late.msg_id == taken[0].msg_id and late.body == b'{"again":"no"}'
     assert p.bridge.stats.redeliveries_dropped == 1 and p.bridge.stats.late == 1
+
+
+async def test_after_the_close_a_redelivery_whose_backout_count_is_0_is_dropped_not_late(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="late0", legs=LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False) as p:
+        async with _bridge_running(p):
+            sent = await p.scatter(spec)
+            taken = [
+                p.reply(spec, sent.correl_id, leg, b"{}") for leg in ("CREDIT", "STOCK", "TAX")
+            ]
+            await p.wait_message("ORDER.RESPONSE")
+        # CREDIT again with BackoutCount 0, as a queue manager that restarted without the
+        # count hardened (z/OS, HARDENBO NO) or an operator who moved it back leaves it;
+        # and another message with its MsgId, which is late.
+        twin = taken[0].model_copy(update={"body": b'{"again":"no"}'})
+        _backed_out(p, "GATHER.IN", [taken[0], twin], 0)
+        assert p.qm.get("GATHER.IN", browse="first").backout_count == 0
+        async with _bridge_running(p):
+            late = await p.wait_message("GATHER.LATE")
+        assert p.empty("GATHER.IN") and p.empty("GATHER.LATE") and p.empty("GATHER.BACKOUT")
+        assert len(p.messages("ORDER.RESPONSE")) == 0  # the one response was taken above
+    assert late.msg_id == taken[0].msg_id and late.body == b'{"again":"no"}'
+    assert p.bridge.stats.redeliveries_dropped == 1 and p.bridge.stats.late == 1
+
+
+class _Describes(Interceptor):
+    """Counts the gathers a client describes."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        ids = self.ids
+
+        class _Counting(OutboundInterceptor):
+            async def describe_workflow(self, input):
+                ids.append(input.id)
+                return await super().describe_workflow(input)
+
+        return _Counting(next)
+
+
+async def test_a_flood_of_late_replies_for_one_gather_reads_its_record_once(temporal_env, tmp_path):
+    spec = AggregateSpec(name="lateflood", legs=LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False, batch_size=2) as p:
+        async with _bridge_running(p):
+            sent = await p.scatter(spec)
+            for leg in ("CREDIT", "STOCK", "TAX"):
+                p.reply(spec, sent.correl_id, leg, b"{}")
+            await p.wait_message("ORDER.RESPONSE")
+        looks = _Describes()
+        p.bridge.client = Client(**{**temporal_env.client.config(), "interceptors": [looks]})
+        flood = [p.reply(spec, sent.correl_id, "TAX", b'{"n":%d}' % n) for n in range(6)]
+        async with _bridge_running(p):
+            late = [await p.wait_message("GATHER.LATE") for _ in flood]
+        assert p.empty("GATHER.IN") and p.empty("GATHER.LATE")
+    # Three batches of two, each told apart from a redelivery by the one record read.
+    assert [m.body for m in late] == [m.body for m in flood]
+    assert p.bridge.stats.batches >= 3 and p.bridge.stats.late == 6
+    assert looks.ids == [p.handle(spec, sent.correl_id).id]
 
 
 @pytest.mark.parametrize("over", ["embedded", "ibmmq"])
