@@ -14,6 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, Interceptor, OutboundInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from bridge import inbound
 from bridge.mq import dlh, reports
 from bridge.mq.models import (
     SEGMENT_FLAGS,
@@ -528,6 +529,31 @@ async def test_a_flood_of_late_replies_for_one_gather_reads_its_record_once(temp
     assert [m.body for m in late] == [m.body for m in flood]
     assert p.bridge.stats.batches >= 3 and p.bridge.stats.late == 6
     assert looks.ids == [p.handle(spec, sent.correl_id).id]
+
+
+async def test_a_bridge_keeps_the_records_of_the_latest_closed_gathers_only(
+    temporal_env, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(inbound, "CLOSED_RECORDS", 1)
+    spec = AggregateSpec(name="lateold", legs=LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False, batch_size=1) as p:
+        async with _bridge_running(p):
+            first, second = await p.scatter(spec), await p.scatter(spec)
+            for sent in (first, second):
+                for leg in ("CREDIT", "STOCK", "TAX"):
+                    p.reply(spec, sent.correl_id, leg, b"{}")
+            await p.wait_message("ORDER.RESPONSE")
+            await p.wait_message("ORDER.RESPONSE")
+        looks = _Describes()
+        p.bridge.client = Client(**{**temporal_env.client.config(), "interceptors": [looks]})
+        for sent in (first, second, first):
+            p.reply(spec, sent.correl_id, "TAX", b'{"late":1}')
+        async with _bridge_running(p):
+            for _ in range(3):
+                await p.wait_message("GATHER.LATE")
+    # One batch each: the second gather's record took the first's place, so it was read again.
+    ids = [p.handle(spec, sent.correl_id).id for sent in (first, second, first)]
+    assert looks.ids == ids
 
 
 @pytest.mark.parametrize("over", ["embedded", "ibmmq"])
