@@ -76,8 +76,8 @@ RETRYABLE = (MQError, RPCError, TimeoutError, RuntimeError)
 #: How often a bridge looks again at an input queue an operator set GET(DISABLED).
 INHIBITED_POLL_SECONDS = 1.0
 #: Closed gathers whose record of what they took a bridge keeps, the oldest let go
-#: first: a closed gather's record never changes, so a flood of late replies for one
-#: CorrelId costs one look at it.
+#: first: a closed run's record never changes, so a flood of late replies for one
+#: CorrelId reads its history once.
 CLOSED_RECORDS = 1024
 
 
@@ -501,7 +501,7 @@ class InboundBridge(QueueBridge):
         self.by_queue: dict[str, list[AggregateSpec]] = {}
         for spec in aggregates:
             self.by_queue.setdefault(spec.reply_queue, []).append(spec)
-        # Closed gathers' records of what they took, by gather id (CLOSED_RECORDS).
+        # Closed gathers' records of what they took, by run id (CLOSED_RECORDS).
         self._closed: dict[str, redelivery.Seen] = {}
 
     def queues(self) -> list[str]:
@@ -712,9 +712,6 @@ class InboundBridge(QueueBridge):
         """Which of these messages (by key: :mod:`workflows.redelivery`) the gather took:
         a running gather is asked, a completed one read from its result; a gather that
         never started, or ended without a result, took none."""
-        record = self._closed.get(gid)
-        if record is not None:
-            return set(record.taken(keys))
         handle = self.client.get_workflow_handle(gid, result_type=GatherResult)
         try:
             desc = await handle.describe(rpc_timeout=self.rpc_timeout)
@@ -726,6 +723,10 @@ class InboundBridge(QueueBridge):
             return await self._ask_taken(
                 handle, GatherWorkflow.taken, GatherWorkflow.consumed, keys
             )
+        # By run: a gather an operator resets runs again under a new run id.
+        record = self._closed.get(desc.run_id)
+        if record is not None:
+            return set(record.taken(keys))
         record = redelivery.Seen()
         try:
             result = await handle.result(rpc_timeout=self.rpc_timeout)
@@ -735,7 +736,7 @@ class InboundBridge(QueueBridge):
             record.rebuild(result.consumed_msg_ids)
         if len(self._closed) >= CLOSED_RECORDS:
             del self._closed[next(iter(self._closed))]
-        self._closed[gid] = record
+        self._closed[desc.run_id] = record
         return set(record.taken(keys))
 
     async def _already_consumed(self, message: MQMessage, specs: list[AggregateSpec]) -> bool:

@@ -480,8 +480,8 @@ async def test_after_the_close_a_reply_that_reuses_a_msg_id_is_late_and_a_redeli
     assert p.bridge.stats.redeliveries_dropped == 1 and p.bridge.stats.late == 1
 
 
-class _Describes(Interceptor):
-    """Counts the gathers a client describes."""
+class _Reads(Interceptor):
+    """Counts the gathers whose history a client reads."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []
@@ -490,9 +490,9 @@ class _Describes(Interceptor):
         ids = self.ids
 
         class _Counting(OutboundInterceptor):
-            async def describe_workflow(self, input):
+            def fetch_workflow_history_events(self, input):
                 ids.append(input.id)
-                return await super().describe_workflow(input)
+                return super().fetch_workflow_history_events(input)
 
         return _Counting(next)
 
@@ -505,7 +505,7 @@ async def test_a_flood_of_late_replies_for_one_gather_reads_its_record_once(temp
             for leg in ("CREDIT", "STOCK", "TAX"):
                 p.reply(spec, sent.correl_id, leg, b"{}")
             await p.wait_message("ORDER.RESPONSE")
-        looks = _Describes()
+        looks = _Reads()
         p.bridge.client = Client(**{**temporal_env.client.config(), "interceptors": [looks]})
         flood = [p.reply(spec, sent.correl_id, "TAX", b'{"n":%d}' % n) for n in range(6)]
         async with _bridge_running(p):
@@ -530,7 +530,7 @@ async def test_a_bridge_keeps_the_records_of_the_latest_closed_gathers_only(
                     p.reply(spec, sent.correl_id, leg, b"{}")
             await p.wait_message("ORDER.RESPONSE")
             await p.wait_message("ORDER.RESPONSE")
-        looks = _Describes()
+        looks = _Reads()
         p.bridge.client = Client(**{**temporal_env.client.config(), "interceptors": [looks]})
         for sent in (first, second, first):
             p.reply(spec, sent.correl_id, "TAX", b'{"late":1}')
