@@ -601,6 +601,7 @@ class InboundBridge(QueueBridge):
             )
         )
         held: list[tuple[str, MQMessage]] = []
+        closed: list[tuple[AggregateSpec, bytes, list[Reply]]] = []
         for ((_, correl), (spec, replies)), outcome in zip(groups.items(), results, strict=True):
             # Those the gather was told of wait on the hold queue for it, committed with
             # the GET; none is put there before Temporal took its reference.
@@ -610,7 +611,7 @@ class InboundBridge(QueueBridge):
             if error is None:
                 continue
             if isinstance(error, WorkflowAlreadyStartedError):
-                moves += await self._late(spec, correl, rest, whole)
+                closed.append((spec, correl, rest))
             elif refused_for_content(error):
                 # Only the replies Temporal did not take; those it took are in the gather.
                 failure = queue_for(spec, Destination.FAILURE)
@@ -621,6 +622,14 @@ class InboundBridge(QueueBridge):
                 ]
             else:
                 raise error
+        # Side by side, as the signals: each closed gather's record may be read. A failure
+        # backs out the whole batch once every read has settled.
+        lates = await asyncio.gather(*(self._late(*c, whole) for c in closed),
+                                     return_exceptions=True)  # fmt: skip
+        for late in lates:
+            if isinstance(late, BaseException):
+                raise late
+            moves += late
         # Before MQCMIT, as the replies' signals: a report got again re-requests nothing
         # more (the gather remembers its MsgId).
         await asyncio.gather(*(self._undelivered(*item) for item in undelivered.values()))
@@ -710,8 +719,9 @@ class InboundBridge(QueueBridge):
 
     async def _taken_keys(self, gid: str, keys: list[str]) -> set[str]:
         """Which of these messages (by key: :mod:`workflows.redelivery`) the gather took:
-        a running gather is asked, a completed one read from its result; a gather that
-        never started, or ended without a result, took none."""
+        a running gather is asked, a completed one read from its result (once per run,
+        kept: :data:`CLOSED_RECORDS`); a gather that never started, or ended without a
+        result, took none."""
         handle = self.client.get_workflow_handle(gid, result_type=GatherResult)
         try:
             desc = await handle.describe(rpc_timeout=self.rpc_timeout)
