@@ -6,6 +6,7 @@ import hashlib
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import get_args
 
 from temporalio import activity
 
@@ -27,6 +28,7 @@ from bridge.mq.models import (
     MQRO_NONE,
     MQRO_PAN,
     MQRO_PASS_CORREL_ID,
+    Match,
     MQMessage,
     PropertyValue,
     PutOptions,
@@ -282,13 +284,15 @@ class MQActivities:
         final = _final_attempt(inp)
         refused: list[tuple[QueueAddress, MQError]] = []
         dlq = ""
+        before: MQMessage | None = None
 
         def work(transport: Transport, reader: hold.HeldReader) -> None:
-            nonlocal dlq
+            nonlocal dlq, before
             refused.clear()
             targets[:] = response_queues(inp, transport)
-            if ledger.done(transport, spec.ledger_queue, msg_id):
-                return  # committed by an earlier attempt
+            before = _final_before(transport, spec.ledger_queue, inp.gather_id, msg_id)
+            if before is not None:
+                return  # committed by an earlier attempt, or by a run before a reset
             # Held bodies leave the hold queue in this unit of work, with the PUT.
             merged = _merged(inp, _bodies(reader, inp))
             expiry, report = response_life(inp, datetime.now(UTC))
@@ -315,13 +319,17 @@ class MQActivities:
                 requester = requester_queue(inp, transport)
                 _put_or_dead_letter(transport, requester, told, final)
             note = f"{inp.gather_id} {inp.outcome} response"
-            ledger.mark(transport, spec.ledger_queue, msg_id, note, spec.ledger_hours)
+            if refused:
+                note += f", put to the dead-letter queue {dlq}"
+            _mark_final_in(transport, inp, msg_id, "FAILED" if refused else inp.outcome, note)
 
         held = sum(r.size for leg in inp.legs for r in leg.replies if r.held)
         try:
             self._held_unit_of_work(held, work)
         except MergeError as exc:
             return self._merge_failed(inp, exc)
+        if before is not None and (closed := self._closed_before(inp, before)) is not None:
+            return closed
         if refused:
             error = "; ".join(f"{target}: {exc}" for target, exc in refused)
             _record_close(inp, "FAILED")
@@ -369,6 +377,43 @@ class MQActivities:
         telemetry.instruments().rerequests.add(1, {"aggregate": spec.name, "leg": inp.leg})
         return key.hex()
 
+    def _closed_before(self, inp: PutResponseInput, marker: MQMessage) -> PutResponseResult | None:
+        """After this gather's final was committed: None when it is this input's (an
+        attempt retried after its commit). Else it is an earlier run's (an operator reset
+        the closed gather), or the final failed: that final stands, and the replies it did
+        not carry go to the late queue, where they would have gone had the gather not
+        been reset."""
+        record = _final_record(marker)
+        if record is None:
+            return None  # a marker from before finals recorded their replies
+        note, ended, carried = record
+        fresh = [r for leg in inp.legs for r in leg.replies if _final_key(r) not in carried]
+        if not fresh and ended == inp.outcome:
+            return None
+        late = queue_for(inp.aggregate, Destination.LATE)
+        reason = f"gather {inp.gather_id} already closed"
+        self._forward_once(inp.aggregate, inp.gather_id, [(late, r, reason) for r in fresh])
+        error = f"its final was committed before, {ended} ({note})"
+        if fresh:
+            error += f"; {len(fresh)} reply(ies) it did not carry went to {late}"
+        return PutResponseResult(
+            outcome=ended,  # checked against _ENDINGS
+            queues=[late] if fresh else [],
+            msg_id=response_msg_id(inp.gather_id, ended).hex(),
+            error=error,
+        )
+
+    def _mark_final(self, inp: PutResponseInput, key: bytes, ended: str, note: str) -> None:
+        """Record, once, a final that was no response (the merge failed), as a response's
+        PUT records its own: with what it carried."""
+        spec = inp.aggregate
+
+        def work(transport: Transport) -> None:
+            if not ledger.done(transport, spec.ledger_queue, key):
+                _mark_final_in(transport, inp, key, ended, note)
+
+        self._unit_of_work(work)
+
     def _merge_failed(self, inp: PutResponseInput, exc: MergeError) -> PutResponseResult:
         """A bad leg body: every reply of the gather goes, intact, to the failure queue."""
         failure_queue = queue_for(inp.aggregate, Destination.FAILURE)
@@ -381,6 +426,8 @@ class MQActivities:
         told = notification(inp, datetime.now(UTC), failed=True)
         if told is not None:
             self._notify_once(inp, told)
+        merge_failed = ledger_key("merge failed", inp.gather_id)
+        self._mark_final(inp, merge_failed, "FAILED", f"{inp.gather_id} merge failed: {exc}")
         _record_close(inp, "FAILED")
         return PutResponseResult(
             outcome="FAILED", queues=[failure_queue], msg_id="", error=str(exc)
@@ -442,7 +489,12 @@ class MQActivities:
         self, spec: AggregateSpec, gather: str, items: list[tuple[str, Reply, str]]
     ) -> None:
         def work(transport: Transport, reader: hold.HeldReader) -> None:
+            # A reply the gather's final carried is in its one place already: a run
+            # after a reset may count it a duplicate of one it took since.
+            placed = _carried_by_final(transport, spec.ledger_queue, gather)
             for queue, reply, reason in items:
+                if _final_key(reply) in placed:
+                    continue
                 if _forwarded(transport, spec.ledger_queue, gather, queue, reply):
                     continue
                 key = ledger_key("forward", gather, queue, _reply_key(reply))
@@ -458,6 +510,60 @@ class MQActivities:
         # One message in memory at a time, so the largest held one is what it holds.
         held = max((reply.size for _, reply, _ in items if reply.held), default=0)
         self._held_unit_of_work(held, work)
+
+
+#: What a final's marker may say a gather ended as.
+_ENDINGS = frozenset(get_args(PutResponseResult.model_fields["outcome"].annotation))
+
+
+def final_group(gather: str) -> bytes:
+    """The CorrelId of a gather's final marker on the ledger, whatever its outcome: a run
+    after a reset finds the final of the run before by it."""
+    return ledger_key("final", gather)
+
+
+def _final_before(transport: Transport, ledger_queue: str, gather: str,
+                  msg_id: bytes) -> MQMessage | None:  # fmt: skip
+    """The marker of this gather's final, if one was committed: this outcome's (also
+    from before finals were grouped), else any other's."""
+    return ledger.find(transport, ledger_queue, Match(msg_id=msg_id)) or ledger.find(
+        transport, ledger_queue, Match(correl_id=final_group(gather))
+    )
+
+
+def _carried_by_final(transport: Transport, ledger_queue: str, gather: str) -> set[str]:
+    """The keys of the replies this gather's final carried (none before its final)."""
+    marker = ledger.find(transport, ledger_queue, Match(correl_id=final_group(gather)))
+    record = _final_record(marker)
+    return record[2] if record is not None else set()
+
+
+def _final_record(marker: MQMessage | None) -> tuple[str, str, set[str]] | None:
+    """A final's marker read: its note, how the gather ended and the keys of the replies
+    it carried; None for no marker, or one from before finals recorded them."""
+    if marker is None:
+        return None
+    note, *kept = ledger.lines(marker)
+    if len(kept) < 2 or kept[0] not in _ENDINGS:
+        return None
+    return note, kept[0], set(kept[1].split())
+
+
+def _final_key(reply: Reply) -> str:
+    """What a final's marker keeps of a reply it carried: 64 bits of its key's digest."""
+    return hashlib.sha256(_reply_key(reply).encode()).hexdigest()[:16]
+
+
+def _mark_final_in(
+    transport: Transport, inp: PutResponseInput, key: bytes, ended: str, note: str
+) -> None:
+    """The ledger marker of a gather's final, in the caller's unit of work: under the
+    gather's final group, with how it ended and what it carried, for a run after a
+    reset to read (:meth:`MQActivities._closed_before`)."""
+    spec = inp.aggregate
+    carried = " ".join(_final_key(r) for leg in inp.legs for r in leg.replies)
+    ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours,
+                group=final_group(inp.gather_id), lines=[ended, carried])  # fmt: skip
 
 
 def _reply_key(reply: Reply) -> str:

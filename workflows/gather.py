@@ -352,8 +352,9 @@ class GatherWorkflow:
             lambda: inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s)}),
             PutResponseResult,
         )
-        if response.outcome == "FAILED":
-            self.s.state = "FAILED"
+        # FAILED; or the final of an earlier run (before a reset), which stands.
+        if response.outcome != outcome:
+            self.s.state = response.outcome
         return response
 
     async def _send_requests(self) -> None:

@@ -12,9 +12,10 @@ the longest time a PUT can still be retried.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 from bridge.mq.errors import NoMessageAvailable
-from bridge.mq.models import Match, MQMessage, PutOptions
+from bridge.mq.models import NONE_ID, Match, MQMessage, PutOptions
 from bridge.mq.transport import Transport
 
 #: Expiry is kept in tenths of a second.
@@ -28,21 +29,47 @@ def ledger_key(*parts: str) -> bytes:
 
 def done(transport: Transport, ledger: str, key: bytes) -> bool:
     """Whether the PUT ``key`` names was committed before (its marker is on the ledger)."""
+    return find(transport, ledger, Match(msg_id=key)) is not None
+
+
+def find(transport: Transport, ledger: str, match: Match) -> MQMessage | None:
+    """The first marker on the ledger that ``match`` selects (browsed), or None."""
     try:
-        transport.get(ledger, match=Match(msg_id=key), browse="first")
+        return transport.get(ledger, match=match, browse="first")
     except NoMessageAvailable:
-        return False
-    return True
+        return None
 
 
-def mark(transport: Transport, ledger: str, key: bytes, note: str, hours: float) -> None:
-    """Put the marker of ``key`` under syncpoint: it commits with the PUT it records."""
+def mark(
+    transport: Transport,
+    ledger: str,
+    key: bytes,
+    note: str,
+    hours: float,
+    *,
+    group: bytes = NONE_ID,
+    lines: Sequence[str] = (),
+) -> None:
+    """Put the marker of ``key`` under syncpoint: it commits with the PUT it records.
+
+    ``group`` (its CorrelId) finds the markers of one kind of PUT whatever their keys;
+    ``lines`` are kept after the note, for whoever finds the marker.
+    """
+    body = note.replace("\n", " ").encode("utf-8", "replace")[:1024]
+    for line in lines:
+        body += b"\n" + line.encode("utf-8", "replace")
     transport.put(
         ledger,
         MQMessage(
             msg_id=key,
+            correl_id=group,
             expiry=max(1, int(hours * _TENTHS_PER_HOUR)),
-            body=note.encode("utf-8", "replace")[:1024],
+            body=body,
         ),
         PutOptions(syncpoint=True),
     )
+
+
+def lines(marker: MQMessage) -> list[str]:
+    """What :func:`mark` kept: the note, then its ``lines``."""
+    return marker.body.decode("utf-8", "replace").split("\n")

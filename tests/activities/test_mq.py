@@ -98,6 +98,58 @@ def test_a_retried_put_after_the_response_was_consumed_puts_nothing(qm_path):
     assert first == again
 
 
+def test_after_a_reset_the_earlier_final_stands_and_what_it_did_not_carry_goes_late(qm_path):
+    """A run after an operator reset the closed gather: it ends another way (COMPLETE,
+    not TIMEOUT), with a reply the first final did not carry. No second final; that reply
+    goes late, once across retries; the gather keeps the outcome it was answered as."""
+    stock_leg = LegSpec(name="STOCK", sequence=20)
+    spec = AggregateSpec(name="t", legs=(LEG, stock_leg))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = ActivityEnvironment()
+    credit = ReceivedLeg(leg=LEG, replies=[reply(1)])
+    stock = ReceivedLeg(leg=stock_leg, replies=[reply(2).model_copy(update={"leg": "STOCK"})])
+    env.run(acts.put_response, response_input(spec, outcome="TIMEOUT", legs=[credit],
+                                              missing=["STOCK"]))  # fmt: skip
+    after_reset = response_input(spec, legs=[credit, stock])
+    results = [env.run(acts.put_response, after_reset) for _ in range(2)]  # and a retry
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, "ORDER.RESPONSE") == [] and len(drain(qm, "GATHER.TIMEOUT")) == 1
+        late = drain(qm, "GATHER.LATE")
+    assert [m.msg_id for m in late] == [bytes([2]) * 24]
+    assert all(r.outcome == "TIMEOUT" and r.queues == ["GATHER.LATE"] for r in results)
+    assert results[0].msg_id == response_msg_id(GATHER, "TIMEOUT").hex()
+
+
+def test_a_reply_the_final_carried_is_never_forwarded_after_it(qm_path):
+    """A run after a reset, with the policy "last", takes a second reply for a leg and
+    counts the first, which the final carried, a duplicate: that one stays where it is."""
+    spec = AggregateSpec(name="t", legs=(LEG,), duplicates="last")
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = ActivityEnvironment()
+    env.run(acts.put_response, response_input(spec))  # the final carried reply 1
+    items = [Routed(kind=Destination.DUPLICATE, reply=reply(n), reason="duplicate")
+             for n in (1, 2)]  # fmt: skip
+    env.run(acts.route_replies, RouteInput(aggregate=spec, gather_id=GATHER, items=items))
+    with LocalQueueManager(qm_path) as qm:
+        assert len(drain(qm, "ORDER.RESPONSE")) == 1
+        assert [m.msg_id for m in drain(qm, "GATHER.DUPLICATE")] == [bytes([2]) * 24]
+
+
+def test_a_final_an_earlier_release_marked_without_its_replies_is_still_put_once(qm_path):
+    # A retry across an upgrade: the marker names the PUT but not what it carried, so
+    # nothing is taken for a reply it did not carry.
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    with LocalQueueManager(qm_path) as qm:
+        marked = response_msg_id(GATHER, "COMPLETE")
+        ledger.mark(qm, spec.ledger_queue, marked, "an earlier release's response", 1)
+        qm.commit()
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    result = ActivityEnvironment().run(acts.put_response, response_input(spec))
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, "ORDER.RESPONSE") == [] and drain(qm, "GATHER.LATE") == []
+    assert result.outcome == "COMPLETE" and result.error == ""
+
+
 def test_the_response_is_a_reply_though_it_names_the_requesters_reply_queue(qm_path):
     spec = AggregateSpec(name="t", legs=(LEG,), destination="replyToQueue")
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
@@ -202,6 +254,12 @@ def test_an_undeliverable_response_is_retried_then_dead_lettered(qm_path):
     assert json.loads(body)["state"] == "COMPLETE"
     assert dead[0].msg_id == response_msg_id(GATHER, "COMPLETE")
     assert dead[0].correl_id == b"C" * 24 and dead[0].reply_to_q == "NO.SUCH.Q"
+    # The worker died before Temporal recorded it: the retry puts nothing again, and the
+    # gather still ends FAILED.
+    again = env.run(acts.put_response, inp)
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, DEAD_LETTER_QUEUE) == [] and drain(qm, "GATHER.LATE") == []
+    assert again.outcome == "FAILED"
 
 
 def test_a_put_disabled_response_queue_is_retried_then_dead_lettered_naming_it(qm_path):
