@@ -13,6 +13,7 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 
 from mqgather.config import AggregateSpec
+from tests.conftest import standin_connector
 from tests.harness import THREE_LEGS, pipeline, status, until
 from workflows.models import GatherResult
 
@@ -36,13 +37,15 @@ async def _reset_to_first_task(client: Client, handle: WorkflowHandle) -> str:
     return done.run_id
 
 
+@pytest.mark.parametrize("over", ["embedded", "ibmmq"])
 @pytest.mark.parametrize("size", [2, 4096], ids=["inline", "held"])
 async def test_a_reply_a_reset_gather_takes_after_its_close_goes_late_not_into_a_second_final(
-    temporal_env, tmp_path, size
+    temporal_env, tmp_path, size, over
 ):
     spec = AggregateSpec(name="reset", legs=THREE_LEGS, timeout_seconds=300,
                          inline_reply_bytes=1024)  # fmt: skip
-    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+    transport = (lambda path: standin_connector(path)) if over == "ibmmq" else None
+    async with pipeline(temporal_env.client, tmp_path, [spec], transport=transport) as p:
         sent = await p.scatter(spec)
         handle = p.handle(spec, sent.correl_id)
         p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
