@@ -37,6 +37,19 @@ async def _reset_to_first_task(client: Client, handle: WorkflowHandle) -> str:
     return done.run_id
 
 
+async def _cancelled_then_reset(p, spec: AggregateSpec, correl: bytes, legs: list[str]):
+    """Once the gather has ``legs``, cancel it (its partial goes to the timeout queue),
+    then reset it; (its result, a handle on the run after the reset holding ``legs``)."""
+    handle = p.handle(spec, correl)
+    await until(lambda: status(handle), lambda s: s.legs_received == legs)
+    await handle.cancel()
+    before = await p.result(spec, correl)
+    run = await _reset_to_first_task(p.client, handle)
+    after = p.client.get_workflow_handle(handle.id, run_id=run, result_type=GatherResult)
+    await until(lambda: status(after), lambda s: s.legs_received == legs)
+    return before, after
+
+
 @pytest.mark.parametrize("over", ["embedded", "ibmmq"])
 @pytest.mark.parametrize("size", [2, 4096], ids=["inline", "held"])
 async def test_a_reply_a_reset_gather_takes_after_its_close_goes_late_not_into_a_second_final(
@@ -47,16 +60,9 @@ async def test_a_reply_a_reset_gather_takes_after_its_close_goes_late_not_into_a
     transport = (lambda path: standin_connector(path)) if over == "ibmmq" else None
     async with pipeline(temporal_env.client, tmp_path, [spec], transport=transport) as p:
         sent = await p.scatter(spec)
-        handle = p.handle(spec, sent.correl_id)
         p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
         p.reply(spec, sent.correl_id, "STOCK", b'{"s":1}')
-        await until(lambda: status(handle), lambda s: len(s.legs_received) == 2)
-        await handle.cancel()  # the partial goes to the timeout queue as CANCELLED
-        before = await p.result(spec, sent.correl_id)
-        run = await _reset_to_first_task(temporal_env.client, handle)
-        after = temporal_env.client.get_workflow_handle(handle.id, run_id=run,
-                                                        result_type=GatherResult)  # fmt: skip
-        await until(lambda: status(after), lambda s: len(s.legs_received) == 2)
+        before, after = await _cancelled_then_reset(p, spec, sent.correl_id, ["CREDIT", "STOCK"])
         tax = p.reply(spec, sent.correl_id, "TAX", b'"' + b"t" * size + b'"')
         result = await after.result()
         partial = await p.wait_message("GATHER.TIMEOUT")
@@ -71,63 +77,31 @@ async def test_a_reply_a_reset_gather_takes_after_its_close_goes_late_not_into_a
     assert result.state == "CANCELLED" and "GATHER.LATE" in result.error
 
 
+@pytest.mark.parametrize(
+    ("duplicates", "leg"), [("first", "STOCK"), ("last", "CREDIT")], ids=["new-leg", "newer-reply"]
+)
 async def test_a_reset_gather_that_ends_as_it_did_still_sends_its_new_reply_late(
-    temporal_env, tmp_path
+    temporal_env, tmp_path, duplicates, leg
 ):
     """The same outcome twice: the final's MsgId is the same, and before, the ledger took
-    the second for a retry of the first, so the new reply went nowhere."""
-    spec = AggregateSpec(name="resetsame", legs=THREE_LEGS, timeout_seconds=300)
+    the second for a retry of the first, so the new reply went nowhere. With the policy
+    "last", a newer CREDIT makes the one the partial carried a duplicate: that one is not
+    copied to the duplicate queue as well."""
+    spec = AggregateSpec(name="resetsame", legs=THREE_LEGS, timeout_seconds=300,
+                         duplicates=duplicates)  # fmt: skip
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
         sent = await p.scatter(spec)
-        handle = p.handle(spec, sent.correl_id)
         p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
-        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
-        await handle.cancel()
-        await p.result(spec, sent.correl_id)
-        run = await _reset_to_first_task(temporal_env.client, handle)
-        after = temporal_env.client.get_workflow_handle(handle.id, run_id=run,
-                                                        result_type=GatherResult)  # fmt: skip
-        await until(lambda: status(after), lambda s: s.legs_received == ["CREDIT"])
-        stock = p.reply(spec, sent.correl_id, "STOCK", b'{"s":1}')
-        await until(lambda: status(after), lambda s: len(s.legs_received) == 2)
+        _, after = await _cancelled_then_reset(p, spec, sent.correl_id, ["CREDIT"])
+        new = p.reply(spec, sent.correl_id, leg, b'{"n":2}')
+        await until(lambda: status(after), lambda s: len(s.legs_received) + s.duplicates == 2)
         await after.cancel()
         result = await after.result()
         partial = await p.wait_message("GATHER.TIMEOUT")
         late = await p.wait_message("GATHER.LATE")
-        for queue in ("ORDER.RESPONSE", "GATHER.TIMEOUT", "GATHER.LATE", spec.reply_queue):
+        for queue in ("ORDER.RESPONSE", "GATHER.TIMEOUT", "GATHER.LATE", spec.duplicate_queue,
+                      spec.reply_queue):  # fmt: skip
             assert p.empty(queue), queue
-    assert partial.body.count(b'"c"') == 1 and b'"s"' not in partial.body
-    assert (late.msg_id, late.body) == (stock.msg_id, stock.body)
+    assert b'"c"' in partial.body and b'"n"' not in partial.body
+    assert (late.msg_id, late.body) == (new.msg_id, new.body)
     assert result.state == "CANCELLED"
-
-
-async def test_a_reset_gather_keeping_the_last_reply_leaves_the_one_it_answered_with_in_place(
-    temporal_env, tmp_path
-):
-    """With the policy "last", a second reply after the reset makes the first, which the
-    closed gather's partial carried, a duplicate: it is not copied to the duplicate queue
-    as well, and the second goes late."""
-    spec = AggregateSpec(name="resetlast", legs=THREE_LEGS, timeout_seconds=300,
-                         duplicates="last")  # fmt: skip
-    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
-        sent = await p.scatter(spec)
-        handle = p.handle(spec, sent.correl_id)
-        first = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
-        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
-        await handle.cancel()
-        await p.result(spec, sent.correl_id)
-        run = await _reset_to_first_task(temporal_env.client, handle)
-        after = temporal_env.client.get_workflow_handle(handle.id, run_id=run,
-                                                        result_type=GatherResult)  # fmt: skip
-        await until(lambda: status(after), lambda s: s.legs_received == ["CREDIT"])
-        second = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":2}')
-        await until(lambda: status(after), lambda s: s.duplicates == 1)
-        await after.cancel()
-        result = await after.result()
-        partial = await p.wait_message("GATHER.TIMEOUT")
-        late = await p.wait_message("GATHER.LATE")
-        for queue in ("ORDER.RESPONSE", "GATHER.TIMEOUT", "GATHER.LATE", spec.duplicate_queue):
-            assert p.empty(queue), queue
-    assert b'"c": 1' in partial.body or b'"c":1' in partial.body
-    assert (late.msg_id, late.body) == (second.msg_id, second.body)
-    assert first.msg_id != second.msg_id and result.state == "CANCELLED"
