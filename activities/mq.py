@@ -396,10 +396,13 @@ class MQActivities:
         error = f"its final was committed before, {ended} ({note})"
         if fresh:
             error += f"; {len(fresh)} reply(ies) it did not carry went to {late}"
+        # A FAILED final delivered no response (dead-lettered, or the merge failed).
+        earlier = inp.model_copy(update={"outcome": ended})
+        answered = "" if ended == "FAILED" else response_id(earlier).hex()
         return PutResponseResult(
             outcome=ended,  # checked against _ENDINGS
             queues=[late] if fresh else [],
-            msg_id=response_msg_id(inp.gather_id, ended).hex(),
+            msg_id=answered,
             error=error,
         )
 

@@ -259,7 +259,8 @@ def test_an_undeliverable_response_is_retried_then_dead_lettered(qm_path):
     again = env.run(acts.put_response, inp)
     with LocalQueueManager(qm_path) as qm:
         assert drain(qm, DEAD_LETTER_QUEUE) == [] and drain(qm, "GATHER.LATE") == []
-    assert again.outcome == "FAILED"
+    assert again.outcome == "FAILED" and again.msg_id == ""
+    assert f"put to the dead-letter queue {DEAD_LETTER_QUEUE}" in again.error
 
 
 def test_a_put_disabled_response_queue_is_retried_then_dead_lettered_naming_it(qm_path):
@@ -526,3 +527,13 @@ def test_a_gather_whose_legs_cannot_be_merged_tells_its_requester_once(qm_path):
     assert first.outcome == again.outcome == "FAILED"
     assert [(m.feedback, m.properties["mqgather_state"]) for m in told] == [(MQFB_NAN, "FAILED")]
     assert [m.body for m in failed] == [b"{no"]
+    # Reset after that, the gather takes a good CREDIT (policy "last"): the failure
+    # stands; the good one goes late, the bad one stays on the failure queue alone.
+    good = ReceivedLeg(leg=LEG, replies=[reply(4)])
+    after_reset = failing.model_copy(update={"legs": [good]})
+    result = env.run(acts.put_response, after_reset)
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, "ORDER.RESPONSE") == [] == drain(qm, "GATHER.FAILURE")
+        assert drain(qm, "APP.REPLY") == []  # nor is the requester told again
+        assert [m.msg_id for m in drain(qm, "GATHER.LATE")] == [bytes([4]) * 24]
+    assert result.outcome == "FAILED" and "merge failed" in result.error
