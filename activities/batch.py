@@ -21,6 +21,7 @@ from bridge.mq.ledger import ledger_key
 from bridge.mq.models import (
     MQFMT_NONE,
     MQFMT_STRING,
+    Match,
     MQMessage,
     MsgFlags,
     PropertyValue,
@@ -31,6 +32,7 @@ from mqgather import names
 from mqgather.ccsid import CCSID_UTF8, CCSIDError
 from mqgather.names import PROP_BATCH_REASON, PROP_BATCH_SIZE, PROP_DESTINATION
 from mqgather.runtime import telemetry
+from workflows import redelivery
 from workflows.collect_models import ClosedBatch, Item, PutBatchInput, PutBatchResult
 
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>\s*")
@@ -72,11 +74,42 @@ def format_batch(batch: ClosedBatch, wrapper: str) -> tuple[bytes, str, int]:
     return joined, MQFMT_NONE, CCSID_UTF8
 
 
-def batch_key(inp: PutBatchInput) -> bytes:
+def batch_key(inp: PutBatchInput, items: list[Item] | None = None) -> bytes:
     """The ledger key (and MsgId) of one batch: the destination, the batch number and its
-    first message, so a batch is never mistaken for another even if numbering restarted."""
-    first = inp.batch.items[0].message.msg_id.hex()
+    first message (of ``items``, when only those are put), so a batch is never mistaken
+    for another even if numbering restarted."""
+    first = (items or inp.batch.items)[0].message.msg_id.hex()
     return ledger_key("batch", inp.workflow_id, str(inp.batch.number), first)
+
+
+def batch_group(workflow_id: str, number: int) -> bytes:
+    """The CorrelId of the markers of a collector's batch ``number``: a run after a reset
+    reads what the run before put under it."""
+    return ledger_key("batch group", workflow_id, str(number))
+
+
+def item_key(item: Item) -> str:
+    """What a batch's marker keeps of each message it put (:func:`ledger.digest`)."""
+    return ledger.digest(redelivery.key(item.message, item.fingerprint))
+
+
+def put_before(
+    transport: Transport, ledger_queue: str, workflow_id: str, number: int
+) -> tuple[set[str], bool]:
+    """What the collector's batches numbered ``number`` and on put (their markers' keys
+    of the messages), and whether there was none. A run after a reset batches the same
+    messages into as many batches or fewer, so what its batch ``number`` holds was put,
+    if at all, by a batch of that number or a later one."""
+    put: set[str] = set()
+    at = number
+    while markers := list(
+        transport.browse(ledger_queue, Match(correl_id=batch_group(workflow_id, at)))
+    ):
+        for marker in markers:
+            for line in ledger.lines(marker)[1:]:
+                put.update(line.split())
+        at += 1
+    return put, at == number
 
 
 def _whole(reader: hold.HeldReader, item: Item) -> Item:
@@ -132,15 +165,26 @@ class CollectorActivities(MQActivities):
         out: list[MQMessage] = []
         bad: list[tuple[MQMessage, str]] = []
         earlier: list[bool] = []
+        behind = False
 
         def work(transport: Transport, reader: hold.HeldReader) -> None:
+            nonlocal key, behind
             out.clear()
             bad.clear()
+            items = batch.items
+            if inp.after_reset:
+                put, behind = put_before(transport, spec.ledger_queue, inp.workflow_id,
+                                         batch.number)  # fmt: skip
+                items = [i for i in batch.items if item_key(i) not in put]
+                if not items:
+                    earlier.append(True)
+                    return  # all put by the run before the reset
+                key = batch_key(inp, items)
             if ledger.done(transport, spec.ledger_queue, key):
                 earlier.append(True)
                 return  # committed by an earlier attempt
             # Held messages leave the hold queue in this unit of work, with the PUT.
-            whole = batch.model_copy(update={"items": [_whole(reader, i) for i in batch.items]})
+            whole = batch.model_copy(update={"items": [_whole(reader, i) for i in items]})
             bad.extend(unreadable(whole))
             # By the message itself: another message may have the same MsgId.
             odd = {id(m) for m, _ in bad}
@@ -154,7 +198,10 @@ class CollectorActivities(MQActivities):
             for message, reason in bad:
                 forward(transport, spec.failure_queue, message, reason, spec.input_queue)
             note = f"{inp.workflow_id} batch {batch.number}"
-            ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
+            group = batch_group(inp.workflow_id, batch.number)
+            keys = " ".join(item_key(i) for i in items)
+            ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours,
+                        group=group, lines=[keys])  # fmt: skip
 
         self._held_unit_of_work(sum(i.body_bytes() for i in batch.items if i.held), work)
         put, size = len(out), sum(len(m.body) for m in out)
@@ -171,4 +218,5 @@ class CollectorActivities(MQActivities):
             size_bytes=size,
             batch=facts,
             failed=len(bad),
+            reset_behind=behind,
         )

@@ -290,7 +290,7 @@ class MQActivities:
             nonlocal dlq, before
             refused.clear()
             targets[:] = response_queues(inp, transport)
-            before = _final_before(transport, spec.ledger_queue, inp.gather_id, msg_id)
+            before = _final_before(transport, spec.ledger_queue, inp, msg_id)
             if before is not None:
                 return  # committed by an earlier attempt, or by a run before a reset
             # Held bodies leave the hold queue in this unit of work, with the PUT.
@@ -460,13 +460,18 @@ class MQActivities:
         items = [(queue_for(spec, item.kind), item.reply, item.reason) for item in inp.items]
         # "" for duplicates the aggregate discards; a held one still leaves the hold queue.
         kept = [item for item in items if item[0] or item[1].held is not None]
-        self._forward_once(spec, inp.gather_id, kept)
+        self._forward_once(spec, inp.gather_id, kept, after_reset=inp.after_reset)
         for item in inp.items:
             telemetry.instruments().routed.add(1, {"aggregate": spec.name, "kind": item.kind.value})
         return len(inp.items)
 
     def _forward_once(
-        self, spec: AggregateSpec, gather: str, items: list[tuple[str, Reply, str]]
+        self,
+        spec: AggregateSpec,
+        gather: str,
+        items: list[tuple[str, Reply, str]],
+        *,
+        after_reset: bool = False,
     ) -> None:
         """Forward each (queue, reply, reason) intact, each exactly once across retries
         (the ledger records every forward), in as few units of work as MAXUMSGS allows:
@@ -477,7 +482,7 @@ class MQActivities:
         while start < len(items):
             chunk = items[start : start + per_unit]
             try:
-                self._forward_unit(spec, gather, chunk)
+                self._forward_unit(spec, gather, chunk, after_reset)
             except SyncpointLimitReached:
                 # More than four each (a held reply got past others that share its
                 # MsgId, which are put back): the chunk was backed out whole, and its
@@ -489,12 +494,18 @@ class MQActivities:
             start += len(chunk)
 
     def _forward_unit(
-        self, spec: AggregateSpec, gather: str, items: list[tuple[str, Reply, str]]
+        self,
+        spec: AggregateSpec,
+        gather: str,
+        items: list[tuple[str, Reply, str]],
+        after_reset: bool,
     ) -> None:
         def work(transport: Transport, reader: hold.HeldReader) -> None:
             # A reply the gather's final carried is in its one place already: a run
             # after a reset may count it a duplicate of one it took since.
-            placed = _carried_by_final(transport, spec.ledger_queue, gather)
+            placed = (
+                _carried_by_final(transport, spec.ledger_queue, gather) if after_reset else set()
+            )
             for queue, reply, reason in items:
                 if _final_key(reply) in placed:
                     continue
@@ -525,13 +536,15 @@ def final_group(gather: str) -> bytes:
     return ledger_key("final", gather)
 
 
-def _final_before(transport: Transport, ledger_queue: str, gather: str,
-                  msg_id: bytes) -> MQMessage | None:  # fmt: skip
+def _final_before(
+    transport: Transport, ledger_queue: str, inp: PutResponseInput, msg_id: bytes
+) -> MQMessage | None:
     """The marker of this gather's final, if one was committed: this outcome's (also
-    from before finals were grouped), else any other's."""
-    return ledger.find(transport, ledger_queue, Match(msg_id=msg_id)) or ledger.find(
-        transport, ledger_queue, Match(correl_id=final_group(gather))
-    )
+    from before finals were grouped), else, in a run after a reset, any other's."""
+    found = ledger.find(transport, ledger_queue, Match(msg_id=msg_id))
+    if found is None and inp.after_reset:
+        found = ledger.find(transport, ledger_queue, Match(correl_id=final_group(inp.gather_id)))
+    return found
 
 
 def _carried_by_final(transport: Transport, ledger_queue: str, gather: str) -> set[str]:
@@ -553,8 +566,8 @@ def _final_record(marker: MQMessage | None) -> tuple[str, str, set[str]] | None:
 
 
 def _final_key(reply: Reply) -> str:
-    """What a final's marker keeps of a reply it carried: 64 bits of its key's digest."""
-    return hashlib.sha256(_reply_key(reply).encode()).hexdigest()[:16]
+    """What a final's marker keeps of a reply it carried."""
+    return ledger.digest(_reply_key(reply))
 
 
 def _mark_final_in(

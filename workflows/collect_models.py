@@ -94,6 +94,11 @@ class CollectorState(BaseModel):
     last_error: str = ""
     failing_since: datetime | None = None
     failed_rounds: int = 0
+    after_reset: bool = Field(
+        default=False,
+        description="a run an operator's reset started (or one continued from it): its "
+        "batches are told apart from what the run before put, until that is behind them",
+    )
     #: ``seen`` as a set, for lookups; kept in step with the list, never carried.
     _seen: set[str] = PrivateAttr(default_factory=set)
 
@@ -131,6 +136,9 @@ class PutBatchInput(BaseModel):
     destination: str
     workflow_id: str
     batch: ClosedBatch
+    after_reset: bool = Field(
+        default=False, description="put only what the run before a reset did not put"
+    )
 
 
 class PutBatchResult(BaseModel):
@@ -146,6 +154,9 @@ class PutBatchResult(BaseModel):
     batch: BatchFacts | None = None
     #: Messages of the batch that went to the failure queue instead (unreadable text).
     failed: int = 0
+    #: After a reset: the run before put no batch numbered this one's or later, so the
+    #: batches that follow need not be told apart from its.
+    reset_behind: bool = False
 
 
 class ReleaseBatchInput(BaseModel):

@@ -101,6 +101,10 @@ class CollectorWorkflow:
     @workflow.run
     async def run(self, inp: CollectorInput) -> None:
         """Close batches as they fill or expire and PUT them, indefinitely."""
+        info = workflow.info()
+        if info.run_id != info.original_execution_run_id:
+            # A reset keeps the run id the history began with; continue-as-new does not.
+            self.s.after_reset = True
         while True:
             logic.expire(self.s, workflow.now())
             while self.s.ready:
@@ -132,12 +136,16 @@ class CollectorWorkflow:
     async def _put_first(self) -> None:
         batch = self.s.ready[0]
         inp = PutBatchInput(
-            collector=self.spec, destination=self.destination, workflow_id=self.id, batch=batch
+            collector=self.spec,
+            destination=self.destination,
+            workflow_id=self.id,
+            batch=batch,
+            after_reset=self.s.after_reset,
         )
         while True:
             self._put_started = settling.work_started()
             try:
-                await workflow.execute_local_activity(
+                result = await workflow.execute_local_activity(
                     names.ACTIVITY_PUT_BATCH,
                     inp,
                     result_type=PutBatchResult,
@@ -155,6 +163,8 @@ class CollectorWorkflow:
                 await workflow.sleep(delay)
                 continue
             logic.put_done(self.s, batch.facts())
+            if result.reset_behind:
+                self.s.after_reset = False
             return
 
     def _publish(self) -> None:

@@ -241,6 +241,10 @@ class GatherWorkflow:
         del self.s
 
     async def _run(self) -> GatherResult:
+        info = workflow.info()
+        if info.run_id != info.original_execution_run_id:
+            # A reset keeps the run id the history began with; continue-as-new does not.
+            self.s.after_reset = True
         if self.s.started_at is None:
             self.s.started_at = workflow.now()
             # Through the SDK's meter: not counted again when the history is replayed.
@@ -384,7 +388,8 @@ class GatherWorkflow:
         # leaves them for the next flush. Signals only append meanwhile.
         while self.s.outbox:
             items = list(self.s.outbox)
-            routed = RouteInput(aggregate=self.spec, gather_id=self.id, items=items)
+            routed = RouteInput(aggregate=self.spec, gather_id=self.id, items=items,
+                                after_reset=self.s.after_reset)  # fmt: skip
             forwarding = names.ACTIVITY_ROUTE_REPLIES
             await self._mq_work("forwarding of replies", forwarding, lambda: routed, int)  # noqa: B023 - awaited in this iteration
             del self.s.outbox[: len(items)]

@@ -497,6 +497,7 @@ def response_input(
         started_at=state.started_at,
         reason=_operator_reason(state, outcome),
         rerequested=[leg.name for leg in state.expected if leg.name in state.rerequested],
+        after_reset=state.after_reset,
     )
 
 

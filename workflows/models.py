@@ -258,6 +258,11 @@ class GatherState(BaseModel):
     rerequested: dict[str, list[datetime]] = Field(
         default_factory=dict, description="when each leg was asked again, by leg"
     )
+    after_reset: bool = Field(
+        default=False,
+        description="a run an operator's reset started (or one continued from it): the "
+        "gather may have answered before, and its MQ work looks for that final",
+    )
     rerequest_reasons: dict[str, str] = Field(
         default_factory=dict, description="why each leg was asked again the last time, by leg"
     )
@@ -403,6 +408,9 @@ class PutResponseInput(BaseModel):
     attempts_before: int = Field(
         default=0, ge=0, description="PUT attempts already made and failed in earlier rounds"
     )
+    after_reset: bool = Field(
+        default=False, description="look for a final of the gather's run before a reset"
+    )
 
 
 class PutResponseResult(BaseModel):
@@ -436,6 +444,9 @@ class RouteInput(BaseModel):
     aggregate: AggregateSpec
     gather_id: str
     items: list[Routed]
+    after_reset: bool = Field(
+        default=False, description="leave in place what a final before a reset carried"
+    )
 
 
 class GatherResult(BaseModel):

@@ -70,6 +70,12 @@ def mark(
     )
 
 
+def digest(key: str) -> str:
+    """What a marker keeps of a message it names in its lines: 64 bits of the digest of
+    its key (MsgId and fingerprint), in hex."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
 def lines(marker: MQMessage) -> list[str]:
     """What :func:`mark` kept: the note, then its ``lines``."""
     return marker.body.decode("utf-8", "replace").split("\n")

@@ -51,6 +51,30 @@ def test_a_retried_batch_put_after_the_batch_was_consumed_puts_nothing(tmp_path:
     assert json.loads(taken[0].body) == [{"a": 1}, [2]]
 
 
+def test_after_a_reset_a_batch_puts_only_what_the_batches_before_did_not(tmp_path: Path):
+    """The run before a reset put messages 1 and 2 as batch 1 and 3 as batch 2; the run
+    after it holds 1 to 4 in its batch 1. Only 4 is put, once across retries; the batch
+    numbered 3 that follows finds nothing from before, so later ones need not look."""
+    path = tmp_path / "qm.db"
+    prepare_queues(path, ["OUT"])
+    acts = CollectorActivities(lambda: LocalQueueManager(path))
+    env = ActivityEnvironment()
+    m = [message(n, f"[{n}]".encode()) for n in range(1, 6)]
+    second = batch_input([m[2]])
+    env.run(acts.put_batch, batch_input(m[:2]))
+    env.run(acts.put_batch, second.model_copy(update={"batch": second.batch.model_copy(
+        update={"number": 2})}))  # fmt: skip
+    after = batch_input(m[:4]).model_copy(update={"after_reset": True})
+    results = [env.run(acts.put_batch, after) for _ in range(2)]  # and a retry
+    third = batch_input([m[4]]).model_copy(update={"after_reset": True})
+    third = third.model_copy(update={"batch": third.batch.model_copy(update={"number": 3})})
+    last = env.run(acts.put_batch, third)
+    with LocalQueueManager(path) as consumer:
+        bodies = [json.loads(out.body) for out in drain(consumer, "OUT")]
+    assert bodies == [[[1], [2]], [[3]], [[4]], [[5]]]
+    assert [r.reset_behind for r in results] == [False, False] and last.reset_behind
+
+
 def test_ebcdic_is_read_in_its_ccsid_and_invalid_utf8_goes_to_the_failure_queue(tmp_path):
     path = tmp_path / "qm.db"
     prepare_queues(path, ["OUT", SPEC.failure_queue])

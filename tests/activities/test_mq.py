@@ -110,7 +110,7 @@ def test_after_a_reset_the_earlier_final_stands_and_what_it_did_not_carry_goes_l
     stock = ReceivedLeg(leg=stock_leg, replies=[reply(2).model_copy(update={"leg": "STOCK"})])
     env.run(acts.put_response, response_input(spec, outcome="TIMEOUT", legs=[credit],
                                               missing=["STOCK"]))  # fmt: skip
-    after_reset = response_input(spec, legs=[credit, stock])
+    after_reset = response_input(spec, legs=[credit, stock], after_reset=True)
     results = [env.run(acts.put_response, after_reset) for _ in range(2)]  # and a retry
     with LocalQueueManager(qm_path) as qm:
         assert drain(qm, "ORDER.RESPONSE") == [] and len(drain(qm, "GATHER.TIMEOUT")) == 1
@@ -129,7 +129,8 @@ def test_a_reply_the_final_carried_is_never_forwarded_after_it(qm_path):
     env.run(acts.put_response, response_input(spec))  # the final carried reply 1
     items = [Routed(kind=Destination.DUPLICATE, reply=reply(n), reason="duplicate")
              for n in (1, 2)]  # fmt: skip
-    env.run(acts.route_replies, RouteInput(aggregate=spec, gather_id=GATHER, items=items))
+    routed = RouteInput(aggregate=spec, gather_id=GATHER, items=items, after_reset=True)
+    env.run(acts.route_replies, routed)
     with LocalQueueManager(qm_path) as qm:
         assert len(drain(qm, "ORDER.RESPONSE")) == 1
         assert [m.msg_id for m in drain(qm, "GATHER.DUPLICATE")] == [bytes([2]) * 24]
@@ -530,7 +531,7 @@ def test_a_gather_whose_legs_cannot_be_merged_tells_its_requester_once(qm_path):
     # Reset after that, the gather takes a good CREDIT (policy "last"): the failure
     # stands; the good one goes late, the bad one stays on the failure queue alone.
     good = ReceivedLeg(leg=LEG, replies=[reply(4)])
-    after_reset = failing.model_copy(update={"legs": [good]})
+    after_reset = failing.model_copy(update={"legs": [good], "after_reset": True})
     result = env.run(acts.put_response, after_reset)
     with LocalQueueManager(qm_path) as qm:
         assert drain(qm, "ORDER.RESPONSE") == [] == drain(qm, "GATHER.FAILURE")

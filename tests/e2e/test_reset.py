@@ -12,14 +12,17 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 
+from bridge.mq.models import MQMessage, PutOptions
 from mqgather.config import AggregateSpec
+from tests.collecting import Collecting, collecting, order
 from tests.conftest import standin_connector
 from tests.harness import THREE_LEGS, pipeline, status, until
+from workflows.collect_models import collector_id
 from workflows.models import GatherResult
 
 
 async def _reset_to_first_task(client: Client, handle: WorkflowHandle) -> str:
-    """Reset the gather's latest run to its first workflow task, as an operator does in
+    """Reset the workflow's latest run to its first workflow task, as an operator does in
     the UI (signals after that point are applied again); the new run's id."""
     events = [e async for e in handle.fetch_history_events()]
     first = next(e.event_id for e in events
@@ -105,3 +108,53 @@ async def test_a_reset_gather_that_ends_as_it_did_still_sends_its_new_reply_late
     assert b'"c"' in partial.body and b'"n"' not in partial.body
     assert (late.msg_id, late.body) == (new.msg_id, new.body)
     assert result.state == "CANCELLED"
+
+
+async def _texts_put(c: Collecting, queue: str) -> list[str]:
+    """The orders in every batch on ``queue``, in order (the queue emptied)."""
+    texts = []
+    while c.depth(queue):
+        body = (await c.take(queue)).body.decode()
+        texts += [part.split("</Test>")[0] for part in body.split("<Test>")[1:]]
+    return texts
+
+
+async def test_a_reset_collector_puts_what_the_run_before_had_not_put_once(temporal_env, tmp_path):
+    """B waits in an open batch when the collector is reset. The run after the reset takes
+    A and B into one batch, numbered as A's was: before, the ledger took it for A's batch
+    and B was never put."""
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=100, max_delay_seconds=3)
+        c.send("France", order("A"))
+        await until(lambda: c.status("France"), lambda s: s.batches == 1, timeout=30)
+        c.send("France", order("B"))
+        await until(lambda: c.status("France"), lambda s: s.open_messages == 1)
+        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+        await _reset_to_first_task(c.client, handle)
+        await until(lambda: c.status("France"),
+                    lambda s: s.messages == 2 and s.open_messages == s.waiting_to_put == 0,
+                    timeout=30)  # fmt: skip
+        texts = await _texts_put(c, "CMAOUT.FR")
+        assert c.depth("CMAIN") == 0
+    assert sorted(texts) == ["A", "B"]
+
+
+async def test_a_reset_collector_puts_nothing_the_run_before_put(temporal_env, tmp_path):
+    """A went alone (its delay), B and C together (the count). After a reset, A and B
+    fill one batch and C goes in the next, numbered as B's was: before, C was put again."""
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=2, max_delay_seconds=1)
+        c.send("France", order("A"))
+        await until(lambda: c.status("France"), lambda s: s.batches == 1, timeout=30)
+        for text in ("B", "C"):  # one unit of work: the bridge gets them in one batch
+            message = MQMessage(properties={"destination": "France"}, body=order(text))
+            c.qm.put(c.spec.input_queue, message, PutOptions(syncpoint=True))
+        c.qm.commit()
+        await until(lambda: c.status("France"), lambda s: s.batches == 2, timeout=30)
+        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+        await _reset_to_first_task(c.client, handle)
+        await until(lambda: c.status("France"),
+                    lambda s: s.batches == 2 and s.open_messages == s.waiting_to_put == 0,
+                    timeout=30)  # fmt: skip
+        texts = await _texts_put(c, "CMAOUT.FR")
+    assert texts == ["A", "B", "C"]
