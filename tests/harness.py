@@ -12,6 +12,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
@@ -298,3 +301,22 @@ def with_keys(client: Client, ring: Any) -> Client:
 
     return Client(client.service_client, namespace=client.namespace,
                   data_converter=data_converter(ring))  # fmt: skip
+
+
+async def reset_to_first_task(client: Client, handle: WorkflowHandle) -> str:
+    """Reset the workflow's latest run to its first workflow task, as an operator does in
+    the UI (signals after that point are applied again); the new run's id."""
+    events = [e async for e in handle.fetch_history_events()]
+    first = next(e.event_id for e in events
+                 if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)  # fmt: skip
+    run_id = (await handle.describe()).run_id
+    done = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=run_id),
+            reason="operator reset",
+            workflow_task_finish_event_id=first,
+            request_id=str(uuid.uuid4()),
+        )
+    )
+    return done.run_id

@@ -1,43 +1,18 @@
-"""An operator resets a closed gather (the Temporal UI's Reset, ``temporal workflow
-reset``): the run after the reset takes replies the closed run never had, and its final
-must neither be a second one nor drop them."""
+"""An operator resets a closed gather or a collector (the Temporal UI's Reset,
+``temporal workflow reset``): the run after the reset takes messages the run before never
+had, or batches them otherwise; none may end in two places, or in none."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowHandle
 
 from bridge.mq.models import MQMessage, PutOptions
 from mqgather.config import AggregateSpec
 from tests.collecting import Collecting, collecting, order
 from tests.conftest import standin_connector
-from tests.harness import THREE_LEGS, pipeline, status, until
+from tests.harness import THREE_LEGS, pipeline, reset_to_first_task, status, until
 from workflows.collect_models import collector_id
 from workflows.models import GatherResult
-
-
-async def _reset_to_first_task(client: Client, handle: WorkflowHandle) -> str:
-    """Reset the workflow's latest run to its first workflow task, as an operator does in
-    the UI (signals after that point are applied again); the new run's id."""
-    events = [e async for e in handle.fetch_history_events()]
-    first = next(e.event_id for e in events
-                 if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)  # fmt: skip
-    run_id = (await handle.describe()).run_id
-    done = await client.workflow_service.reset_workflow_execution(
-        ResetWorkflowExecutionRequest(
-            namespace=client.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=run_id),
-            reason="operator reset",
-            workflow_task_finish_event_id=first,
-            request_id=str(uuid.uuid4()),
-        )
-    )
-    return done.run_id
 
 
 async def _cancelled_then_reset(p, spec: AggregateSpec, correl: bytes, legs: list[str]):
@@ -47,7 +22,7 @@ async def _cancelled_then_reset(p, spec: AggregateSpec, correl: bytes, legs: lis
     await until(lambda: status(handle), lambda s: s.legs_received == legs)
     await handle.cancel()
     before = await p.result(spec, correl)
-    run = await _reset_to_first_task(p.client, handle)
+    run = await reset_to_first_task(p.client, handle)
     after = p.client.get_workflow_handle(handle.id, run_id=run, result_type=GatherResult)
     await until(lambda: status(after), lambda s: s.legs_received == legs)
     return before, after
@@ -130,7 +105,7 @@ async def test_a_reset_collector_puts_what_the_run_before_had_not_put_once(tempo
         c.send("France", order("B"))
         await until(lambda: c.status("France"), lambda s: s.open_messages == 1)
         handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
-        await _reset_to_first_task(c.client, handle)
+        await reset_to_first_task(c.client, handle)
         await until(lambda: c.status("France"),
                     lambda s: s.messages == 2 and s.open_messages == s.waiting_to_put == 0,
                     timeout=30)  # fmt: skip
@@ -152,7 +127,7 @@ async def test_a_reset_collector_puts_nothing_the_run_before_put(temporal_env, t
         c.qm.commit()
         await until(lambda: c.status("France"), lambda s: s.batches == 2, timeout=30)
         handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
-        await _reset_to_first_task(c.client, handle)
+        await reset_to_first_task(c.client, handle)
         await until(lambda: c.status("France"),
                     lambda s: s.batches == 2 and s.open_messages == s.waiting_to_put == 0,
                     timeout=30)  # fmt: skip

@@ -41,7 +41,7 @@ from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import SEARCH_ATTRIBUTES
 from mqgather.runtime.codec import KeyRing, data_converter, new_key
 from tests.collecting import Collecting, collecting, order
-from tests.harness import Pipeline, pipeline, status, until
+from tests.harness import Pipeline, pipeline, reset_to_first_task, status, until
 from workers.worker import default_build_id
 from workflows.collect_models import ReleaseBatchInput, collector_id
 from workflows.collector import CollectorWorkflow
@@ -141,6 +141,24 @@ async def cancel(p: Pipeline, s: AggregateSpec) -> bytes:
 
 async def temporal_cancel(p: Pipeline, s: AggregateSpec) -> bytes:
     return await _one_leg_then(p, s, "STOCK", lambda h: h.cancel())  # the UI's button
+
+
+async def reset_after_cancel(p: Pipeline, s: AggregateSpec) -> bytes:
+    """Cancelled with CREDIT, reset by an operator, then STOCK and a cancel again: the run
+    after the reset finds the partial of the run before, and sends STOCK late."""
+    sent = await p.scatter(s)
+    handle = p.handle(s, sent.correl_id)
+    p.reply(s, sent.correl_id, "CREDIT", b'{"c":1}')
+    await until(lambda: status(handle), lambda st: st.legs_received == ["CREDIT"])
+    await handle.cancel()
+    await handle.result()
+    run = await reset_to_first_task(p.client, handle)
+    after = p.client.get_workflow_handle(handle.id, run_id=run)
+    await until(lambda: status(after), lambda st: st.legs_received == ["CREDIT"])
+    p.reply(s, sent.correl_id, "STOCK", b'{"s":1}')
+    await until(lambda: status(after), lambda st: len(st.legs_received) == 2)
+    await after.cancel()
+    return sent.correl_id
 
 
 async def put_retried(p: Pipeline, s: AggregateSpec) -> bytes:
@@ -304,6 +322,7 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
     "rerequested": (rerequested, {"legs": (LegSpec(name="CREDIT", sequence=10, retries=2,
                                            retry_after_seconds=1), *LEGS[1:])}),
     "reused_msg_id": (reused_msg_id, {}),
+    "reset_after_cancel": (reset_after_cancel, {}),
     "rerequest_reported": (rerequest_reported, {
         "leg_identification": "correlid", "request_reports": True,
         "legs": (LegSpec(name="CREDIT", sequence=10, retries=1, retry_after_seconds=60),
@@ -389,6 +408,27 @@ async def reused_msg_id_batch(c: Collecting, d: str) -> None:
     await c.take("CMAOUT.REUSED")
 
 
+def _two_batches_and_nothing_open(st) -> bool:
+    return st.batches == 2 and st.open_messages == st.waiting_to_put == 0
+
+
+async def reset_batches(c: Collecting, d: str) -> None:
+    """One batch by its delay, one by its count, then an operator's reset: the run after it
+    batches the three messages otherwise and puts none of them again."""
+    c.send(d, order("reset 0"))
+    await until(lambda: c.status(d), lambda st: st.batches == 1, 30)
+    for n in (1, 2):  # one unit of work: the bridge gets them in one batch
+        message = MQMessage(properties={"destination": d}, body=order(f"reset {n}"))
+        c.qm.put(c.spec.input_queue, message, PutOptions(syncpoint=True))
+    c.qm.commit()
+    await until(lambda: c.status(d), lambda st: st.batches == 2, 30)
+    handle = c.client.get_workflow_handle(collector_id(c.spec.name, d))
+    await reset_to_first_task(c.client, handle)
+    await until(lambda: c.status(d), _two_batches_and_nothing_open, 30)
+    for _ in range(2):
+        await c.take("CMAOUT.RESET")
+
+
 #: Each scenario's destination, its rule (target queue and settings) and its run. The
 #: rules are in the database before the bridge starts, so none is read late.
 COLLECT_SCENARIOS: dict[str, tuple[str, dict[str, object], Collect]] = {
@@ -408,6 +448,7 @@ COLLECT_SCENARIOS: dict[str, tuple[str, dict[str, object], Collect]] = {
     "collect_put_retried": ("CMAOUT.FULL", {"max_messages": 1}, put_retried_batch),
     "collect_continue_as_new": ("CMAOUT.FR", {"max_messages": 2}, collector_continue_as_new),
     "collect_reused_msg_id": ("CMAOUT.REUSED", {"max_messages": 3}, reused_msg_id_batch),
+    "collect_reset": ("CMAOUT.RESET", {"max_messages": 2, "max_delay_seconds": 1}, reset_batches),
 }
 
 
@@ -440,6 +481,7 @@ async def record_collectors(env: WorkflowEnvironment, out: Path) -> list[Path]:
                 c.rule(name, queue, **rule)
             c.qm.define(QueueAttributes(name="CMAOUT.FULL", maxdepth=1), replace=True)
             c.qm.define(QueueAttributes(name="CMAOUT.REUSED"))
+            c.qm.define(QueueAttributes(name="CMAOUT.RESET"))
             c.start_bridge()
             for name, (_, _, scenario) in COLLECT_SCENARIOS.items():
                 await scenario(c, name)

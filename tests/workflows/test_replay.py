@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowHistory
 
 from analytics.replay import ReplayReport, read_histories, replay
@@ -75,6 +75,14 @@ def test_the_recorded_sets_cover_every_path():
     assert patches(LATEST, "rerequest_reported.json") == {PATCH_REREQUEST}
     assert _signals(LATEST, "rerequest_reported.json") >= {SIGNAL_UNDELIVERED}
     assert SIGNAL_UNDELIVERED not in _signals(BEFORE_REPORTS, "*.json")
+    for name in ("reset_after_cancel", "collect_reset"):
+        after = WorkflowHistory.from_json(
+            "reset", (HISTORIES / LATEST / f"{name}_run2.json").read_text()
+        )
+        causes = {e.workflow_task_failed_event_attributes.cause for e in after.events
+                  if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED}  # fmt: skip
+        assert causes == {WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW}, name
+    assert not list((HISTORIES / BEFORE_RESETS).glob("*reset*"))
     # Gathers take the settling step from their input, not from a patch: no marker.
     gathers = [f.name for f in (HISTORIES / LATEST).glob("*.json")
                if not f.name.startswith(("collect_", "_"))]  # fmt: skip
@@ -109,8 +117,11 @@ RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
 #: The newest set: every path the recorder knows, gathers over a logical group, the
 #: collector's, completion rules, optional legs, leg deadlines, a re-request, replies
 #: that share a MsgId among them, and a leg asked again on MQ's report that its request
-#: was not delivered (signal ``undelivered``).
-LATEST = "0.1.0-1c874860e123"
+#: was not delivered (signal ``undelivered``), and a gather and a collector an operator
+#: reset (their runs before and after).
+LATEST = "0.1.0-60796d95b5c7"
+#: The last set before runs after a reset were told apart.
+BEFORE_RESETS = "0.1.0-1c874860e123"
 #: The last set before gathers heard of undelivered requests.
 BEFORE_REPORTS = "0.1.0-164c2fee18a1"
 #: The last set before redeliveries were told apart by content.
