@@ -85,11 +85,17 @@ async def test_a_reset_gather_that_ends_as_it_did_still_sends_its_new_reply_late
     assert result.state == "CANCELLED"
 
 
-async def _texts_put(c: Collecting, queue: str) -> list[str]:
-    """The orders in every batch on ``queue``, in order (the queue emptied)."""
+async def _reset_then_put(c: Collecting, messages: int) -> list[str]:
+    """Reset France's collector; once its run after the reset has ``messages`` and
+    nothing open or waiting, the orders in every batch put, in order (the queue emptied)."""
+    handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+    await reset_to_first_task(c.client, handle)
+    await until(lambda: c.status("France"),
+                lambda s: s.messages == messages and s.open_messages == s.waiting_to_put == 0,
+                timeout=30)  # fmt: skip
     texts = []
-    while c.depth(queue):
-        body = (await c.take(queue)).body.decode()
+    while c.depth("CMAOUT.FR"):
+        body = (await c.take("CMAOUT.FR")).body.decode()
         texts += [part.split("</Test>")[0] for part in body.split("<Test>")[1:]]
     return texts
 
@@ -104,12 +110,7 @@ async def test_a_reset_collector_puts_what_the_run_before_had_not_put_once(tempo
         await until(lambda: c.status("France"), lambda s: s.batches == 1, timeout=30)
         c.send("France", order("B"))
         await until(lambda: c.status("France"), lambda s: s.open_messages == 1)
-        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
-        await reset_to_first_task(c.client, handle)
-        await until(lambda: c.status("France"),
-                    lambda s: s.messages == 2 and s.open_messages == s.waiting_to_put == 0,
-                    timeout=30)  # fmt: skip
-        texts = await _texts_put(c, "CMAOUT.FR")
+        texts = await _reset_then_put(c, 2)
         assert c.depth("CMAIN") == 0
     assert sorted(texts) == ["A", "B"]
 
@@ -126,10 +127,5 @@ async def test_a_reset_collector_puts_nothing_the_run_before_put(temporal_env, t
             c.qm.put(c.spec.input_queue, message, PutOptions(syncpoint=True))
         c.qm.commit()
         await until(lambda: c.status("France"), lambda s: s.batches == 2, timeout=30)
-        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
-        await reset_to_first_task(c.client, handle)
-        await until(lambda: c.status("France"),
-                    lambda s: s.batches == 2 and s.open_messages == s.waiting_to_put == 0,
-                    timeout=30)  # fmt: skip
-        texts = await _texts_put(c, "CMAOUT.FR")
+        texts = await _reset_then_put(c, 3)
     assert texts == ["A", "B", "C"]
