@@ -430,7 +430,7 @@ class MQActivities:
         if told is not None:
             self._notify_once(inp, told)
         merge_failed = ledger_key("merge failed", inp.gather_id)
-        self._mark_final(inp, merge_failed, "FAILED", f"{inp.gather_id} merge failed: {exc}")
+        self._mark_final(inp, merge_failed, "FAILED", f"{inp.gather_id} merge failed")
         _record_close(inp, "FAILED")
         return PutResponseResult(
             outcome="FAILED", queues=[failure_queue], msg_id="", error=str(exc)
