@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 
 from temporalio import activity
 
@@ -33,7 +34,13 @@ from mqgather.ccsid import CCSID_UTF8, CCSIDError
 from mqgather.names import PROP_BATCH_REASON, PROP_BATCH_SIZE, PROP_DESTINATION
 from mqgather.runtime import telemetry
 from workflows import redelivery
-from workflows.collect_models import ClosedBatch, Item, PutBatchInput, PutBatchResult
+from workflows.collect_models import (
+    BatchFacts,
+    ClosedBatch,
+    Item,
+    PutBatchInput,
+    PutBatchResult,
+)
 
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>\s*")
 
@@ -93,23 +100,45 @@ def item_key(item: Item) -> str:
     return ledger.digest(redelivery.key(item.message, item.fingerprint))
 
 
+#: How a batch's marker names the run that wrote it, in its last line, where a run that a
+#: reset started writes it: that run's next attempt tells its own batch from the run's
+#: before.
+RUN_LINE = "run "
+
+
+@dataclass(frozen=True)
+class PutBefore:
+    """What the markers of a collector's batches numbered ``number`` and on say."""
+
+    #: The digests of the messages they put.
+    put: set[str] = field(default_factory=set)
+    #: Of those, what the asking run's own markers put (an earlier attempt of its).
+    ours: set[str] = field(default_factory=set)
+    #: No marker of ``number`` or later: the batches that follow need not look.
+    none: bool = True
+
+
 def put_before(
-    transport: Transport, ledger_queue: str, workflow_id: str, number: int
-) -> tuple[set[str], bool]:
-    """What the collector's batches numbered ``number`` and on put (their markers' keys
-    of the messages), and whether there was none. A run after a reset batches the same
-    messages into as many batches or fewer, so what its batch ``number`` holds was put,
-    if at all, by a batch of that number or a later one."""
+    transport: Transport, ledger_queue: str, workflow_id: str, number: int, run_id: str = ""
+) -> PutBefore:
+    """What the collector's batches numbered ``number`` and on put, and which of it run
+    ``run_id`` put itself. A run after a reset batches the same messages into as many
+    batches or fewer, so what its batch ``number`` holds was put, if at all, by a batch
+    of that number or a later one."""
     put: set[str] = set()
+    ours: set[str] = set()
     at = number
     while markers := list(
         transport.browse(ledger_queue, Match(correl_id=batch_group(workflow_id, at)))
     ):
         for marker in markers:
-            for line in ledger.lines(marker)[1:]:
-                put.update(line.split())
+            _, *rest = ledger.lines(marker)
+            keys = set(rest[0].split()) if rest else set()
+            put |= keys
+            if run_id and rest[-1:] == [RUN_LINE + run_id]:
+                ours |= keys
         at += 1
-    return put, at == number
+    return PutBefore(put, ours, at == number)
 
 
 def _whole(reader: hold.HeldReader, item: Item) -> Item:
@@ -155,8 +184,9 @@ class CollectorActivities(MQActivities):
     def put_batch(self, inp: PutBatchInput) -> PutBatchResult:
         """PUT one closed batch and its ledger marker in one unit of work, once."""
         batch, rule, spec = inp.batch, inp.batch.rule, inp.collector
-        facts = batch.facts()
+        facts: BatchFacts | None = batch.facts()
         key = batch_key(inp)
+        run_id = activity.info().workflow_run_id or ""
         properties: dict[str, PropertyValue] = {
             PROP_DESTINATION: inp.destination,
             PROP_BATCH_SIZE: len(batch.items),
@@ -168,17 +198,22 @@ class CollectorActivities(MQActivities):
         behind = False
 
         def work(transport: Transport, reader: hold.HeldReader) -> None:
-            nonlocal key, behind
+            nonlocal key, behind, facts
             out.clear()
             bad.clear()
             items = batch.items
             if inp.after_reset:
-                put, behind = put_before(transport, spec.ledger_queue, inp.workflow_id,
-                                         batch.number)  # fmt: skip
-                items = [i for i in batch.items if item_key(i) not in put]
+                before = put_before(transport, spec.ledger_queue, inp.workflow_id,
+                                    batch.number, run_id)  # fmt: skip
+                behind = before.none
+                items = [i for i in batch.items if item_key(i) not in before.put]
+                # The batch this run put is what it put itself: the analytics count the
+                # run before's batches from that run's history.
+                mine = items or [i for i in batch.items if item_key(i) in before.ours]
+                facts = batch.model_copy(update={"items": mine}).facts() if mine else None
                 if not items:
                     earlier.append(True)
-                    return  # all put by the run before the reset
+                    return  # all put by the run before the reset, or by an earlier attempt
                 key = batch_key(inp, items)
             if ledger.done(transport, spec.ledger_queue, key):
                 earlier.append(True)
@@ -200,18 +235,21 @@ class CollectorActivities(MQActivities):
             note = f"{inp.workflow_id} batch {batch.number}"
             group = batch_group(inp.workflow_id, batch.number)
             keys = " ".join(item_key(i) for i in items)
+            ran = [RUN_LINE + run_id] if inp.after_reset else []
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours,
-                        group=group, lines=[keys])  # fmt: skip
+                        group=group, lines=[keys, *ran])  # fmt: skip
 
         self._held_unit_of_work(sum(i.body_bytes() for i in batch.items if i.held), work)
         put, size = len(out), sum(len(m.body) for m in out)
         if earlier:  # what the committed attempt put, as near as the batch tells
-            put, size = (len(batch.items) if rule.format == "group" else 1), facts.size_bytes
-        waited = (batch.closed_at - batch.opened_at).total_seconds() * 1000
-        labels = {"collector": spec.name, "reason": batch.reason}
-        metrics = telemetry.instruments()
-        metrics.batches_put.add(1, labels)
-        metrics.batch_wait.record(waited, labels)
+            put = 0 if facts is None else facts.messages if rule.format == "group" else 1
+            size = 0 if facts is None else facts.size_bytes
+        if facts is not None:
+            waited = (batch.closed_at - batch.opened_at).total_seconds() * 1000
+            labels = {"collector": spec.name, "reason": batch.reason}
+            metrics = telemetry.instruments()
+            metrics.batches_put.add(1, labels)
+            metrics.batch_wait.record(waited, labels)
         return PutBatchResult(
             queue=rule.target_queue,
             messages_put=put,

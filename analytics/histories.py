@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -18,8 +18,9 @@ from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
+from temporalio.api.enums.v1 import WorkflowTaskFailedCause
 from temporalio.api.export.v1 import WorkflowExecutions
-from temporalio.api.history.v1 import History
+from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import WorkflowHistory
 
 from mqgather.errors import MQGatherError
@@ -64,6 +65,22 @@ def history_line(workflow_id: str, run_id: str, history: History) -> str:
     )
 
 
+def reset_run_id(events: Iterable[HistoryEvent]) -> str:
+    """The run id of a run that a reset started ("" for any other run).
+
+    Such a run's history begins with a copy of the run it was reset from, start event
+    included, so the start names that run; the workflow task the reset failed names the
+    new run (the last such task, where a reset run was reset again)."""
+    reset = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW
+    run_id = ""
+    for event in events:
+        if event.HasField("workflow_task_failed_event_attributes"):
+            failed = event.workflow_task_failed_event_attributes
+            if failed.cause == reset and failed.new_run_id:
+                run_id = failed.new_run_id
+    return run_id
+
+
 def ids_of(history: History) -> tuple[str, str]:
     """(workflow id, run id) of a history, from its first event.
 
@@ -75,7 +92,7 @@ def ids_of(history: History) -> tuple[str, str]:
     ):
         raise BadHistoryFile("the history does not start with WorkflowExecutionStarted")
     started = history.events[0].workflow_execution_started_event_attributes
-    run_id = started.original_execution_run_id
+    run_id = reset_run_id(history.events) or started.original_execution_run_id
     workflow_id = getattr(started, "workflow_id", "")
     if not workflow_id and started.input.payloads:
         try:

@@ -45,6 +45,7 @@ from analytics.transforms import (
     CORRUPT,
     DESTINATION_KEYS,
     FACT,
+    GATHER_START,
     LEVEL_COLUMNS,
     LEVEL_KEYS,
     OVERALL,
@@ -292,20 +293,21 @@ def write_parquet(frame: DataFrame, where: Path, unique: tuple[str, ...] = ()) -
 
 
 def repeated_runs(facts: DataFrame, digest: Callable[..., Column] = F.xxhash64) -> bool:
-    """Whether some run has more than one fact row (Cloud exports are delivered at least
-    once, and an export may be read twice): asked of the small fact rows, not the
-    histories.
+    """Whether some gather has more than one fact row: a run read twice (Cloud exports
+    are delivered at least once, and an export may be read twice), or the runs of a
+    gather that a reset started again (:data:`~analytics.transforms.GATHER_START`).
+    Asked of the small fact rows, not the histories.
 
-    The runs' ids are compared by their 64-bit ``digest`` first, which moves a long per
-    row instead of two ids: a run read twice digests alike twice, so no shared digest
-    means no repeated run. Two runs that share one (about once in 4 * 10^7 jobs of a
-    million gathers) only send the question on to the ids themselves."""
+    The keys are compared by their 64-bit ``digest`` first, which moves a long per row
+    instead of an id and a time: a gather there twice digests alike twice, so no shared
+    digest means none is. Two that share one (about once in 4 * 10^7 jobs of a million
+    gathers) only send the question on to the keys themselves."""
 
     def repeated(*key: Column) -> bool:
         return bool(facts.groupBy(*key).count().filter("count > 1").take(1))
 
-    ids = (F.col("gather_id"), F.col("run_id"))
-    return repeated(digest(*ids)) and repeated(*ids)
+    keys = tuple(F.col(c) for c in GATHER_START)
+    return repeated(digest(*keys)) and repeated(*keys)
 
 
 def _local_path(uri: str) -> str:

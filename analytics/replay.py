@@ -25,7 +25,13 @@ from temporalio.converter import DataConverter, DefaultFailureConverter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig
 from temporalio.worker import Replayer
 
-from analytics.histories import BadHistoryFile, kind_of, read_cli_json, read_cloud_export
+from analytics.histories import (
+    BadHistoryFile,
+    kind_of,
+    read_cli_json,
+    read_cloud_export,
+    reset_run_id,
+)
 from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW
 from mqgather.runtime.codec import converter_from_env
 from workflows.collector import CollectorWorkflow
@@ -181,7 +187,7 @@ def _failure(item: ReplayItem, error: Exception) -> ReplayFailure:
     run_id = ""
     if item.history.events:
         started = item.history.events[0].workflow_execution_started_event_attributes
-        run_id = started.original_execution_run_id
+        run_id = reset_run_id(item.history.events) or started.original_execution_run_id
     return ReplayFailure(
         workflow_id=item.history.workflow_id,
         run_id=run_id,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 
-from pyspark.sql import Column, DataFrame, GroupedData
+from pyspark.sql import Column, DataFrame, GroupedData, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -274,9 +274,23 @@ def _signalled_latency() -> Column:
     )
 
 
+#: What tells one gather's runs apart from another's: its id and the time its history
+#: began. A run read twice has the same row twice; a run that a reset started copies the
+#: start event of the run it was reset from, time included (continue-as-new starts a
+#: history of its own, at its own time).
+GATHER_START = ("gather_id", "start_time")
+
+
 def one_row_per_run(facts: DataFrame) -> DataFrame:
-    """Gather facts with each workflow run once (a run read twice gives the same row)."""
-    return facts.dropDuplicates(["gather_id", "run_id"])
+    """Gather facts with each gather counted once: a run read twice gives the same row,
+    and of the runs a reset made (they share :data:`GATHER_START`) the one that answered
+    first counts. A run with no result (the run a reset terminated) yields to one with a
+    result; of runs with results, the earliest to end put the final that stands, and the
+    later run (which adopts its outcome) is left out."""
+    first = Window.partitionBy(*GATHER_START).orderBy(
+        F.col("n_expected") == 0, "end_time", "run_id"
+    )
+    return facts.withColumn("_nth", F.row_number().over(first)).filter("_nth = 1").drop("_nth")
 
 
 def gather_facts(
@@ -448,9 +462,7 @@ def gather_facts(
         .withColumn(UNRECORDED, F.col("r").isNotNull() & ~recorded)
         .drop("arrivals", "r")
     )
-    if dedupe:
-        facts = one_row_per_run(facts)
-    return facts.select(
+    facts = facts.select(
         *carry,
         *([FACT, UNRECORDED] if every_row else []),
         "gather_id",
@@ -486,6 +498,7 @@ def gather_facts(
         "complete_when",
         "closed_by",
     )
+    return one_row_per_run(facts) if dedupe else facts
 
 
 def ordered(frame: DataFrame, *keys: Column | str) -> DataFrame:
@@ -822,8 +835,11 @@ def batch_facts(histories: DataFrame) -> DataFrame:
             _ts(b["closed_at"]).alias("closed_at"),
             put_at.alias("put_at"),
         )
-        # The same batch in two files (an export read twice) counts once.
-        .dropDuplicates(["workflow_id", "batch"])
+        # The same batch in two files (an export read twice), or in the history of a
+        # run that a reset started (a copy of the run before, up to the reset, markers
+        # and their times included), counts once; a batch that run put anew under the
+        # same number, at its own time, counts as its own.
+        .dropDuplicates(["workflow_id", "batch", "put_at"])
         .withColumn("open_ms", _millis_between("opened_at", "closed_at"))
         .withColumn(
             "wait_ms",

@@ -151,6 +151,8 @@ class PutBatchResult(BaseModel):
     queue: str
     messages_put: int
     size_bytes: int
+    #: After a reset, the facts of what this run put itself (None where the run before
+    #: had put it all): the run before's batches count from its own history.
     batch: BatchFacts | None = None
     #: Messages of the batch that went to the failure queue instead (unreadable text).
     failed: int = 0

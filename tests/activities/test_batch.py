@@ -3,6 +3,7 @@ batch is consumed at once, and text a batch cannot hold sent to the failure queu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,6 +74,31 @@ def test_after_a_reset_a_batch_puts_only_what_the_batches_before_did_not(tmp_pat
         bodies = [json.loads(out.body) for out in drain(consumer, "OUT")]
     assert bodies == [[[1], [2]], [[3]], [[4]], [[5]]]
     assert [r.reset_behind for r in results] == [False, False] and last.reset_behind
+    # Its batch is what it put itself, on the retry too: the analytics count 1 to 3
+    # from the run before's history.
+    assert [(r.batch and r.batch.messages, r.messages_put) for r in results] == [(1, 1), (1, 1)]
+
+
+def test_after_a_reset_a_batch_with_nothing_new_reports_no_batch(tmp_path: Path):
+    """A batch whose messages the run before the reset put is not put again, and is no
+    batch of this run's in its facts; nor is a batch of the run that an earlier reset
+    started, to a run that a later reset started."""
+    path = tmp_path / "qm.db"
+    prepare_queues(path, ["OUT"])
+    acts = CollectorActivities(lambda: LocalQueueManager(path))
+    env = ActivityEnvironment()
+    m = [message(n, f"[{n}]".encode()) for n in range(1, 4)]
+    env.run(acts.put_batch, batch_input(m[:2]))
+    after = batch_input(m[:3]).model_copy(update={"after_reset": True})
+    env.info = dataclasses.replace(env.info, workflow_run_id="reset-1")
+    first = env.run(acts.put_batch, after)
+    env.info = dataclasses.replace(env.info, workflow_run_id="reset-2")
+    again = env.run(acts.put_batch, after)
+    with LocalQueueManager(path) as consumer:
+        bodies = [json.loads(out.body) for out in drain(consumer, "OUT")]
+    assert bodies == [[[1], [2]], [[3]]]
+    assert first.batch is not None and first.batch.messages == 1 and first.messages_put == 1
+    assert again.batch is None and (again.messages_put, again.size_bytes) == (0, 0)
 
 
 def test_ebcdic_is_read_in_its_ccsid_and_invalid_utf8_goes_to_the_failure_queue(tmp_path):

@@ -10,7 +10,7 @@ import pandas as pd
 
 from analytics.export import export_histories
 from tests.collecting import collecting, order
-from tests.harness import until
+from tests.harness import reset_to_first_task, until
 from tests.workflows.record import COLLECT_SCENARIOS, HISTORIES
 from tests.workflows.test_replay import LATEST
 from workflows.collect_models import collector_id
@@ -88,15 +88,7 @@ async def test_an_exported_collector_run_gives_its_batches(temporal_env, spark, 
         await until(lambda: c.status("Export"), lambda st: st.batches == 2)
         handle = client.get_workflow_handle(collector_id(c.spec.name, "Export"))
         await handle.terminate("closed for the export")  # as a continue-as-new would
-    out = tmp_path / "export"
-    for _ in range(100):  # the visibility store may list the close a moment later
-        done = await export_histories(client, out)
-        lines = [json.loads(line) for f in done.files for line in f.read_text().splitlines()]
-        if any(line["workflowId"] == handle.id for line in lines):
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("the collector run was not exported")
+    out = await _exported(client, tmp_path / "export", handle.id, runs=1)
     await asyncio.to_thread(analyze, spark, [out], tmp_path / "out")
     batches = pd.read_parquet(tmp_path / "out" / "batch_facts")
     ours = batches[batches["collector"] == c.spec.name]
@@ -132,3 +124,43 @@ def test_a_run_without_collectors_writes_their_outputs_empty_as_a_run_with_them(
     for table in ("destinations.csv", "batch_trends.csv"):
         header = (tmp_path / "without" / table).read_text().splitlines()
         assert header == (tmp_path / "with" / table).read_text().splitlines()[:1], table
+
+
+async def _exported(client, out, workflow_id: str, runs: int):
+    """Export the server's closed runs to ``out`` until ``runs`` of ``workflow_id`` are
+    there (the visibility store may list a close a moment later)."""
+    for _ in range(100):
+        done = await export_histories(client, out)
+        lines = [json.loads(line) for f in done.files for line in f.read_text().splitlines()]
+        if sum(line["workflowId"] == workflow_id for line in lines) >= runs:
+            return out
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{runs} run(s) of {workflow_id} were not exported")
+
+
+async def test_a_reset_collector_counts_each_batch_put_once(temporal_env, spark, tmp_path):
+    """B waits in an open batch when the collector is reset; the run after the reset
+    takes A and B into a batch numbered as A's was, and puts only B. The facts hold A's
+    batch once (the run after the reset has a copy of the run before's history) and B's
+    as a batch of one: the messages put, each once."""
+    from analytics.job import analyze
+
+    client = temporal_env.client
+    async with collecting(client, tmp_path) as c:
+        c.rule("Reset", "CMAOUT.FR", max_messages=100, max_delay_seconds=3)
+        c.send("Reset", order("A"))
+        await until(lambda: c.status("Reset"), lambda st: st.batches == 1, timeout=30)
+        c.send("Reset", order("B"))
+        await until(lambda: c.status("Reset"), lambda st: st.open_messages == 1)
+        handle = client.get_workflow_handle(collector_id(c.spec.name, "Reset"))
+        after = await reset_to_first_task(client, handle)
+        await until(lambda: c.status("Reset"),
+                    lambda st: st.messages == 2 and st.open_messages == st.waiting_to_put == 0,
+                    timeout=30)  # fmt: skip
+        await client.get_workflow_handle(handle.id, run_id=after).terminate("exported")
+    out = await _exported(client, tmp_path / "export", handle.id, runs=2)
+    await asyncio.to_thread(analyze, spark, [out], tmp_path / "out")
+    batches = pd.read_parquet(tmp_path / "out" / "batch_facts")
+    ours = batches[batches["destination"] == "Reset"].sort_values("put_at")
+    assert list(ours["messages"]) == [1, 1] and list(ours["batch"]) == [1, 1]
+    assert ours["run_id"].iloc[1] == after != ours["run_id"].iloc[0]

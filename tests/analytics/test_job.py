@@ -4,6 +4,7 @@ steps after it (which files can hold collectors, whether a run is there twice)."
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +23,7 @@ from analytics.job import (
     unrecorded_facts,
 )
 from analytics.synth import synthesize
-from analytics.transforms import FACT, UNRECORDED, gather_facts
+from analytics.transforms import FACT, UNRECORDED, gather_facts, one_row_per_run
 from tests.workflows.record import HISTORIES
 from tests.workflows.test_replay import LATEST
 
@@ -104,6 +105,47 @@ def test_a_run_read_twice_is_found_on_the_fact_rows(spark, tmp_path):
 
     assert not repeated_runs(once, collide)
     assert repeated_runs(twice, collide)
+
+
+RESET = HISTORIES / "0.1.0-60796d95b5c7"
+
+
+def test_a_gather_reset_after_its_close_counts_once_as_it_answered(spark, tmp_path):
+    """A cancelled gather reset and then cancelled again (a real server's two runs): the
+    run after the reset is named by its own id, not taken for a file read twice, and the
+    gather counts once, as the run before the reset answered it."""
+    data = tmp_path / "in"
+    data.mkdir()
+    for run in ("run1", "run2"):
+        name = f"reset_after_cancel_{run}.json"
+        (data / name).write_text((RESET / name).read_text())
+    found = collect([data], tmp_path / "staging")
+    lines = [json.loads(line) for f in found.ndjson for line in Path(f).read_text().splitlines()]
+    first = json.loads((RESET / "reset_after_cancel_run1.json").read_text())["events"][0]
+    before = first["workflowExecutionStartedEventAttributes"]["originalExecutionRunId"]
+    assert found.duplicates_dropped == 0 and len({line["runId"] for line in lines}) == 2
+    runs = read_histories(spark, found.ndjson)
+    assert repeated_runs(gather_facts(runs, dedupe=False))
+    facts = gather_facts(runs).collect()
+    assert [(f["run_id"], f["outcome"]) for f in facts] == [(before, "CANCELLED")]
+
+
+def test_of_a_gathers_runs_the_one_that_answered_first_counts(spark):
+    """The rule of :func:`one_row_per_run`: a run with no result (the one a reset
+    terminated) yields to one with a result; of two with results, the earlier stands;
+    a run of its own start (continue-as-new) counts apart."""
+    t = [datetime(2026, 1, 1, 0, 0, n, tzinfo=UTC) for n in range(4)]
+    rows = [
+        ("terminated", t[0], t[1], "base", 0), ("terminated", t[0], t[2], "reset", 3),
+        ("answered", t[0], t[1], "base", 3), ("answered", t[0], t[3], "reset", 3),
+        ("answered", t[2], t[3], "next", 3),
+    ]  # fmt: skip
+    facts = spark.createDataFrame(
+        rows, "gather_id string, start_time timestamp, end_time timestamp, run_id string, "
+        "n_expected int",
+    )  # fmt: skip
+    kept = {(r["gather_id"], r["run_id"]) for r in one_row_per_run(facts).collect()}
+    assert kept == {("terminated", "reset"), ("answered", "base"), ("answered", "next")}
 
 
 def test_a_run_in_two_files_counts_once_and_gathers_alone_make_no_batches(spark, tmp_path):
