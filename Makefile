@@ -38,8 +38,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy $(PACKAGES)
 
+# The tests mostly wait on servers and processes: one pytest process per core, at most
+# four (each starts its own Temporal dev server and, for the analytics, its own Spark).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+
 unit: bytecode
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 # The docs site: reference pages from the code, then a strict build (no broken link).
 docs: $(STAMP)

@@ -364,8 +364,11 @@ def analyze(
         unrecorded = unrecorded.coalesce(parts).cache()
     facts = good_facts(lines, checked, unrecorded)
     deduplicated = repeated_runs(facts)
+    folded = 0
     if deduplicated:
+        every = facts.count()
         facts = one_row_per_run(facts).coalesce(parts).cache()
+        folded = every - facts.count()
     facts_dir = out / "facts"
     progress("batch facts")
     # Only the files that hold more than gathers can hold a collector's history. Without
@@ -465,6 +468,8 @@ def analyze(
         "seconds": round(trends_done - started, 2),
         "skipped_files": len(skipped),
         "duplicate_histories_dropped": found.duplicates_dropped,
+        # A gather's runs past its first fact: a run read twice, a reset's later run.
+        "runs_counted_with_another": folded,
     }
     progress("charts and report")
     images = charts(trend_df, leg_df, out / "charts")
@@ -522,6 +527,9 @@ def format_summary(result: Analysis) -> str:
                          f"to {s['destinations']} destinations (closed by {reasons}); "
                          f"first-message wait p50/p95/p99 {waits}")  # fmt: skip
     lines[-1:-1] = [f"advice: {text}" for text in s["leg_deadlines"]]
+    if s["runs_counted_with_another"]:
+        lines.append(f"{s['runs_counted_with_another']} run(s) counted with another run of "
+                     "their gather (read twice, or started again by a reset)")  # fmt: skip
     for name, reason in result.skipped.items():
         lines.append(f"skipped {name}: {reason}")
     lines.append(f"written to {result.out}: facts/ and batch_facts/ (Parquet), trends.csv, "

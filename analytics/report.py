@@ -367,6 +367,10 @@ def html_report(data: ReportData, images: dict[str, list[Path]], path: Path) -> 
             ("history events read", str(s["events"])),
             ("files skipped (corrupt or truncated)", str(s["skipped_files"])),
             ("duplicate histories dropped", str(s["duplicate_histories_dropped"])),
+            (
+                "runs counted with another run of their gather (read twice, or reset)",
+                str(s.get("runs_counted_with_another", 0)),
+            ),
             ("job time", f"{s['seconds']} s"),
         ],
     )

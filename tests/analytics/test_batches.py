@@ -60,6 +60,8 @@ def test_batch_facts_of_every_recorded_collector_path(spark, tmp_path):
     # next run's to report and do not stop the job.
     gathers = {p.stem.split("_run")[0] for p in (HISTORIES / LATEST).glob("*.json")}
     assert s["gathers"] == len(gathers - set(COLLECT_SCENARIOS))
+    assert s["runs_counted_with_another"] == 1  # the reset gather's later run
+    assert "1 run(s) counted with another run of their gather" in format_summary(result)
     table = pd.read_csv(tmp_path / "out" / "destinations.csv")
     bytes_row = table[table["destination"] == "collect_bytes"].iloc[0]
     assert (bytes_row["batches"], bytes_row["by_bytes"], bytes_row["by_delay"]) == (2, 1, 1)
