@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import get_args
 
@@ -54,6 +54,8 @@ from mqgather.runtime import telemetry
 from mqgather.runtime.budget import ByteBudget
 from workflows import redelivery
 from workflows.models import (
+    ROUTED_KINDS,
+    HeldBody,
     PutResponseInput,
     PutResponseResult,
     Reply,
@@ -217,6 +219,13 @@ class MQActivities:
 
         with self.budget.hold(held, HELD_BUDGET_WAIT_SECONDS):
             self._unit_of_work(reading)
+
+    def close(self) -> None:
+        """Close this thread's MQ connection, if it has one."""
+        transport = getattr(self._local, "transport", None)
+        self._local.transport = None
+        if transport is not None:
+            transport.close()
 
     def _transport(self) -> Transport:
         transport = getattr(self._local, "transport", None)
@@ -392,7 +401,7 @@ class MQActivities:
             return None
         late = queue_for(inp.aggregate, Destination.LATE)
         reason = f"gather {inp.gather_id} already closed"
-        self._forward_once(inp.aggregate, inp.gather_id, [(late, r, reason) for r in fresh])
+        self.forward_once(inp.aggregate, inp.gather_id, [(late, r, reason) for r in fresh])
         error = f"its final was committed before, {ended} ({note})"
         if fresh:
             error += f"; {len(fresh)} reply(ies) it did not carry went to {late}"
@@ -421,7 +430,7 @@ class MQActivities:
         """A bad leg body: every reply of the gather goes, intact, to the failure queue."""
         failure_queue = queue_for(inp.aggregate, Destination.FAILURE)
         replies = [reply for leg in inp.legs for reply in leg.replies]
-        self._forward_once(
+        self.forward_once(
             inp.aggregate,
             inp.gather_id,
             [(failure_queue, r, f"merge failed: {exc}") for r in replies],
@@ -460,12 +469,12 @@ class MQActivities:
         items = [(queue_for(spec, item.kind), item.reply, item.reason) for item in inp.items]
         # "" for duplicates the aggregate discards; a held one still leaves the hold queue.
         kept = [item for item in items if item[0] or item[1].held is not None]
-        self._forward_once(spec, inp.gather_id, kept, after_reset=inp.after_reset)
+        self.forward_once(spec, inp.gather_id, kept, after_reset=inp.after_reset)
         for item in inp.items:
             telemetry.instruments().routed.add(1, {"aggregate": spec.name, "kind": item.kind.value})
         return len(inp.items)
 
-    def _forward_once(
+    def forward_once(
         self,
         spec: AggregateSpec,
         gather: str,
@@ -552,6 +561,48 @@ def _carried_by_final(transport: Transport, ledger_queue: str, gather: str) -> s
     marker = ledger.find(transport, ledger_queue, Match(correl_id=final_group(gather)))
     record = _final_record(marker)
     return record[2] if record is not None else set()
+
+
+def placed(
+    transport: Transport, spec: AggregateSpec, gather: str, replies: Sequence[tuple[Reply, bool]]
+) -> list[str]:
+    """Where each of a gather's replies (with whether its legs hold it) is already, ""
+    where nowhere: carried by the gather's final, forwarded or discarded by the gather,
+    or (held) no longer on its hold queue. A final written by a release before finals
+    recorded their replies counts as carrying every reply of the legs."""
+    final = ledger.find(transport, spec.ledger_queue, Match(correl_id=final_group(gather)))
+    if final is None:
+        keyed = (ledger.find(transport, spec.ledger_queue, Match(msg_id=key))
+                 for key in _final_keys(gather))  # fmt: skip
+        final = next((marker for marker in keyed if marker is not None), None)
+    record = _final_record(final)
+    carried = record[2] if record is not None else set()
+    queues = sorted({queue_for(spec, kind) for kind in ROUTED_KINDS} | {""})
+    out = []
+    for reply, in_a_leg in replies:
+        done = [q for q in queues if _forwarded(transport, spec.ledger_queue, gather, q, reply)]
+        if _final_key(reply) in carried or (in_a_leg and final is not None and record is None):
+            out.append("carried by its final")
+        elif done:
+            out.append(f"forwarded to {done[0]}" if done[0] else "discarded as a duplicate")
+        elif reply.held is not None and not _still_held(transport, reply.held):
+            out.append(f"no longer on {reply.held.queue}")
+        else:
+            out.append("")
+    return out
+
+
+def _final_keys(gather: str) -> list[bytes]:
+    """The ledger keys a gather's final may have been recorded under, whatever it was."""
+    return [*(response_msg_id(gather, ended) for ended in sorted(_ENDINGS)),
+            ledger_key("merge failed", gather)]  # fmt: skip
+
+
+def _still_held(transport: Transport, held: HeldBody) -> bool:
+    """Whether the body a reference names is on its hold queue (by its digest: another
+    message there may share its MsgId and CorrelId)."""
+    match = Match(msg_id=held.msg_id, correl_id=held.correl_id)
+    return any(hold.digest(m.body) == held.sha256 for m in transport.browse(held.queue, match))
 
 
 def _final_record(marker: MQMessage | None) -> tuple[str, str, set[str]] | None:

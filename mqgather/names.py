@@ -21,6 +21,8 @@ QUERY_STATUS = "status"
 QUERY_CONSUMED = "consumed"
 #: Which messages, by key (MsgId and fingerprint: workflows.redelivery), were taken.
 QUERY_TAKEN = "taken"
+#: The replies a gather holds that are in no place yet (for one that ended unanswered).
+QUERY_UNPLACED = "unplaced"
 UPDATE_RELEASE = "release"
 UPDATE_EXTEND = "extend"
 UPDATE_CANCEL = "cancel"

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         RouteInput,
         SendRequestInput,
         Undelivered,
+        UnplacedReplies,
         UpdateResult,
         gather_id,
     )
@@ -149,6 +150,15 @@ class GatherWorkflow:
     def taken(self, keys: list[str]) -> list[str]:
         """Which of these messages, by key (:mod:`workflows.redelivery`), the gather took."""
         return logic.taken(self.s, keys)
+
+    @workflow.query(name=names.QUERY_UNPLACED)
+    def unplaced(self) -> UnplacedReplies:
+        """The replies the gather took that are in no place yet: for an operator to send
+        where they belong when the gather ended without answering (terminated)."""
+        s = self.s
+        legs = [reply for replies in s.received.values() for reply in replies]
+        return UnplacedReplies(gather_id=self.id, aggregate=self.spec, outbox=s.outbox,
+                               legs=legs, waiting=s.held)  # fmt: skip
 
     def _operated(self, result: UpdateResult) -> UpdateResult:
         """Wake the run loop when an operator's change was applied."""

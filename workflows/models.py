@@ -380,6 +380,19 @@ class GatherStatus(BaseModel):
     complete_when: str = "all"
 
 
+class UnplacedReplies(BaseModel):
+    """Query ``unplaced``: the replies a gather took that are in no place of their own
+    yet, and the aggregate it ran with (its queues)."""
+
+    model_config = _BYTES
+
+    gather_id: str
+    aggregate: AggregateSpec
+    outbox: list[Routed] = Field(default_factory=list, description="to forward, and where")
+    legs: list[Reply] = Field(default_factory=list, description="in the legs, for a final")
+    waiting: list[Reply] = Field(default_factory=list, description="for a registration")
+
+
 class ReceivedLeg(BaseModel):
     """One expected leg and the replies that filled it (several with duplicates=all)."""
 

@@ -1,19 +1,23 @@
-"""Operator commands: ``mqgather scatter | status | release | extend | cancel``."""
+"""Operator commands: ``mqgather scatter | status | release | extend | cancel |
+rerequest | salvage``."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import string
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
+from rich.table import Table
 from temporalio.client import Client, WorkflowHandle
 
 from bridge.mq.connect import open_transport
 from bridge.mq.models import ID_LENGTH, format_id, parse_id
-from mqgather.cli.options import fanout_options, run, show_fields
+from mqgather.cli.options import connector, fanout_options, mq_option, run, show_fields
 from mqgather.config import load_config
 from mqgather.constants import MAX_WAIT_SECONDS
 from mqgather.errors import MQGatherError
@@ -292,4 +296,49 @@ def rerequest(correl_id: str, name: str | None, leg: str, reason: str, as_json: 
     _operate(correl_id, name, as_json, UPDATE_REREQUEST, RerequestInput(leg=leg, reason=reason))
 
 
-COMMANDS = [scatter, status, release, extend, cancel, rerequest]
+@click.command(
+    help="Send where they belong the replies a gather took and placed nowhere, when it "
+    "ended without answering: terminated by hand (the Temporal UI's Terminate), or its "
+    "workflow failed or timed out. Those it was forwarding go where it was sending them, "
+    "those of its legs to the late queue, those waiting for a registration to the unknown "
+    "queue: intact, each once (a second run sends nothing). A worker replays the gather "
+    f"to say what it held. {CORRELID_HELP}"
+)
+@click.argument("correl_id")
+@find_aggregate_option
+@mq_option
+@click.option("--dry-run", is_flag=True, help="Only list what would be sent; send nothing.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per reply.")
+def salvage(correl_id: str, name: str | None, mq: str, dry_run: bool, as_json: bool) -> None:
+    from bridge.salvage import salvage as send_unplaced
+    from bridge.salvage import unplaced
+
+    async def main(_: asyncio.Event) -> tuple[str, list[Any]]:
+        client = await connect()
+        handle = await find_gather(client, correl_id, name)
+        found = await unplaced(handle)
+        done = await asyncio.to_thread(send_unplaced, found, connector(mq), send=not dry_run)
+        return handle.id, done
+
+    gid, done = run(main)
+    if as_json:
+        for item in done:
+            click.echo(json.dumps(dict(dataclasses.asdict(item), gather_id=gid)))
+        return
+    if done:
+        table = Table("MsgId", "leg", "bytes", "held", "to", "verdict")
+        for r in done:
+            table.add_row(r.msg_id, r.leg, f"{r.size:,}", "yes" if r.held else "", r.queue,
+                          r.verdict)  # fmt: skip
+        Console().print(table)
+    sent = sum(r.verdict == ("to send" if dry_run else "sent") for r in done)
+    failed = [r for r in done if r.verdict.startswith("not sent")]
+    click.echo(f"{gid}: {len(done)} reply(ies) held in no place by the gather; "
+               f"{sent} {'would be sent' if dry_run else 'sent'}, "
+               f"{len(done) - sent - len(failed)} in a place already")  # fmt: skip
+    if failed:
+        raise MQGatherError(f"{len(failed)} held reply(ies) could not be sent (see the table); "
+                            "`mqgather hold check` lists what the hold queues hold")  # fmt: skip
+
+
+COMMANDS = [scatter, status, release, extend, cancel, rerequest, salvage]

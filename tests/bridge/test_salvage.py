@@ -1,0 +1,65 @@
+"""Salvage's rules on the embedded queue manager: where each reply a gather held goes,
+and what counts as placed already."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from activities.mq import placed, response_msg_id
+from bridge.mq import ledger
+from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQMessage
+from bridge.salvage import destinations, salvage
+from mqgather.config import AggregateSpec
+from mqgather.routing import Destination
+from tests.harness import THREE_LEGS, prepare_queues
+from workflows.models import Reply, Routed, UnplacedReplies
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+GATHER = "gather:s:00"
+
+
+def reply(n: int, leg: str = "CREDIT") -> Reply:
+    message = MQMessage(msg_id=bytes([n]) * 24, body=f"[{n}]".encode())
+    return Reply(message=message, leg=leg, received_at=T0, size=len(message.body))
+
+
+def found(spec: AggregateSpec, **parts: list) -> UnplacedReplies:
+    return UnplacedReplies(gather_id=GATHER, aggregate=spec, **parts)
+
+
+def test_each_reply_goes_where_the_gather_would_have_sent_it():
+    spec = AggregateSpec(name="s", legs=THREE_LEGS)
+    dup = Routed(kind=Destination.DUPLICATE, reply=reply(1), reason="duplicate reply")
+    where = destinations(found(spec, outbox=[dup], legs=[reply(2)], waiting=[reply(3, "TAX")]))
+    assert [(r.kind, r.reply.message.msg_id[0], leg) for r, leg in where] == [
+        (Destination.DUPLICATE, 1, False), (Destination.LATE, 2, True),
+        (Destination.UNKNOWN, 3, False)]  # fmt: skip
+    assert where[0][0].reason == "duplicate reply" and "without answering" in where[1][0].reason
+
+
+def test_a_final_of_an_earlier_release_carries_the_legs_replies(tmp_path: Path):
+    """A final whose marker records no replies (written before finals did) holds every
+    reply of the legs: salvage leaves them; a reply it was forwarding still goes."""
+    spec = AggregateSpec(name="s", legs=THREE_LEGS)
+    path = tmp_path / "qm.db"
+    prepare_queues(path)
+    with LocalQueueManager(path) as qm:
+        ledger.mark(qm, spec.ledger_queue, response_msg_id(GATHER, "COMPLETE"), "old", 1.0)
+        qm.commit()
+        assert placed(qm, spec, GATHER, [(reply(1), True), (reply(2), False)]) == [
+            "carried by its final", ""]  # fmt: skip
+
+
+def test_a_duplicate_the_aggregate_discards_is_not_sent(tmp_path: Path):
+    spec = AggregateSpec(name="s", legs=THREE_LEGS, duplicate_queue="")
+    path = tmp_path / "qm.db"
+    prepare_queues(path)
+    dup = Routed(kind=Destination.DUPLICATE, reply=reply(1), reason="duplicate reply")
+    done = salvage(found(spec, outbox=[dup], legs=[reply(2)]), lambda: LocalQueueManager(path))
+    assert [(r.queue, r.verdict) for r in done] == [
+        ("", "a duplicate the aggregate discards"), ("GATHER.LATE", "sent")]  # fmt: skip
+    with LocalQueueManager(path) as qm:
+        assert qm.get("GATHER.LATE", syncpoint=False).msg_id == bytes([2]) * 24
+        assert qm.inquire("GATHER.LATE").curdepth == 0

@@ -1,0 +1,108 @@
+"""An operator terminates a gather before it answered (the Temporal UI's Terminate): the
+replies it took had left the reply queue. ``mqgather salvage`` sends each where it
+belongs, intact and once; what the gather's final carried stays where it is."""
+
+from __future__ import annotations
+
+import json
+
+from bridge.mq.models import MQMessage
+from mqgather.config import AggregateSpec
+from mqgather.names import PROP_REASON
+from tests.e2e.test_operators import cli
+from tests.harness import THREE_LEGS, pipeline, status, until
+
+QUEUES = ("ORDER.RESPONSE", "GATHER.TIMEOUT", "GATHER.LATE", "GATHER.UNKNOWN",
+          "GATHER.DUPLICATE", "GATHER.FAILURE")  # fmt: skip
+
+
+async def _salvage(p, spec: AggregateSpec, correl: bytes, *more: str) -> list[dict]:
+    out = await cli(p.client, "salvage", f"hex:{correl.hex()}", "--aggregate", spec.name,
+                    "--mq", f"local:{p.path}", "--json", *more)  # fmt: skip
+    assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr
+    return [json.loads(line) for line in out.stdout.decode().splitlines()]
+
+
+def _taken(p, queue: str) -> list[MQMessage]:
+    taken = []
+    while not p.empty(queue):
+        taken.append(p.qm.get(queue, syncpoint=False))
+    return taken
+
+
+async def test_a_terminated_gathers_replies_go_late_once_intact(temporal_env, tmp_path):
+    """CREDIT inline (with a property and an EBCDIC body) and STOCK held: both had left
+    the reply queue when the gather was terminated. A dry run sends nothing; salvage puts
+    each on the late queue as it came, and a second salvage sends nothing more."""
+    spec = AggregateSpec(name="salvage", legs=THREE_LEGS, timeout_seconds=300,
+                         inline_reply_bytes=1024)  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        ebcdic = "Grüße".encode("cp500")
+        credit = p.put(spec.reply_queue, MQMessage(
+            correl_id=sent.correl_id, coded_char_set_id=500, body=ebcdic,
+            properties={spec.leg_property: "CREDIT", "region": "EU"}))  # fmt: skip
+        stock = p.reply(spec, sent.correl_id, "STOCK", b'"' + b"s" * 4096 + b'"')
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT", "STOCK"])
+        await handle.terminate(reason="stuck, by hand")
+        dry = await _salvage(p, spec, sent.correl_id, "--dry-run")
+        assert all(p.empty(q) for q in QUEUES) and not p.empty(spec.hold_queue)
+        done = await _salvage(p, spec, sent.correl_id)
+        late = {m.msg_id: m for m in _taken(p, "GATHER.LATE")}
+        again = await _salvage(p, spec, sent.correl_id)
+        assert all(p.empty(q) for q in (*QUEUES, spec.hold_queue, spec.reply_queue))
+    assert sorted((r["leg"], r["held"], r["verdict"]) for r in dry) == [
+        ("CREDIT", False, "to send"), ("STOCK", True, "to send")]  # fmt: skip
+    assert sorted(r["verdict"] for r in done) == ["sent", "sent"]
+    assert {r["queue"] for r in done} == {"GATHER.LATE"}
+    assert set(late) == {credit.msg_id, stock.msg_id}
+    got = late[credit.msg_id]
+    assert (got.body, got.coded_char_set_id, got.correl_id) == (ebcdic, 500, sent.correl_id)
+    assert got.properties["region"] == "EU" and "ended without answering" in got.properties[
+        PROP_REASON]  # fmt: skip
+    assert late[stock.msg_id].body == stock.body
+    assert sorted(r["verdict"] for r in again) == ["forwarded to GATHER.LATE"] * 2
+
+
+async def test_replies_waiting_for_a_registration_go_to_the_unknown_queue(temporal_env, tmp_path):
+    spec = AggregateSpec(name="salvage-early", legs=THREE_LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        correl = b"NEVER-REGISTERED".ljust(24, b"\0")
+        early = p.reply(spec, correl, "TAX", b'{"t":1}')
+        handle = p.handle(spec, correl)
+        await until(lambda: status(handle), lambda s: s.held == 1)
+        await handle.terminate(reason="by hand")
+        done = await _salvage(p, spec, correl)
+        unknown = _taken(p, "GATHER.UNKNOWN")
+        assert all(p.empty(q) for q in QUEUES)
+    assert [(r["queue"], r["verdict"]) for r in done] == [("GATHER.UNKNOWN", "sent")]
+    assert [(m.msg_id, m.body) for m in unknown] == [(early.msg_id, early.body)]
+
+
+async def test_what_the_final_carried_stays_there(temporal_env, tmp_path):
+    """A gather that answered and waits out its late window is terminated: its replies
+    are in its response, and salvage sends none of them again."""
+    spec = AggregateSpec(name="salvage-late", legs=THREE_LEGS, timeout_seconds=300,
+                         late_window_seconds=300)  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, sent.correl_id, leg, b"{}")
+        response = await p.wait_message("ORDER.RESPONSE")
+        handle = p.handle(spec, sent.correl_id)
+        await handle.terminate(reason="by hand, in the late window")
+        done = await _salvage(p, spec, sent.correl_id)
+        assert all(p.empty(q) for q in QUEUES)
+    assert json.loads(response.body)["state"] == "COMPLETE"
+    assert [r["verdict"] for r in done] == ["carried by its final"] * 3
+
+
+async def test_salvage_refuses_a_running_gather_and_says_why(temporal_env, tmp_path):
+    spec = AggregateSpec(name="salvage-running", legs=THREE_LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        out = await cli(p.client, "salvage", f"hex:{sent.correl_id.hex()}", "--aggregate",
+                        spec.name, "--mq", f"local:{p.path}")  # fmt: skip
+    assert out.returncode != 0 and b"Traceback" not in out.stderr
+    assert b"is running: it places its replies itself" in out.stderr
