@@ -310,8 +310,8 @@ def rerequest(correl_id: str, name: str | None, leg: str, reason: str, as_json: 
 @click.option("--dry-run", is_flag=True, help="Only list what would be sent; send nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per reply.")
 def salvage(correl_id: str, name: str | None, mq: str, dry_run: bool, as_json: bool) -> None:
-    from bridge.salvage import salvage as send_unplaced
-    from bridge.salvage import unplaced
+    from workers.salvage import salvage as send_unplaced
+    from workers.salvage import unplaced
 
     async def main(_: asyncio.Event) -> tuple[str, list[Any]]:
         client = await connect()

@@ -10,10 +10,10 @@ from activities.mq import placed, response_msg_id
 from bridge.mq import ledger
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
-from bridge.salvage import destinations, salvage
 from mqgather.config import AggregateSpec
 from mqgather.routing import Destination
 from tests.harness import THREE_LEGS, prepare_queues
+from workers.salvage import destinations, salvage
 from workflows.models import Reply, Routed, UnplacedReplies
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
