@@ -1,4 +1,4 @@
-"""``salvage``: the replies of a gather that ended without answering, sent where they belong.
+"""``salvage``: what a gather or a collector ended by hand had taken, sent where it belongs.
 
 A gather places every reply it takes: in its response or partial, or forwarded to the
 late, unknown, duplicate or failure queue. A gather ended by hand before it answered
@@ -10,6 +10,11 @@ them, or a held one left its hold queue), and sends each of the others, intact a
 where it belongs: where the gather was forwarding it; a reply of its legs to the late
 queue, since the gather closed without it; one waiting for a registration to the
 unknown queue. The ledger records each forward, so a second salvage sends nothing.
+
+A collector ended by hand leaves its batch under construction, and those waiting for
+their PUT, in its history only; salvage puts each of their messages that no batch PUT
+back on the collector's input queue as it came, once, and the destination's collector
+(a new run) batches it.
 """
 
 from __future__ import annotations
@@ -17,22 +22,33 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.service import RPCError
 
+from activities.batch import item_key, put_before
 from activities.mq import MQActivities, placed
+from bridge.mq import hold, ledger
 from bridge.mq.hold import HeldReplyError
-from bridge.mq.models import format_id
+from bridge.mq.ledger import ledger_key
+from bridge.mq.models import PutOptions, format_id
 from bridge.mq.transport import Transport
 from mqgather.errors import MQGatherError
 from mqgather.names import QUERY_UNPLACED
 from mqgather.routing import Destination, queue_for
+from workflows.collect_models import Item, UnplacedItems
 from workflows.models import Reply, Routed, UnplacedReplies
 
 #: How long a worker has to replay the gather and answer.
 QUERY_SECONDS = 30.0
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,6 +60,21 @@ class SalvagedReply:
     size: int
     held: bool
     #: Where it goes ("" for a duplicate the aggregate discards).
+    queue: str
+    #: "sent", "to send" (a dry run), or where it is already.
+    verdict: str
+
+
+@dataclass(frozen=True)
+class SalvagedItem:
+    """One message a collector's run took and had not PUT, and what salvage found or did."""
+
+    run_id: str
+    batch: int
+    msg_id: str
+    size: int
+    held: bool
+    #: Where it goes: the collector's input queue.
     queue: str
     #: "sent", "to send" (a dry run), or where it is already.
     verdict: str
@@ -80,16 +111,91 @@ async def unplaced(handle: WorkflowHandle[Any, Any]) -> UnplacedReplies:
         )
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         raise MQGatherError(f"{handle.id} answered (completed): its replies are in place")
+    return await _asked(handle, UnplacedReplies, desc.status)
+
+
+async def _asked(handle: WorkflowHandle[Any, Any], result_type: type[T],
+                 ended: WorkflowExecutionStatus | None) -> T:  # fmt: skip
+    """The ``unplaced`` query's answer of a run that ended (a worker replays it)."""
     try:
         return await asyncio.wait_for(
-            handle.query(QUERY_UNPLACED, result_type=UnplacedReplies), QUERY_SECONDS
+            handle.query(QUERY_UNPLACED, result_type=result_type), QUERY_SECONDS
         )
     except (RPCError, WorkflowQueryFailedError, TimeoutError) as exc:
         raise MQGatherError(
-            f"{handle.id} ({desc.status.name if desc.status else 'closed'}) did not say what "
-            f"it held ({exc or 'no answer'}): a worker of this release replays it; start one "
-            "with `mqgather worker` and run this again"
+            f"{handle.id} ({ended.name if ended else 'closed'}) did not say what it held "
+            f"({exc or 'no answer'}): a worker of this release replays it; start one with "
+            "`mqgather worker` (a collector's: `mqgather collector run`) and run this again"
         ) from exc
+
+
+#: How a collector's run ends without a PUT of what it holds (by hand, or its workflow
+#: failed); a run that continued as new handed its state on.
+ENDED_BY_HAND = ("Terminated", "Failed", "TimedOut", "Canceled")
+
+
+async def collector_unplaced(client: Client, workflow_id: str) -> list[UnplacedItems]:
+    """What each run of a collector that ended by hand had taken and not PUT (a worker
+    replays each); the newest first. The destination's next message starts a new run
+    under the same id, so the ended runs are found by their status."""
+    statuses = ", ".join(f"'{s}'" for s in ENDED_BY_HAND)
+    query = f"WorkflowId = '{workflow_id}' AND ExecutionStatus IN ({statuses})"
+    found = []
+    async for run in client.list_workflows(query):
+        handle = client.get_workflow_handle(workflow_id, run_id=run.run_id)
+        found.append(await _asked(handle, UnplacedItems, run.status))
+    return found
+
+
+def salvage_items(
+    found: UnplacedItems, connect: Callable[[], Transport], *, send: bool = True
+) -> list[SalvagedItem]:
+    """Find which messages of ``found`` a batch PUT after all, and with ``send`` put each
+    of the others back on the collector's input queue as it came (MQMD, properties, body:
+    the destination's collector batches it anew), exactly once (the ledger records it)."""
+    spec, queue = found.collector, found.collector.input_queue
+    transport = connect()
+    out = []
+    try:
+        for batch in found.batches:
+            put = put_before(transport, spec.ledger_queue, found.workflow_id, batch.number).put
+            for item in batch.items:
+                key = ledger_key("salvage", found.workflow_id, item_key(item))
+                if item_key(item) in put:
+                    verdict = f"put in batch {batch.number}"
+                elif ledger.done(transport, spec.ledger_queue, key):
+                    verdict = f"put back on {queue} before"
+                elif not send:
+                    verdict = "to send"
+                else:
+                    verdict = _put_back(transport, found, item, key)
+                out.append(SalvagedItem(found.run_id, batch.number,
+                                        format_id(item.message.msg_id), item.body_bytes(),
+                                        item.held is not None, queue, verdict))  # fmt: skip
+    finally:
+        transport.close()
+    return out
+
+
+def _put_back(transport: Transport, found: UnplacedItems, item: Item, key: bytes) -> str:
+    """Put one message back on the input queue as it came, and its marker, in one unit of
+    work; "sent", or why not (a held one left its hold queue)."""
+    spec = found.collector
+    reader = hold.HeldReader(transport)
+    try:
+        message = reader.take_held(item.held, item.message) if item.held else item.message
+        transport.put(spec.input_queue, message, PutOptions(syncpoint=True, set_all_context=True))
+        note = f"{found.workflow_id} put back on {spec.input_queue}"
+        ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
+        reader.put_back()
+        transport.commit()
+    except hold.HeldReplyError as exc:
+        transport.backout()
+        return f"not sent: {exc}"
+    except BaseException:
+        transport.backout()
+        raise
+    return "sent"
 
 
 def salvage(

@@ -103,6 +103,24 @@ class CollectorState(BaseModel):
     _seen: set[str] = PrivateAttr(default_factory=set)
 
 
+class UnplacedBatch(BaseModel):
+    """A batch of a collector's, by number, with the messages it had not PUT."""
+
+    number: int
+    items: list[Item]
+
+
+class UnplacedItems(BaseModel):
+    """Query ``unplaced``: the messages a collector took and had not PUT (its batch under
+    construction and those waiting for their PUT), with its configuration."""
+
+    workflow_id: str
+    run_id: str = ""
+    collector: CollectorSpec
+    destination: str
+    batches: list[UnplacedBatch] = Field(default_factory=list)
+
+
 class BatchFacts(BaseModel):
     """What one PUT batch was: for operators and the analytics job."""
 

@@ -32,6 +32,8 @@ with workflow.unsafe.imports_passed_through():
         PutBatchResult,
         ReleaseBatchInput,
         ReleaseBatchResult,
+        UnplacedBatch,
+        UnplacedItems,
         collector_id,
     )
     from workflows.logic import reason_refusal
@@ -83,6 +85,17 @@ class CollectorWorkflow:
         """Which of these messages, by key (:mod:`workflows.redelivery`), the collector
         took (among the remembered)."""
         return logic.taken(self.s, keys)
+
+    @workflow.query(name=names.QUERY_UNPLACED)
+    def unplaced(self) -> UnplacedItems:
+        """The messages the collector took and has not PUT: for an operator to put back
+        when it ended by hand (terminated)."""
+        batches = [UnplacedBatch(number=b.number, items=b.items) for b in self.s.ready]
+        if self.s.open is not None:
+            batches.append(UnplacedBatch(number=self.s.open.number, items=self.s.open.items))
+        return UnplacedItems(workflow_id=self.id, run_id=workflow.info().run_id,
+                             collector=self.spec, destination=self.destination,
+                             batches=batches)  # fmt: skip
 
     @workflow.update(name=names.UPDATE_RELEASE)
     def release(self, inp: ReleaseBatchInput) -> ReleaseBatchResult:

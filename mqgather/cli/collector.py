@@ -240,4 +240,57 @@ def release(name: str, destination: str, reason: str) -> None:
     click.echo(run(main))
 
 
+@collector.command()
+@click.argument("name")
+@click.argument("destination")
+@mq_option
+@click.option("--dry-run", is_flag=True, help="Only list what would be put back; put nothing.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+def salvage(name: str, destination: str, mq: str, dry_run: bool, as_json: bool) -> None:
+    """Put back on the input queue what DESTINATION's collector had taken and not PUT when
+    a run of it ended by hand (the Temporal UI's Terminate) or its workflow failed: its
+    batch under construction and those waiting for their PUT. Each message goes back as
+    it came, once (a second run puts nothing), and the destination's collector batches it
+    anew; one a batch PUT stays where it went. A worker replays each ended run to say what
+    it held."""
+    import dataclasses
+
+    from mqgather.runtime.temporal import connect
+    from workers.salvage import collector_unplaced, salvage_items
+    from workflows.collect_models import collector_id
+
+    async def main(_: asyncio.Event) -> list[Any]:
+        client = await connect()
+        done = []
+        for found in await collector_unplaced(client, collector_id(name, destination)):
+            done += await asyncio.to_thread(salvage_items, found, connector(mq), send=not dry_run)
+        return done
+
+    done = run(main)
+    if as_json:
+        for item in done:
+            click.echo(json.dumps(dataclasses.asdict(item)))
+        return
+    if not done:
+        click.echo(f"{destination}: no run of {name}'s collector that ended by hand holds "
+                   "a message it had not PUT (a run that ended a moment ago may take a "
+                   "moment to be listed)")  # fmt: skip
+        return
+    table = Table("run", "batch", "MsgId", "bytes", "held", "to", "verdict")
+    for m in done:
+        table.add_row(m.run_id[:8], str(m.batch), m.msg_id, f"{m.size:,}",
+                      "yes" if m.held else "", m.queue, m.verdict)  # fmt: skip
+    Console().print(table)
+    sent = sum(m.verdict == ("to send" if dry_run else "sent") for m in done)
+    failed = [m for m in done if m.verdict.startswith("not sent")]
+    click.echo(f"{destination}: {len(done)} message(s) taken and not PUT by runs ended by hand; "
+               f"{sent} {'would be put back' if dry_run else 'put back'}, "
+               f"{len(done) - sent - len(failed)} in a place already")  # fmt: skip
+    if failed:
+        raise MQGatherError(
+            f"{len(failed)} held message(s) could not be put back (see the table); "
+            "`mqgather hold check` lists what the hold queues hold"
+        )
+
+
 COMMANDS = [collector]

@@ -106,3 +106,42 @@ async def test_salvage_refuses_a_running_gather_and_says_why(temporal_env, tmp_p
                         spec.name, "--mq", f"local:{p.path}")  # fmt: skip
     assert out.returncode != 0 and b"Traceback" not in out.stderr
     assert b"is running: it places its replies itself" in out.stderr
+
+
+async def test_a_terminated_collectors_messages_are_put_back_and_batched_once(
+    temporal_env, tmp_path
+):
+    """A and B wait in the open batch when the collector is terminated by hand. Salvage
+    puts both back on the input queue as they came; the destination's next run batches
+    them with C, each once, and a second salvage puts nothing back."""
+    from tests.collecting import collecting, order
+    from workflows.collect_models import collector_id
+
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=3, max_delay_seconds=300)
+        for text in ("A", "B"):
+            c.send("France", order(text))
+        await until(lambda: c.status("France"), lambda s: s.open_messages == 2, timeout=30)
+        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+        await handle.terminate(reason="by hand")
+
+        async def listed() -> int:  # the visibility store may list the end a moment later
+            query = f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Terminated'"
+            return len([run async for run in c.client.list_workflows(query)])
+
+        await until(listed, lambda n: n == 1)
+        where = ("--mq", f"local:{c.path}", "--json")
+        args = ("collector", "salvage", c.spec.name, "France", *where)
+        done = await cli(c.client, *args)
+        c.send("France", order("C"))
+        batch = await c.take("CMAOUT.FR")
+        again = await cli(c.client, *args)
+        assert c.depth("CMAOUT.FR") == 0 and c.depth(c.spec.input_queue) == 0
+    for out in (done, again):
+        assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr
+    first = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    second = [json.loads(line) for line in again.stdout.decode().splitlines()]
+    assert [(m["queue"], m["verdict"]) for m in first] == [(c.spec.input_queue, "sent")] * 2
+    assert "sent" not in {m["verdict"] for m in second} and len(second) == 2
+    texts = sorted(part.split("</Test>")[0] for part in batch.body.decode().split("<Test>")[1:])
+    assert texts == ["A", "B", "C"]
