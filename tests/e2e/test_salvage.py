@@ -4,19 +4,31 @@ belongs, intact and once; what the gather's final carried stays where it is."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
+
+import pytest
 
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec
 from mqgather.names import PROP_REASON
+from tests.conftest import standin_connector
 from tests.e2e.test_operators import cli
 from tests.harness import THREE_LEGS, pipeline, status, until
+from workers.salvage import salvage, unplaced
 
 QUEUES = ("ORDER.RESPONSE", "GATHER.TIMEOUT", "GATHER.LATE", "GATHER.UNKNOWN",
           "GATHER.DUPLICATE", "GATHER.FAILURE")  # fmt: skip
 
 
-async def _salvage(p, spec: AggregateSpec, correl: bytes, *more: str) -> list[dict]:
+async def _salvage(p, spec: AggregateSpec, correl: bytes, *more: str, connect=None) -> list[dict]:
+    """``mqgather salvage`` as an operator runs it; over ``connect`` (the IBM MQ adapter
+    over the stand-in, which lives in this process) the same code, called here."""
+    if connect is not None:
+        found = await unplaced(p.handle(spec, correl))
+        done = await asyncio.to_thread(salvage, found, connect, send="--dry-run" not in more)
+        return [dataclasses.asdict(item) for item in done]
     out = await cli(p.client, "salvage", f"hex:{correl.hex()}", "--aggregate", spec.name,
                     "--mq", f"local:{p.path}", "--json", *more)  # fmt: skip
     assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr
@@ -30,13 +42,16 @@ def _taken(p, queue: str) -> list[MQMessage]:
     return taken
 
 
-async def test_a_terminated_gathers_replies_go_late_once_intact(temporal_env, tmp_path):
+@pytest.mark.parametrize("over", ["embedded", "ibmmq"])
+async def test_a_terminated_gathers_replies_go_late_once_intact(temporal_env, tmp_path, over):
     """CREDIT inline (with a property and an EBCDIC body) and STOCK held: both had left
     the reply queue when the gather was terminated. A dry run sends nothing; salvage puts
     each on the late queue as it came, and a second salvage sends nothing more."""
     spec = AggregateSpec(name="salvage", legs=THREE_LEGS, timeout_seconds=300,
                          inline_reply_bytes=1024)  # fmt: skip
-    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+    connect = standin_connector(tmp_path / "qm.db") if over == "ibmmq" else None
+    transport = (lambda _: connect) if connect is not None else None
+    async with pipeline(temporal_env.client, tmp_path, [spec], transport=transport) as p:
         sent = await p.scatter(spec)
         ebcdic = "Grüße".encode("cp500")
         credit = p.put(spec.reply_queue, MQMessage(
@@ -46,11 +61,11 @@ async def test_a_terminated_gathers_replies_go_late_once_intact(temporal_env, tm
         handle = p.handle(spec, sent.correl_id)
         await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT", "STOCK"])
         await handle.terminate(reason="stuck, by hand")
-        dry = await _salvage(p, spec, sent.correl_id, "--dry-run")
+        dry = await _salvage(p, spec, sent.correl_id, "--dry-run", connect=connect)
         assert all(p.empty(q) for q in QUEUES) and not p.empty(spec.hold_queue)
-        done = await _salvage(p, spec, sent.correl_id)
+        done = await _salvage(p, spec, sent.correl_id, connect=connect)
         late = {m.msg_id: m for m in _taken(p, "GATHER.LATE")}
-        again = await _salvage(p, spec, sent.correl_id)
+        again = await _salvage(p, spec, sent.correl_id, connect=connect)
         assert all(p.empty(q) for q in (*QUEUES, spec.hold_queue, spec.reply_queue))
     assert sorted((r["leg"], r["held"], r["verdict"]) for r in dry) == [
         ("CREDIT", False, "to send"), ("STOCK", True, "to send")]  # fmt: skip
