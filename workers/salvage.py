@@ -49,6 +49,8 @@ from workflows.models import Reply, Routed, UnplacedReplies
 QUERY_SECONDS = 30.0
 
 T = TypeVar("T")
+#: How the server refuses a query on a run ended while a workflow task waited to start.
+UNSTARTED_TASK = "closed before WorkflowTaskStarted"
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,14 @@ async def _asked(handle: WorkflowHandle[Any, Any], result_type: type[T],
             handle.query(QUERY_UNPLACED, result_type=result_type), QUERY_SECONDS
         )
     except (RPCError, WorkflowQueryFailedError, TimeoutError) as exc:
+        if UNSTARTED_TASK in str(exc):
+            raise MQGatherError(
+                f"{handle.id} was ended while a workflow task was waiting to start (a "
+                "message had just come), and Temporal replays no such run for a query. Its "
+                "messages are in its history: reset it to its last workflow task (the UI's "
+                "Reset, signals reapplied), and the new run takes them again and places "
+                "them; then end it as you meant to (`mqgather cancel`)"
+            ) from exc
         raise MQGatherError(
             f"{handle.id} ({ended.name if ended else 'closed'}) did not say what it held "
             f"({exc or 'no answer'}): a worker of this release replays it; start one with "

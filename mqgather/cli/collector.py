@@ -18,6 +18,7 @@ from mqgather.cli.options import (
     fail_fast_option,
     mq_option,
     run,
+    salvage_summary,
     show_fields,
     task_queue_option,
 )
@@ -281,16 +282,8 @@ def salvage(name: str, destination: str, mq: str, dry_run: bool, as_json: bool) 
         table.add_row(m.run_id[:8], str(m.batch), m.msg_id, f"{m.size:,}",
                       "yes" if m.held else "", m.queue, m.verdict)  # fmt: skip
     Console().print(table)
-    sent = sum(m.verdict == ("to send" if dry_run else "sent") for m in done)
-    failed = [m for m in done if m.verdict.startswith("not sent")]
-    click.echo(f"{destination}: {len(done)} message(s) taken and not PUT by runs ended by hand; "
-               f"{sent} {'would be put back' if dry_run else 'put back'}, "
-               f"{len(done) - sent - len(failed)} in a place already")  # fmt: skip
-    if failed:
-        raise MQGatherError(
-            f"{len(failed)} held message(s) could not be put back (see the table); "
-            "`mqgather hold check` lists what the hold queues hold"
-        )
+    salvage_summary(f"{destination}: {len(done)} message(s) taken and not PUT by runs ended "
+                    "by hand", [m.verdict for m in done], dry_run, "put back")  # fmt: skip
 
 
 COMMANDS = [collector]

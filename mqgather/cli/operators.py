@@ -17,7 +17,14 @@ from temporalio.client import Client, WorkflowHandle
 
 from bridge.mq.connect import open_transport
 from bridge.mq.models import ID_LENGTH, format_id, parse_id
-from mqgather.cli.options import connector, fanout_options, mq_option, run, show_fields
+from mqgather.cli.options import (
+    connector,
+    fanout_options,
+    mq_option,
+    run,
+    salvage_summary,
+    show_fields,
+)
 from mqgather.config import load_config
 from mqgather.constants import MAX_WAIT_SECONDS
 from mqgather.errors import MQGatherError
@@ -331,14 +338,8 @@ def salvage(correl_id: str, name: str | None, mq: str, dry_run: bool, as_json: b
             table.add_row(r.msg_id, r.leg, f"{r.size:,}", "yes" if r.held else "", r.queue,
                           r.verdict)  # fmt: skip
         Console().print(table)
-    sent = sum(r.verdict == ("to send" if dry_run else "sent") for r in done)
-    failed = [r for r in done if r.verdict.startswith("not sent")]
-    click.echo(f"{gid}: {len(done)} reply(ies) held in no place by the gather; "
-               f"{sent} {'would be sent' if dry_run else 'sent'}, "
-               f"{len(done) - sent - len(failed)} in a place already")  # fmt: skip
-    if failed:
-        raise MQGatherError(f"{len(failed)} held reply(ies) could not be sent (see the table); "
-                            "`mqgather hold check` lists what the hold queues hold")  # fmt: skip
+    salvage_summary(f"{gid}: {len(done)} reply(ies) held in no place by the gather",
+                    [r.verdict for r in done], dry_run, "sent")  # fmt: skip
 
 
 COMMANDS = [scatter, status, release, extend, cancel, rerequest, salvage]

@@ -17,7 +17,7 @@ from rich.table import Table
 from bridge.mq.connect import check_mq_url, open_transport
 from bridge.mq.transport import Transport
 from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_MQ
-from mqgather.errors import ConfigError
+from mqgather.errors import ConfigError, MQGatherError
 from mqgather.names import ENV_CONFIG, ENV_DEPLOYMENT, ENV_MQ, TASK_QUEUE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -174,3 +174,17 @@ def show_fields(data: dict[str, Any], as_json: bool) -> None:
             shown = str(value)
         table.add_row(key, shown)
     Console().print(table)
+
+
+def salvage_summary(head: str, verdicts: list[str], dry_run: bool, done: str) -> None:
+    """Print what a salvage did (``done``: what it does to a message, "sent"); fail,
+    naming how many, where held messages could not be taken from their hold queue."""
+    sent = sum(v == ("to send" if dry_run else "sent") for v in verdicts)
+    failed = sum(v.startswith("not sent") for v in verdicts)
+    click.echo(f"{head}; {sent} {'would be ' if dry_run else ''}{done}, "
+               f"{len(verdicts) - sent - failed} in a place already")  # fmt: skip
+    if failed:
+        raise MQGatherError(
+            f"{failed} held message(s) could not be {done} (see the table); "
+            "`mqgather hold check` lists what the hold queues hold"
+        )

@@ -9,6 +9,7 @@ import dataclasses
 import json
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec
@@ -33,6 +34,19 @@ async def _salvage(p, spec: AggregateSpec, correl: bytes, *more: str, connect=No
                     "--mq", f"local:{p.path}", "--json", *more)  # fmt: skip
     assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr
     return [json.loads(line) for line in out.stdout.decode().splitlines()]
+
+
+async def _terminated(handle, reason: str) -> None:
+    """Terminate the run once no workflow task waits for it: the server replays no run
+    ended with one waiting for a query (salvage then says what to do instead)."""
+
+    async def last() -> EventType:
+        return [e async for e in handle.fetch_history_events()][-1].event_type
+
+    waiting = (EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+               EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED)  # fmt: skip
+    await until(last, lambda kind: kind not in waiting)
+    await handle.terminate(reason=reason)
 
 
 def _taken(p, queue: str) -> list[MQMessage]:
@@ -60,7 +74,7 @@ async def test_a_terminated_gathers_replies_go_late_once_intact(temporal_env, tm
         stock = p.reply(spec, sent.correl_id, "STOCK", b'"' + b"s" * 4096 + b'"')
         handle = p.handle(spec, sent.correl_id)
         await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT", "STOCK"])
-        await handle.terminate(reason="stuck, by hand")
+        await _terminated(handle, "stuck, by hand")
         dry = await _salvage(p, spec, sent.correl_id, "--dry-run", connect=connect)
         assert all(p.empty(q) for q in QUEUES) and not p.empty(spec.hold_queue)
         done = await _salvage(p, spec, sent.correl_id, connect=connect)
@@ -87,7 +101,7 @@ async def test_replies_waiting_for_a_registration_go_to_the_unknown_queue(tempor
         early = p.reply(spec, correl, "TAX", b'{"t":1}')
         handle = p.handle(spec, correl)
         await until(lambda: status(handle), lambda s: s.held == 1)
-        await handle.terminate(reason="by hand")
+        await _terminated(handle, "by hand")
         done = await _salvage(p, spec, correl)
         unknown = _taken(p, "GATHER.UNKNOWN")
         assert all(p.empty(q) for q in QUEUES)
@@ -106,7 +120,7 @@ async def test_what_the_final_carried_stays_there(temporal_env, tmp_path):
             p.reply(spec, sent.correl_id, leg, b"{}")
         response = await p.wait_message("ORDER.RESPONSE")
         handle = p.handle(spec, sent.correl_id)
-        await handle.terminate(reason="by hand, in the late window")
+        await _terminated(handle, "by hand, in the late window")
         done = await _salvage(p, spec, sent.correl_id)
         assert all(p.empty(q) for q in QUEUES)
     assert json.loads(response.body)["state"] == "COMPLETE"
@@ -138,7 +152,7 @@ async def test_a_terminated_collectors_messages_are_put_back_and_batched_once(
             c.send("France", order(text))
         await until(lambda: c.status("France"), lambda s: s.open_messages == 2, timeout=30)
         handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
-        await handle.terminate(reason="by hand")
+        await _terminated(handle, "by hand")
 
         async def listed() -> int:  # the visibility store may list the end a moment later
             query = f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Terminated'"
