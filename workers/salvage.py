@@ -40,7 +40,7 @@ from bridge.mq.ledger import ledger_key
 from bridge.mq.models import PutOptions, format_id
 from bridge.mq.transport import Transport
 from mqgather.errors import MQGatherError
-from mqgather.names import QUERY_UNPLACED
+from mqgather.names import COLLECT_WORKFLOW, QUERY_UNPLACED
 from mqgather.routing import Destination, queue_for
 from workflows.collect_models import Item, UnplacedItems
 from workflows.models import Reply, Routed, UnplacedReplies
@@ -149,9 +149,15 @@ async def collector_unplaced(client: Client, workflow_id: str) -> list[UnplacedI
     replays each); the newest first. The destination's next message starts a new run
     under the same id, so the ended runs are found by their status."""
     statuses = ", ".join(f"'{s}'" for s in ENDED_BY_HAND)
-    query = f"WorkflowId = '{workflow_id}' AND ExecutionStatus IN ({statuses})"
+    query = f"WorkflowType = '{COLLECT_WORKFLOW}' AND ExecutionStatus IN ({statuses})"
+    # A destination comes from a message property, so the id may hold a quote: named in
+    # the query only when it holds none, and always matched here.
+    if not any(c in workflow_id for c in "'\"\\"):
+        query += f" AND WorkflowId = '{workflow_id}'"
     found = []
     async for run in client.list_workflows(query):
+        if run.id != workflow_id:
+            continue
         handle = client.get_workflow_handle(workflow_id, run_id=run.run_id)
         found.append(await _asked(handle, UnplacedItems, run.status))
     return found
