@@ -176,8 +176,9 @@ def salvage_items(
         for batch in found.batches:
             put = put_before(transport, spec.ledger_queue, found.workflow_id, batch.number).put
             for item in batch.items:
-                key = ledger_key("salvage", found.workflow_id, item_key(item))
-                if item_key(item) in put:
+                digest = item_key(item)
+                key = ledger_key("salvage", found.workflow_id, digest)
+                if digest in put:
                     verdict = f"put in batch {batch.number}"
                 elif ledger.done(transport, spec.ledger_queue, key):
                     verdict = f"put back on {queue} before"
@@ -199,6 +200,10 @@ def _put_back(transport: Transport, found: UnplacedItems, item: Item, key: bytes
     spec = found.collector
     reader = hold.HeldReader(transport)
     try:
+        # Asked again inside the unit of work: another salvage may have put it meanwhile.
+        if ledger.done(transport, spec.ledger_queue, key):
+            transport.backout()
+            return f"put back on {spec.input_queue} before"
         message = reader.take_held(item.held, item.message) if item.held else item.message
         transport.put(spec.input_queue, message, PutOptions(syncpoint=True, set_all_context=True))
         note = f"{found.workflow_id} put back on {spec.input_queue}"

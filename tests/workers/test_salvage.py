@@ -63,3 +63,25 @@ def test_a_duplicate_the_aggregate_discards_is_not_sent(tmp_path: Path):
     with LocalQueueManager(path) as qm:
         assert qm.get("GATHER.LATE", syncpoint=False).msg_id == bytes([2]) * 24
         assert qm.inquire("GATHER.LATE").curdepth == 0
+
+
+def test_a_message_another_salvage_put_back_meanwhile_is_not_put_again(tmp_path: Path):
+    """Two salvages of one collector run at once: the second finds the first's marker
+    inside its own unit of work, after its look before it, and puts nothing."""
+    from activities.batch import item_key
+    from bridge.mq.ledger import ledger_key
+    from mqgather.collector_config import CollectorSpec
+    from workers.salvage import _put_back
+    from workflows.collect_models import Item, UnplacedItems
+
+    spec = CollectorSpec(name="c")
+    path = tmp_path / "qm.db"
+    prepare_queues(path, [spec.input_queue, spec.ledger_queue])
+    item = Item(message=reply(1).message, received_at=T0, size=3)
+    found = UnplacedItems(workflow_id="collect:c:D", collector=spec, destination="D")
+    key = ledger_key("salvage", found.workflow_id, item_key(item))
+    with LocalQueueManager(path) as qm:
+        ledger.mark(qm, spec.ledger_queue, key, "the other salvage", 1.0)
+        qm.commit()
+        assert _put_back(qm, found, item, key) == f"put back on {spec.input_queue} before"
+        assert qm.inquire(spec.input_queue).curdepth == 0
