@@ -239,7 +239,8 @@ class CollectorActivities(MQActivities):
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours,
                         group=group, lines=[keys, *ran])  # fmt: skip
 
-        self._held_unit_of_work(sum(i.body_bytes() for i in batch.items if i.held), work)
+        held = sum(i.body_bytes() for i in batch.items if i.held)
+        self._held_unit_of_work(inp.workflow_id, held, work)
         put, size = len(out), sum(len(m.body) for m in out)
         if earlier:  # what the committed attempt put, as near as the batch tells
             put = 0 if facts is None else facts.messages if rule.format == "group" else 1

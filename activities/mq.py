@@ -38,7 +38,12 @@ from bridge.mq.models import (
 from bridge.mq.transport import Transport
 from mqgather import names
 from mqgather.config import AggregateSpec
-from mqgather.constants import DEFAULT_HELD_MB, HELD_BUDGET_WAIT_SECONDS, MB
+from mqgather.constants import (
+    DEFAULT_HELD_MB,
+    EARLIER_ATTEMPT_WAIT_SECONDS,
+    HELD_BUDGET_WAIT_SECONDS,
+    MB,
+)
 from mqgather.names import (
     APPL_NAME,
     PROP_ATTEMPT,
@@ -51,6 +56,7 @@ from mqgather.names import (
 )
 from mqgather.routing import Destination, queue_for
 from mqgather.runtime import telemetry
+from mqgather.runtime.attempts import OneAtATime
 from mqgather.runtime.budget import ByteBudget
 from workflows import redelivery
 from workflows.models import (
@@ -205,9 +211,10 @@ class MQActivities:
         self._connect = connect
         self._local = threading.local()
         self.budget = ByteBudget(held_bytes)
+        self.attempts = OneAtATime()
 
     def _held_unit_of_work(
-        self, held: int, work: Callable[[Transport, hold.HeldReader], None]
+        self, owner: str, held: int, work: Callable[[Transport, hold.HeldReader], None]
     ) -> None:
         """A unit of work that reads ``held`` bytes of held replies into memory, through
         the reader it gives ``work``."""
@@ -217,8 +224,12 @@ class MQActivities:
             work(transport, reader)
             reader.put_back()
 
-        with self.budget.hold(held, HELD_BUDGET_WAIT_SECONDS):
-            self._unit_of_work(reading)
+        # The turn first: an attempt waiting for it holds none of the budget.
+        with (
+            self.attempts.hold(owner, EARLIER_ATTEMPT_WAIT_SECONDS),
+            self.budget.hold(held, HELD_BUDGET_WAIT_SECONDS),
+        ):
+            self._run_unit(reading)
 
     def close(self) -> None:
         """Close this thread's MQ connection, if it has one."""
@@ -246,7 +257,14 @@ class MQActivities:
                 raise
         return int(self._local.maxumsgs)
 
-    def _unit_of_work(self, work: Callable[[Transport], None]) -> None:
+    def _unit_of_work(self, owner: str, work: Callable[[Transport], None]) -> None:
+        """Run ``work`` and commit, or back out, in one unit of work, while no earlier
+        attempt of ``owner``'s (a gather's or a collector's) runs in this worker: its
+        ledger look and its commit then cannot interleave with another's."""
+        with self.attempts.hold(owner, EARLIER_ATTEMPT_WAIT_SECONDS):
+            self._run_unit(work)
+
+    def _run_unit(self, work: Callable[[Transport], None]) -> None:
         transport = self._transport()
         try:
             work(transport)
@@ -334,7 +352,7 @@ class MQActivities:
 
         held = sum(r.size for leg in inp.legs for r in leg.replies if r.held)
         try:
-            self._held_unit_of_work(held, work)
+            self._held_unit_of_work(inp.gather_id, held, work)
         except MergeError as exc:
             return self._merge_failed(inp, exc)
         if before is not None and (closed := self._closed_before(inp, before)) is not None:
@@ -382,7 +400,7 @@ class MQActivities:
             note = f"{inp.gather_id} re-request {inp.attempt} of {inp.leg}"
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 
-        self._unit_of_work(work)
+        self._unit_of_work(inp.gather_id, work)
         telemetry.instruments().rerequests.add(1, {"aggregate": spec.name, "leg": inp.leg})
         return key.hex()
 
@@ -424,7 +442,7 @@ class MQActivities:
             if not ledger.done(transport, spec.ledger_queue, key):
                 _mark_final_in(transport, inp, key, ended, note)
 
-        self._unit_of_work(work)
+        self._unit_of_work(inp.gather_id, work)
 
     def _merge_failed(self, inp: PutResponseInput, exc: MergeError) -> PutResponseResult:
         """A bad leg body: every reply of the gather goes, intact, to the failure queue."""
@@ -460,7 +478,7 @@ class MQActivities:
             note = f"{inp.gather_id} FAILED notification"
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 
-        self._unit_of_work(work)
+        self._unit_of_work(inp.gather_id, work)
 
     @activity.defn(name=names.ACTIVITY_ROUTE_REPLIES)
     def route_replies(self, inp: RouteInput) -> int:
@@ -532,7 +550,7 @@ class MQActivities:
 
         # One message in memory at a time, so the largest held one is what it holds.
         held = max((reply.size for _, reply, _ in items if reply.held), default=0)
-        self._held_unit_of_work(held, work)
+        self._held_unit_of_work(gather, held, work)
 
 
 #: What a final's marker may say a gather ended as.

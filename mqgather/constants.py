@@ -80,6 +80,10 @@ MB = 1024 * 1024
 #: How long an activity waits for room in that budget before it fails and is retried:
 #: well inside the activity's timeout, so a waiting thread never outlives its attempt.
 HELD_BUDGET_WAIT_SECONDS = 20.0
+#: How long an attempt of a gather's (or collector's) MQ work waits for an earlier
+#: attempt that still runs in the same worker: with the budget's wait, inside the
+#: activity's timeout.
+EARLIER_ATTEMPT_WAIT_SECONDS = 20.0
 #: Markers of the PUTs already done (response, forwarded reply), one per PUT, committed in
 #: the PUT's own unit of work: a retried activity finds them even when the requester has
 #: consumed the response already.

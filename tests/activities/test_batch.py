@@ -15,7 +15,7 @@ from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.names import PROP_REASON
-from tests.activities.test_mq import drain
+from tests.activities.test_mq import drain, overlapping_attempts
 from tests.harness import prepare_queues
 from workflows.collect_models import ClosedBatch, Item, PutBatchInput
 
@@ -50,6 +50,21 @@ def test_a_retried_batch_put_after_the_batch_was_consumed_puts_nothing(tmp_path:
         assert drain(consumer, "OUT") == []
     assert len(taken) == 1 and taken[0].msg_id == batch_key(inp)
     assert json.loads(taken[0].body) == [{"a": 1}, [2]]
+
+
+def test_a_batch_put_retried_while_the_last_attempt_is_stalled_in_its_commit_is_put_once(
+    tmp_path: Path,
+):
+    path = tmp_path / "qm.db"
+    prepare_queues(path, ["OUT"])
+    inp = batch_input([message(1, b'{"a":1}'), message(2, b"[2]")])
+    first, second = overlapping_attempts(
+        path, CollectorActivities,
+        lambda acts: ActivityEnvironment().run(acts.put_batch, inp), inp.workflow_id,
+    )  # fmt: skip
+    with LocalQueueManager(path) as consumer:
+        assert [m.msg_id for m in drain(consumer, "OUT")] == [batch_key(inp)]
+    assert first.messages_put == 1 and second.batch == first.batch
 
 
 def test_after_a_reset_a_batch_puts_only_what_the_batches_before_did_not(tmp_path: Path):

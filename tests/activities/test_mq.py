@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,6 +40,7 @@ from bridge.mq.models import (
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import DEAD_LETTER_QUEUE, MAX_EXPIRY_TENTHS
 from mqgather.routing import Destination
+from mqgather.runtime.attempts import EarlierAttemptRunning
 from tests.harness import prepare_queues
 from workflows.models import (
     HeldBody,
@@ -82,6 +85,87 @@ def drain(qm: LocalQueueManager, queue: str) -> list[MQMessage]:
             out.append(qm.get(queue, syncpoint=False))
         except NoMessageAvailable:
             return out
+
+
+class _StalledCommit(LocalQueueManager):
+    """A queue manager whose MQCMIT does not return until released: the attempt outlives
+    its timeout, and its retry runs while its thread still waits."""
+
+    def __init__(self, path: Path, committing: threading.Event, release: threading.Event):
+        super().__init__(path)
+        self._committing, self._release = committing, release
+
+    def commit(self) -> None:
+        self._committing.set()
+        assert self._release.wait(30)
+        super().commit()
+
+
+def overlapping_attempts(
+    path: Path, make: Callable, run: Callable, owner: str, *, second_gives_up: bool = False
+) -> list:
+    """Run an activity twice in one worker, the second while the first is stalled in its
+    commit (until the second waits for its turn, or until it gave up waiting); return
+    each attempt's result (or error), the first attempt's first."""
+    committing, release = threading.Event(), threading.Event()
+    stalled = [_StalledCommit(path, committing, release)]
+    acts = make(lambda: stalled.pop() if stalled else LocalQueueManager(path))
+    results: list = [None, None]
+
+    def attempt(n: int) -> None:
+        try:
+            results[n] = run(acts)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            results[n] = exc
+
+    first = threading.Thread(target=attempt, args=(0,))
+    first.start()
+    assert committing.wait(30)
+    second = threading.Thread(target=attempt, args=(1,))
+    second.start()
+    deadline = threading.Event()
+    while acts.attempts.users(owner) < 2 and second.is_alive():  # waiting for its turn
+        deadline.wait(0.01)
+    if second_gives_up:
+        second.join(30)
+    release.set()
+    first.join(30)
+    second.join(30)
+    return results
+
+
+def test_an_attempt_retried_while_the_last_is_stalled_in_its_commit_puts_nothing(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    first, second = overlapping_attempts(
+        qm_path, MQActivities,
+        lambda acts: ActivityEnvironment().run(acts.put_response, response_input(spec)),
+        GATHER,
+    )  # fmt: skip
+    with LocalQueueManager(qm_path) as qm:
+        responses = drain(qm, "ORDER.RESPONSE")
+    assert [m.msg_id for m in responses] == [response_msg_id(GATHER, "COMPLETE")]
+    assert first.outcome == "COMPLETE" and second == first
+
+
+def test_an_attempt_that_waits_too_long_for_the_stalled_one_is_retried_and_puts_once(
+    qm_path, monkeypatch
+):
+    monkeypatch.setattr("activities.mq.EARLIER_ATTEMPT_WAIT_SECONDS", 0.05)
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    items = [Routed(kind=Destination.LATE, reply=reply(7), reason="late")]
+    inp = RouteInput(aggregate=spec, gather_id=GATHER, items=items)
+    first, second = overlapping_attempts(
+        qm_path, MQActivities, lambda acts: ActivityEnvironment().run(acts.route_replies, inp),
+        GATHER, second_gives_up=True,
+    )  # fmt: skip
+    assert isinstance(second, EarlierAttemptRunning) and GATHER in str(second)
+    again = ActivityEnvironment().run(
+        MQActivities(lambda: LocalQueueManager(qm_path)).route_replies, inp
+    )
+    with LocalQueueManager(qm_path) as qm:
+        late = drain(qm, "GATHER.LATE")
+    assert [m.msg_id for m in late] == [bytes([7]) * 24]
+    assert first == again == 1
 
 
 def test_a_retried_put_after_the_response_was_consumed_puts_nothing(qm_path):
