@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -174,3 +175,69 @@ async def test_a_terminated_collectors_messages_are_put_back_and_batched_once(
     assert "sent" not in {m["verdict"] for m in second} and len(second) == 2
     texts = sorted(part.split("</Test>")[0] for part in batch.body.decode().split("<Test>")[1:])
     assert texts == ["A", "B", "C"]
+
+
+async def test_properties_that_plain_json_cannot_carry_are_salvaged_as_they_came(
+    temporal_env, tmp_path
+):
+    """NaN, infinities and text that is not UTF-8 travel through the gather's history and
+    salvage's query, and reach the late queue as MQ gave them."""
+    spec = AggregateSpec(name="salvage-odd", legs=THREE_LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}', score=math.nan,
+                         hi=math.inf, lo=-math.inf, name="caf\udce9")  # fmt: skip
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        await _terminated(handle, "by hand")
+        done = await _salvage(p, spec, sent.correl_id)
+        late = _taken(p, "GATHER.LATE")
+        assert all(p.empty(q) for q in QUEUES)
+    assert [(r["leg"], r["verdict"]) for r in done] == [("CREDIT", "sent")]
+    assert [(m.msg_id, m.body) for m in late] == [(credit.msg_id, credit.body)]
+    props = late[0].properties
+    assert math.isnan(props["score"]) and (props["hi"], props["lo"]) == (math.inf, -math.inf)
+    assert props["name"] == "caf\udce9"
+
+
+async def test_a_terminated_collectors_held_message_is_put_back_whole_and_batched_once(
+    temporal_env, tmp_path
+):
+    """B is larger than the collector carries in a signal: it waits on the hold queue for
+    its batch. Salvage moves it back to the input queue whole, in the unit of work that
+    records it, and the next run batches it with A and C."""
+    from tests.collecting import SPEC, collecting, order
+    from workflows.collect_models import collector_id
+
+    spec = SPEC.model_copy(update={"inline_bytes": 1024})
+    async with collecting(temporal_env.client, tmp_path, spec=spec) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=3, max_delay_seconds=300)
+        c.send("France", order("A"))
+        c.send("France", order("B" * 4096), score=math.nan)
+        await until(lambda: c.status("France"), lambda s: s.open_messages == 2, timeout=30)
+        assert c.depth(c.spec.hold_queue) == 1
+        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+        await _terminated(handle, "by hand")
+
+        async def listed() -> int:
+            query = f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Terminated'"
+            return len([run async for run in c.client.list_workflows(query)])
+
+        await until(listed, lambda n: n == 1)
+        args = ("collector", "salvage", c.spec.name, "France", "--mq", f"local:{c.path}",
+                "--json")  # fmt: skip
+        done = await cli(c.client, *args)
+        assert c.depth(c.spec.hold_queue) <= 1  # the bridge may have held it again
+        c.send("France", order("C"))
+        batch = await c.take("CMAOUT.FR")
+        again = await cli(c.client, *args)
+        assert c.depth("CMAOUT.FR") == 0 and c.depth(c.spec.input_queue) == 0
+        assert c.depth(c.spec.hold_queue) == 0
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    first = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert sorted((m["held"], m["verdict"]) for m in first) == [(False, "sent"), (True, "sent")]
+    assert "sent" not in {
+        json.loads(line)["verdict"] for line in again.stdout.decode().splitlines()
+    }
+    texts = sorted(part.split("</Test>")[0] for part in batch.body.decode().split("<Test>")[1:])
+    assert texts == ["A", "B" * 4096, "C"]
