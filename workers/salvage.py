@@ -42,6 +42,7 @@ from bridge.mq.transport import Transport
 from mqgather.errors import MQGatherError
 from mqgather.names import COLLECT_WORKFLOW, QUERY_UNPLACED
 from mqgather.routing import Destination, queue_for
+from workers.replayed import replayed_answer
 from workflows.collect_models import Item, UnplacedItems
 from workflows.models import Reply, Routed, UnplacedReplies
 
@@ -49,8 +50,6 @@ from workflows.models import Reply, Routed, UnplacedReplies
 QUERY_SECONDS = 30.0
 
 T = TypeVar("T")
-#: How the server refuses a query on a run ended while a workflow task waited to start.
-UNSTARTED_TASK = "closed before WorkflowTaskStarted"
 
 
 @dataclass(frozen=True)
@@ -118,24 +117,25 @@ async def unplaced(handle: WorkflowHandle[Any, Any]) -> UnplacedReplies:
 
 async def _asked(handle: WorkflowHandle[Any, Any], result_type: type[T],
                  ended: WorkflowExecutionStatus | None) -> T:  # fmt: skip
-    """The ``unplaced`` query's answer of a run that ended (a worker replays it)."""
+    """The ``unplaced`` query's answer of a run that ended: this process's replay of its
+    history (:mod:`workers.replayed`), else a worker's."""
+    # Replayed here first: the server replays no run ended while a task waited to start
+    # (a message had just come), and with the workers down none would answer.
+    try:
+        return await replayed_answer(handle, result_type)
+    except MQGatherError as exc:
+        replayed: MQGatherError = exc
+    # Its history did not replay against this release: a worker of its own replays it.
     try:
         return await asyncio.wait_for(
             handle.query(QUERY_UNPLACED, result_type=result_type), QUERY_SECONDS
         )
     except (RPCError, WorkflowQueryFailedError, TimeoutError) as exc:
-        if UNSTARTED_TASK in str(exc):
-            raise MQGatherError(
-                f"{handle.id} was ended while a workflow task was waiting to start (a "
-                "message had just come), and Temporal replays no such run for a query. Its "
-                "messages are in its history: reset it to its last workflow task (the UI's "
-                "Reset, signals reapplied), and the new run takes them again and places "
-                "them; then end it as you meant to (`mqgather cancel`)"
-            ) from exc
+        state = ended.name if ended else "closed"
         raise MQGatherError(
-            f"{handle.id} ({ended.name if ended else 'closed'}) did not say what it held "
-            f"({exc or 'no answer'}): a worker of this release replays it; start one with "
-            "`mqgather worker` (a collector's: `mqgather collector run`) and run this again"
+            f"{replayed}; asked, {handle.id} ({state}) did not say what it held either "
+            f"({exc or 'no answer in time'}): start a worker of the release that ran it "
+            "(`mqgather worker`, a collector's `mqgather collector run`) and run this again"
         ) from exc
 
 

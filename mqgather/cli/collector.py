@@ -252,8 +252,9 @@ def salvage(name: str, destination: str, mq: str, dry_run: bool, as_json: bool) 
     a run of it ended by hand (the Temporal UI's Terminate) or its workflow failed: its
     batch under construction and those waiting for their PUT. Each message goes back as
     it came, once (a second run puts nothing), and the destination's collector batches it
-    anew; one a batch PUT stays where it went. A worker replays each ended run to say what
-    it held."""
+    anew; one a batch PUT stays where it went. Each ended run's history is replayed here to
+    say what it held, what came after its last task included (a worker of the release
+    that ran it is asked when it does not replay), so no worker need run."""
     import dataclasses
 
     from mqgather.runtime.temporal import connect

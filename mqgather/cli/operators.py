@@ -308,8 +308,10 @@ def rerequest(correl_id: str, name: str | None, leg: str, reason: str, as_json: 
     "ended without answering: terminated by hand (the Temporal UI's Terminate), or its "
     "workflow failed or timed out. Those it was forwarding go where it was sending them, "
     "those of its legs to the late queue, those waiting for a registration to the unknown "
-    "queue: intact, each once (a second run sends nothing). A worker replays the gather "
-    f"to say what it held. {CORRELID_HELP}"
+    "queue: intact, each once (a second run sends nothing). The gather's history is "
+    "replayed here to say what it held, the replies signalled after its last task "
+    "included (a worker of the release that ran it is asked when it does not replay), so "
+    f"no worker need run. {CORRELID_HELP}"
 )
 @click.argument("correl_id")
 @find_aggregate_option

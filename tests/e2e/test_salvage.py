@@ -38,8 +38,8 @@ async def _salvage(p, spec: AggregateSpec, correl: bytes, *more: str, connect=No
 
 
 async def _terminated(handle, reason: str) -> None:
-    """Terminate the run once no workflow task waits for it: the server replays no run
-    ended with one waiting for a query (salvage then says what to do instead)."""
+    """Terminate the run once no workflow task waits for it: the gather has taken what
+    came (a run ended with one waiting is read too: the tests that end one so)."""
 
     async def last() -> EventType:
         return [e async for e in handle.fetch_history_events()][-1].event_type
@@ -241,3 +241,137 @@ async def test_a_terminated_collectors_held_message_is_put_back_whole_and_batche
     }
     texts = sorted(part.split("</Test>")[0] for part in batch.body.decode().split("<Test>")[1:])
     assert texts == ["A", "B" * 4096, "C"]
+
+
+@pytest.mark.parametrize("worker_back", [True, False])
+async def test_a_gather_ended_while_its_task_waited_is_salvaged_whole(
+    temporal_env, tmp_path, worker_back
+):
+    """The workers are down when STOCK comes: its task waits to start, and an operator
+    terminates the stuck gather. The server replays no such run for a query, so salvage
+    replays its history itself, STOCK handed over as the next task would have: both
+    replies go late, whether a worker is back or not."""
+    from workers.worker import build_worker
+
+    spec = AggregateSpec(name="salvage-waiting", legs=THREE_LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_worker=False) as p:
+        worker = build_worker(p.client, p.connect, task_queue=p.task_queue)
+        running = asyncio.create_task(worker.run())
+        sent = await p.scatter(spec)
+        credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        await worker.shutdown()
+        await running
+        stock = p.reply(spec, sent.correl_id, "STOCK", b'{"s":1}')
+
+        async def signals() -> int:
+            signalled = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            return len(
+                [e async for e in handle.fetch_history_events() if e.event_type == signalled]
+            )
+
+        await until(signals, lambda n: n == 3)  # the registration, CREDIT, then STOCK
+        assert p.empty(spec.reply_queue)  # STOCK left the reply queue, for the history
+        await handle.terminate(reason="stuck while the workers were down")
+        if worker_back:
+            worker = build_worker(p.client, p.connect, task_queue=p.task_queue)
+            running = asyncio.create_task(worker.run())
+        try:
+            dry = await _salvage(p, spec, sent.correl_id, "--dry-run")
+            done = await _salvage(p, spec, sent.correl_id)
+            late = {m.msg_id: m for m in _taken(p, "GATHER.LATE")}
+            again = await _salvage(p, spec, sent.correl_id)
+            assert all(p.empty(q) for q in QUEUES)
+        finally:
+            if worker_back:
+                await worker.shutdown()
+                await running
+    assert sorted((r["leg"], r["verdict"]) for r in dry) == [
+        ("CREDIT", "to send"), ("STOCK", "to send")]  # fmt: skip
+    assert sorted(r["verdict"] for r in done) == ["sent", "sent"]
+    assert {k: m.body for k, m in late.items()} == {credit.msg_id: credit.body,
+                                                    stock.msg_id: stock.body}  # fmt: skip
+    assert sorted(r["verdict"] for r in again) == ["forwarded to GATHER.LATE"] * 2
+
+
+async def test_a_collector_ended_while_its_task_waited_puts_back_what_came_last_too(
+    temporal_env, tmp_path
+):
+    """The workers are down when C comes, the third of a batch of three: the task that
+    would close the batch waits, and the collector is terminated. Salvage reads C too,
+    puts A, B and C back, and the next run batches them once."""
+    from tests.collecting import collecting, order
+    from workers.worker import build_worker
+    from workflows.collect_models import collector_id
+
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=3, max_delay_seconds=300)
+        for text in ("A", "B"):
+            c.send("France", order(text))
+        await until(lambda: c.status("France"), lambda s: s.open_messages == 2, timeout=30)
+        assert c.worker is not None
+        await c.worker.shutdown()
+        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+        c.send("France", order("C"))
+
+        async def signals() -> int:
+            signalled = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            return len(
+                [e async for e in handle.fetch_history_events() if e.event_type == signalled]
+            )
+
+        await until(signals, lambda n: n >= 2)  # A and B may have come in one signal
+        await until(lambda: asyncio.to_thread(c.depth, c.spec.input_queue), lambda n: n == 0)
+        await handle.terminate(reason="stuck while the workers were down")
+
+        async def listed() -> int:
+            query = f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Terminated'"
+            return len([run async for run in c.client.list_workflows(query)])
+
+        await until(listed, lambda n: n == 1)
+        args = ("collector", "salvage", c.spec.name, "France", "--mq", f"local:{c.path}",
+                "--json")  # fmt: skip
+        done = await cli(c.client, *args)
+        worker = build_worker(c.client, c.connect, task_queue=c.task_queue)
+        running = asyncio.create_task(worker.run())
+        try:
+            batch = await c.take("CMAOUT.FR")
+            assert c.depth("CMAOUT.FR") == 0 and c.depth(c.spec.input_queue) == 0
+        finally:
+            await worker.shutdown()
+            await running
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    first = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert [m["verdict"] for m in first] == ["sent"] * 3
+    texts = sorted(part.split("</Test>")[0] for part in batch.body.decode().split("<Test>")[1:])
+    assert texts == ["A", "B", "C"]
+
+
+async def test_a_history_that_does_not_replay_here_is_asked_of_a_worker(
+    temporal_env, tmp_path, monkeypatch
+):
+    """A gather run by another release may not replay against this one's code: its own
+    worker is asked instead; with neither, the error names both and what to do."""
+    import workers.salvage as salvaging
+    from mqgather.errors import MQGatherError
+
+    async def other_release(handle, result_type):
+        raise MQGatherError(f"{handle.id}: its history did not replay against this release")
+
+    monkeypatch.setattr(salvaging, "replayed_answer", other_release)
+    spec = AggregateSpec(name="salvage-asked", legs=THREE_LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        await _terminated(handle, "by hand")
+        asked = await unplaced(handle)
+    # The pipeline's worker has stopped: nobody answers the query now.
+    monkeypatch.setattr(salvaging, "QUERY_SECONDS", 1.0)
+    with pytest.raises(MQGatherError) as refused:
+        await unplaced(handle)
+    assert [r.message.msg_id for r in asked.legs] == [credit.msg_id]
+    assert "did not replay against this release" in str(refused.value)
+    assert "start a worker of the release that ran it" in str(refused.value)
