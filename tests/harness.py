@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, ResetReapplyExcludeType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -303,9 +303,12 @@ def with_keys(client: Client, ring: Any) -> Client:
                   data_converter=data_converter(ring))  # fmt: skip
 
 
-async def reset_to_first_task(client: Client, handle: WorkflowHandle) -> str:
+async def reset_to_first_task(
+    client: Client, handle: WorkflowHandle, *, exclude_signals: bool = False
+) -> str:
     """Reset the workflow's latest run to its first workflow task, as an operator does in
-    the UI (signals after that point are applied again); the new run's id."""
+    the UI (signals after that point are applied again, unless ``exclude_signals``); the
+    new run's id."""
     events = [e async for e in handle.fetch_history_events()]
     first = next(e.event_id for e in events
                  if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)  # fmt: skip
@@ -317,6 +320,11 @@ async def reset_to_first_task(client: Client, handle: WorkflowHandle) -> str:
             reason="operator reset",
             workflow_task_finish_event_id=first,
             request_id=str(uuid.uuid4()),
+            reset_reapply_exclude_types=(
+                [ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL]
+                if exclude_signals
+                else []
+            ),
         )
     )
     return done.run_id

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio.client import (
@@ -40,9 +41,10 @@ from bridge.mq.ledger import ledger_key
 from bridge.mq.models import PutOptions, format_id
 from bridge.mq.transport import Transport
 from mqgather.errors import MQGatherError
-from mqgather.names import COLLECT_WORKFLOW, QUERY_UNPLACED
+from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW, QUERY_UNPLACED
 from mqgather.routing import Destination, queue_for
 from workers.replayed import replayed_answer
+from workflows import redelivery
 from workflows.collect_models import Item, UnplacedItems
 from workflows.models import Reply, Routed, UnplacedReplies
 
@@ -64,6 +66,8 @@ class SalvagedReply:
     queue: str
     #: "sent", "to send" (a dry run), or where it is already.
     verdict: str
+    #: The run that held it.
+    run_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,24 +99,81 @@ def destinations(found: UnplacedReplies) -> list[tuple[Routed, bool]]:
     ]  # fmt: skip
 
 
-async def unplaced(handle: WorkflowHandle[Any, Any]) -> UnplacedReplies:
-    """What a gather that ended without answering held in no place (a worker replays it).
+@dataclass(frozen=True)
+class EndedRun:
+    """One run of a gather that ended without placing what it held, and what it held."""
+
+    run_id: str
+    found: UnplacedReplies
+
+
+async def unplaced_runs(client: Client, handle: WorkflowHandle[Any, Any]) -> list[EndedRun]:
+    """What each run of a gather that ended by hand held in no place, the newest first:
+    its latest run when that ended so, and the earlier runs an operator's reset ended
+    within the ledger's memory (what came after the point a reset went back to, when the
+    reset applied no signals again, is in those runs' histories only). A reply two runs
+    held (a reset applies again what came after its point) is listed once, by the newer.
 
     Raises:
-        MQGatherError: the gather is running or answered, or no worker answered.
+        MQGatherError: the gather is running, or answered and no earlier run ended so.
     """
     try:
-        desc = await handle.describe()
+        latest = await handle.describe()
     except RPCError as exc:
         raise MQGatherError(f"no gather {handle.id}: {exc.message}") from exc
-    if desc.status == WorkflowExecutionStatus.RUNNING:
+    if latest.status == WorkflowExecutionStatus.RUNNING:
         raise MQGatherError(
             f"{handle.id} is running: it places its replies itself (`mqgather cancel` ends "
             "it now, with its partial on the timeout queue)"
         )
-    if desc.status == WorkflowExecutionStatus.COMPLETED:
+    earlier: list[tuple[str, WorkflowExecutionStatus | None, datetime | None]] = []
+    async for run in client.list_workflows(_runs_query(handle.id)):
+        if run.id == handle.id and run.run_id != latest.run_id:
+            earlier.append((run.run_id, run.status, run.close_time))
+    earlier.sort(key=lambda r: r[2] or datetime.min.replace(tzinfo=UTC), reverse=True)
+    ended: list[EndedRun] = []
+    seen: set[str] = set()
+    for run_id, status, closed in [(latest.run_id, latest.status, latest.close_time), *earlier]:
+        if status not in _ENDED:
+            continue
+        found = await _asked(client.get_workflow_handle(handle.id, run_id=run_id),
+                             UnplacedReplies, status)  # fmt: skip
+        if run_id != latest.run_id and not _remembered(found, closed):
+            continue  # the ledger no longer tells whether its replies were sent before
+        ended.append(EndedRun(run_id, _unseen(found, seen)))
+    if not ended:
         raise MQGatherError(f"{handle.id} answered (completed): its replies are in place")
-    return await _asked(handle, UnplacedReplies, desc.status)
+    return ended
+
+
+def _runs_query(workflow_id: str) -> str:
+    """The visibility query for a gather's runs (its id holds no quote: an aggregate name
+    and a CorrelId in hex)."""
+    return f"WorkflowType = '{GATHER_WORKFLOW}' AND WorkflowId = '{workflow_id}'"
+
+
+def _remembered(found: UnplacedReplies, closed: datetime | None) -> bool:
+    """Whether a run closed recently enough that the ledger still records what salvage
+    sent of it (``ledger_hours``)."""
+    hours = found.aggregate.ledger_hours
+    return closed is not None and datetime.now(UTC) - closed < timedelta(hours=hours)
+
+
+def _unseen(found: UnplacedReplies, seen: set[str]) -> UnplacedReplies:
+    """``found`` less the replies already in ``seen`` (by key), which then takes its own."""
+
+    def fresh(reply: Reply) -> bool:
+        key = redelivery.key(reply.message, reply.fingerprint)
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    return found.model_copy(update={
+        "outbox": [item for item in found.outbox if fresh(item.reply)],
+        "legs": [reply for reply in found.legs if fresh(reply)],
+        "waiting": [reply for reply in found.waiting if fresh(reply)],
+    })  # fmt: skip
 
 
 async def _asked(handle: WorkflowHandle[Any, Any], result_type: type[T],
@@ -139,9 +200,12 @@ async def _asked(handle: WorkflowHandle[Any, Any], result_type: type[T],
         ) from exc
 
 
-#: How a collector's run ends without a PUT of what it holds (by hand, or its workflow
-#: failed); a run that continued as new handed its state on.
+#: How a run ends without placing what it holds (by hand, or its workflow failed); a run
+#: that continued as new handed its state on. As visibility names them, and as statuses.
 ENDED_BY_HAND = ("Terminated", "Failed", "TimedOut", "Canceled")
+_ENDED = frozenset(
+    getattr(WorkflowExecutionStatus, name.upper().replace("OUT", "_OUT")) for name in ENDED_BY_HAND
+)
 
 
 async def collector_unplaced(client: Client, workflow_id: str) -> list[UnplacedItems]:
@@ -220,10 +284,15 @@ def _put_back(transport: Transport, found: UnplacedItems, item: Item, key: bytes
 
 
 def salvage(
-    found: UnplacedReplies, connect: Callable[[], Transport], *, send: bool = True
+    found: UnplacedReplies,
+    connect: Callable[[], Transport],
+    *,
+    send: bool = True,
+    run_id: str = "",
 ) -> list[SalvagedReply]:
-    """Find where each reply of ``found`` is, and with ``send`` forward each that is in no
-    place, intact and exactly once (the ledger records every forward)."""
+    """Find where each reply of ``found`` (held by the run ``run_id``) is, and with
+    ``send`` forward each that is in no place, intact and exactly once (the ledger records
+    every forward)."""
     items = destinations(found)
     acts = MQActivities(connect)
     transport = connect()
@@ -235,14 +304,19 @@ def salvage(
     out = []
     try:
         for (item, _), already in zip(items, where, strict=True):
-            out.append(_salvaged(acts, found, item, already, send))
+            out.append(_salvaged(acts, found, item, already, send, run_id))
     finally:
         acts.close()
     return out
 
 
 def _salvaged(
-    acts: MQActivities, found: UnplacedReplies, item: Routed, already: str, send: bool
+    acts: MQActivities,
+    found: UnplacedReplies,
+    item: Routed,
+    already: str,
+    send: bool,
+    run_id: str,
 ) -> SalvagedReply:
     reply, queue = item.reply, queue_for(found.aggregate, item.kind)
     verdict = already
@@ -251,7 +325,7 @@ def _salvaged(
     elif not verdict:
         verdict = _send(acts, found, (queue, reply, item.reason)) if send else "to send"
     return SalvagedReply(format_id(reply.message.msg_id), reply.leg or "", reply.size,
-                         reply.held is not None, queue, verdict)  # fmt: skip
+                         reply.held is not None, queue, verdict, run_id)  # fmt: skip
 
 
 def _send(acts: MQActivities, found: UnplacedReplies, item: tuple[str, Reply, str]) -> str:

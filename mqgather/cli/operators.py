@@ -308,7 +308,9 @@ def rerequest(correl_id: str, name: str | None, leg: str, reason: str, as_json: 
     "ended without answering: terminated by hand (the Temporal UI's Terminate), or its "
     "workflow failed or timed out. Those it was forwarding go where it was sending them, "
     "those of its legs to the late queue, those waiting for a registration to the unknown "
-    "queue: intact, each once (a second run sends nothing). The gather's history is "
+    "queue: intact, each once (a second run sends nothing). Earlier runs an operator's "
+    "reset ended count too: what they held and the final did not carry is sent, once the "
+    "latest run has ended. The gather's history is "
     "replayed here to say what it held, the replies signalled after its last task "
     "included (a worker of the release that ran it is asked when it does not replay), so "
     f"no worker need run. {CORRELID_HELP}"
@@ -320,13 +322,15 @@ def rerequest(correl_id: str, name: str | None, leg: str, reason: str, as_json: 
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per reply.")
 def salvage(correl_id: str, name: str | None, mq: str, dry_run: bool, as_json: bool) -> None:
     from workers.salvage import salvage as send_unplaced
-    from workers.salvage import unplaced
+    from workers.salvage import unplaced_runs
 
     async def main(_: asyncio.Event) -> tuple[str, list[Any]]:
         client = await connect()
         handle = await find_gather(client, correl_id, name)
-        found = await unplaced(handle)
-        done = await asyncio.to_thread(send_unplaced, found, connector(mq), send=not dry_run)
+        done = []
+        for ended in await unplaced_runs(client, handle):
+            done += await asyncio.to_thread(send_unplaced, ended.found, connector(mq),
+                                            send=not dry_run, run_id=ended.run_id)  # fmt: skip
         return handle.id, done
 
     gid, done = run(main)
@@ -335,10 +339,11 @@ def salvage(correl_id: str, name: str | None, mq: str, dry_run: bool, as_json: b
             click.echo(json.dumps(dict(dataclasses.asdict(item), gather_id=gid)))
         return
     if done:
-        table = Table("MsgId", "leg", "bytes", "held", "to", "verdict")
+        runs = len({r.run_id for r in done}) > 1  # runs ended by a reset, and the latest
+        table = Table("MsgId", "leg", "bytes", "held", "to", "verdict", *(["run"] * runs))
         for r in done:
             table.add_row(r.msg_id, r.leg, f"{r.size:,}", "yes" if r.held else "", r.queue,
-                          r.verdict)  # fmt: skip
+                          r.verdict, *([r.run_id] * runs))  # fmt: skip
         Console().print(table)
     salvage_summary(f"{gid}: {len(done)} reply(ies) held in no place by the gather",
                     [r.verdict for r in done], dry_run, "sent")  # fmt: skip

@@ -18,7 +18,7 @@ from mqgather.names import PROP_REASON
 from tests.conftest import standin_connector
 from tests.e2e.test_operators import cli
 from tests.harness import THREE_LEGS, pipeline, status, until
-from workers.salvage import salvage, unplaced
+from workers.salvage import salvage, unplaced_runs
 
 QUEUES = ("ORDER.RESPONSE", "GATHER.TIMEOUT", "GATHER.LATE", "GATHER.UNKNOWN",
           "GATHER.DUPLICATE", "GATHER.FAILURE")  # fmt: skip
@@ -28,8 +28,10 @@ async def _salvage(p, spec: AggregateSpec, correl: bytes, *more: str, connect=No
     """``mqgather salvage`` as an operator runs it; over ``connect`` (the IBM MQ adapter
     over the stand-in, which lives in this process) the same code, called here."""
     if connect is not None:
-        found = await unplaced(p.handle(spec, correl))
-        done = await asyncio.to_thread(salvage, found, connect, send="--dry-run" not in more)
+        done, send = [], "--dry-run" not in more
+        for ended in await unplaced_runs(p.client, p.handle(spec, correl)):
+            done += await asyncio.to_thread(salvage, ended.found, connect, send=send,
+                                            run_id=ended.run_id)  # fmt: skip
         return [dataclasses.asdict(item) for item in done]
     out = await cli(p.client, "salvage", f"hex:{correl.hex()}", "--aggregate", spec.name,
                     "--mq", f"local:{p.path}", "--json", *more)  # fmt: skip
@@ -367,11 +369,51 @@ async def test_a_history_that_does_not_replay_here_is_asked_of_a_worker(
         handle = p.handle(spec, sent.correl_id)
         await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
         await _terminated(handle, "by hand")
-        asked = await unplaced(handle)
+        (asked,) = await unplaced_runs(p.client, handle)
     # The pipeline's worker has stopped: nobody answers the query now.
     monkeypatch.setattr(salvaging, "QUERY_SECONDS", 1.0)
     with pytest.raises(MQGatherError) as refused:
-        await unplaced(handle)
-    assert [r.message.msg_id for r in asked.legs] == [credit.msg_id]
+        await unplaced_runs(p.client, handle)
+    assert [r.message.msg_id for r in asked.found.legs] == [credit.msg_id]
     assert "did not replay against this release" in str(refused.value)
     assert "start a worker of the release that ran it" in str(refused.value)
+
+
+async def test_replies_a_reset_left_in_the_run_it_ended_go_late_once_the_new_run_answered(
+    temporal_env, tmp_path
+):
+    """An operator resets a running gather to its first task without applying signals
+    again: CREDIT, which came after that point, stays in the run the reset ended. The new
+    run takes STOCK and TAX and answers without CREDIT. Salvage refuses while it runs;
+    then it finds the ended run and sends CREDIT late, once, and nothing the final carried."""
+    from tests.harness import reset_to_first_task
+    from workflows.models import GatherResult
+
+    spec = AggregateSpec(name="salvage-reset", legs=THREE_LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: status(handle), lambda s: s.legs_expected == ["CREDIT", "STOCK", "TAX"])
+        credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        run = await reset_to_first_task(p.client, handle, exclude_signals=True)
+        after = p.client.get_workflow_handle(handle.id, run_id=run, result_type=GatherResult)
+        assert (await status(after)).legs_received == []
+        running = await cli(p.client, "salvage", f"hex:{sent.correl_id.hex()}", "--aggregate",
+                            spec.name, "--mq", f"local:{p.path}")  # fmt: skip
+        for leg in ("STOCK", "TAX"):
+            p.reply(spec, sent.correl_id, leg, b"{}")
+        await until(lambda: status(after), lambda s: s.legs_received == ["STOCK", "TAX"])
+        await after.cancel()
+        result = await after.result()
+        partial = await p.wait_message("GATHER.TIMEOUT")
+        done = await _salvage(p, spec, sent.correl_id)
+        late = _taken(p, "GATHER.LATE")
+        again = await _salvage(p, spec, sent.correl_id)
+        assert all(p.empty(q) for q in QUEUES)
+    assert running.returncode != 0 and b"is running" in running.stderr
+    assert result.state == "CANCELLED" and partial.properties["mqgather_missing"] == "CREDIT"
+    assert [(r["leg"], r["verdict"], r["run_id"] != run) for r in done] == [
+        ("CREDIT", "sent", True)]  # fmt: skip
+    assert [(m.msg_id, m.body) for m in late] == [(credit.msg_id, credit.body)]
+    assert [r["verdict"] for r in again] == ["forwarded to GATHER.LATE"]
