@@ -72,8 +72,18 @@ from workflows.models import (
 
 
 def response_msg_id(gather: str, outcome: str) -> bytes:
-    """MsgId of a response: derived from gather and outcome, so a retried PUT repeats it."""
+    """MsgId of a response: derived from gather (its :func:`ledger_owner`) and outcome, so
+    a retried PUT repeats it."""
     return hashlib.sha256(f"{gather}|{outcome}".encode()).digest()[:24]
+
+
+def ledger_owner(gather: str, chain: str) -> str:
+    """What a gather's ledger keys name: its id, and the first run of its chain when it
+    has one (gathers started before carry none). A reset and continue-as-new keep the
+    chain; a gather that uses a CorrelId again, once the earlier gather's history is gone
+    (the namespace's retention is shorter than ``ledger_hours``), begins a chain of its
+    own, so the earlier one's markers are not taken for its own."""
+    return f"{gather} {chain}" if chain else gather
 
 
 def _to_requester(inp: PutResponseInput) -> bool:
@@ -130,7 +140,7 @@ def response_id(inp: PutResponseInput) -> bytes:
     passed = inp.reply_terms.msg_id if inp.reply_terms else None
     if passed is not None and _to_requester(inp):
         return passed
-    return response_msg_id(inp.gather_id, inp.outcome)
+    return response_msg_id(ledger_owner(inp.gather_id, inp.chain), inp.outcome)
 
 
 def notification(inp: PutResponseInput, now: datetime, *, failed: bool = False) -> MQMessage | None:
@@ -150,7 +160,7 @@ def notification(inp: PutResponseInput, now: datetime, *, failed: bool = False) 
     expiry, report = _requester_life(terms, now)
     state = "FAILED" if failed else inp.outcome
     return MQMessage(
-        msg_id=terms.msg_id or notification_id(inp.gather_id, state),
+        msg_id=terms.msg_id or notification_id(ledger_owner(inp.gather_id, inp.chain), state),
         correl_id=inp.request_msg_id or inp.correl_id,
         msg_type=MQMT_REPORT,
         feedback=MQFB_PAN if answered else MQFB_NAN,
@@ -294,7 +304,8 @@ class MQActivities:
         gather ends FAILED.
         """
         spec = inp.aggregate
-        msg_id = response_msg_id(inp.gather_id, inp.outcome)  # the PUT's ledger key
+        owner = ledger_owner(inp.gather_id, inp.chain)
+        msg_id = response_msg_id(owner, inp.outcome)  # the PUT's ledger key
         sent_id = response_id(inp)
         targets: list[QueueAddress] = []
         properties: dict[str, PropertyValue] = {
@@ -380,7 +391,8 @@ class MQActivities:
         with a MsgId of its own and the same CorrelId, asking the back end to pass the
         CorrelId on (MQRO_PASS_CORREL_ID). Returns the new MsgId (hex)."""
         spec = inp.aggregate
-        key = ledger_key("request", inp.gather_id, inp.leg, str(inp.attempt))
+        owner = ledger_owner(inp.gather_id, inp.chain)
+        key = ledger_key("request", owner, inp.leg, str(inp.attempt))
         sent = inp.request.message
         properties = {**sent.properties, PROP_ATTEMPT: inp.attempt, PROP_REASON: inp.reason}
         update: dict[str, object] = {
@@ -419,7 +431,8 @@ class MQActivities:
             return None
         late = queue_for(inp.aggregate, Destination.LATE)
         reason = f"gather {inp.gather_id} already closed"
-        self.forward_once(inp.aggregate, inp.gather_id, [(late, r, reason) for r in fresh])
+        self.forward_once(inp.aggregate, inp.gather_id, [(late, r, reason) for r in fresh],
+                          chain=inp.chain)  # fmt: skip
         error = f"its final was committed before, {ended} ({note})"
         if fresh:
             error += f"; {len(fresh)} reply(ies) it did not carry went to {late}"
@@ -452,11 +465,12 @@ class MQActivities:
             inp.aggregate,
             inp.gather_id,
             [(failure_queue, r, f"merge failed: {exc}") for r in replies],
+            chain=inp.chain,
         )
         told = notification(inp, datetime.now(UTC), failed=True)
         if told is not None:
             self._notify_once(inp, told)
-        merge_failed = ledger_key("merge failed", inp.gather_id)
+        merge_failed = ledger_key("merge failed", ledger_owner(inp.gather_id, inp.chain))
         self._mark_final(inp, merge_failed, "FAILED", f"{inp.gather_id} merge failed")
         _record_close(inp, "FAILED")
         return PutResponseResult(
@@ -467,7 +481,7 @@ class MQActivities:
         """PUT a notification of its own, exactly once across retries (the ledger records
         it under a key of its own)."""
         spec = inp.aggregate
-        key = notification_id(inp.gather_id, "FAILED")
+        key = notification_id(ledger_owner(inp.gather_id, inp.chain), "FAILED")
         final = _final_attempt(inp)
 
         def work(transport: Transport) -> None:
@@ -487,7 +501,7 @@ class MQActivities:
         items = [(queue_for(spec, item.kind), item.reply, item.reason) for item in inp.items]
         # "" for duplicates the aggregate discards; a held one still leaves the hold queue.
         kept = [item for item in items if item[0] or item[1].held is not None]
-        self.forward_once(spec, inp.gather_id, kept, after_reset=inp.after_reset)
+        self.forward_once(spec, inp.gather_id, kept, after_reset=inp.after_reset, chain=inp.chain)
         for item in inp.items:
             telemetry.instruments().routed.add(1, {"aggregate": spec.name, "kind": item.kind.value})
         return len(inp.items)
@@ -499,17 +513,19 @@ class MQActivities:
         items: list[tuple[str, Reply, str]],
         *,
         after_reset: bool = False,
+        chain: str = "",
     ) -> None:
         """Forward each (queue, reply, reason) intact, each exactly once across retries
-        (the ledger records every forward), in as few units of work as MAXUMSGS allows:
-        a reply may need a get from the hold queue, its forward, the COA the forward
-        causes when the reply asks for one, and its ledger marker."""
+        (the ledger records every forward, under the gather and its ``chain``), in as few
+        units of work as MAXUMSGS allows: a reply may need a get from the hold queue, its
+        forward, the COA the forward causes when the reply asks for one, and its ledger
+        marker."""
         per_unit = max(self._maxumsgs() // 4, 1)
         start = 0
         while start < len(items):
             chunk = items[start : start + per_unit]
             try:
-                self._forward_unit(spec, gather, chunk, after_reset)
+                self._forward_unit(spec, gather, chunk, after_reset, chain)
             except SyncpointLimitReached:
                 # More than four each (a held reply got past others that share its
                 # MsgId, which are put back): the chunk was backed out whole, and its
@@ -526,19 +542,22 @@ class MQActivities:
         gather: str,
         items: list[tuple[str, Reply, str]],
         after_reset: bool,
+        chain: str,
     ) -> None:
+        owner = ledger_owner(gather, chain)
+
         def work(transport: Transport, reader: hold.HeldReader) -> None:
             # A reply the gather's final carried is in its one place already: a run
             # after a reset may count it a duplicate of one it took since.
             placed = (
-                _carried_by_final(transport, spec.ledger_queue, gather) if after_reset else set()
+                _carried_by_final(transport, spec.ledger_queue, owner) if after_reset else set()
             )
             for queue, reply, reason in items:
                 if _final_key(reply) in placed:
                     continue
-                if _forwarded(transport, spec.ledger_queue, gather, queue, reply):
+                if _forwarded(transport, spec.ledger_queue, owner, queue, reply):
                     continue
-                key = ledger_key("forward", gather, queue, _reply_key(reply))
+                key = ledger_key("forward", owner, queue, _reply_key(reply))
                 # A held reply moves from the hold queue, intact, in this unit of work.
                 message = _held(reader, reply) if reply.held else reply.message
                 if queue:
@@ -570,7 +589,8 @@ def _final_before(
     from before finals were grouped), else, in a run after a reset, any other's."""
     found = ledger.find(transport, ledger_queue, Match(msg_id=msg_id))
     if found is None and inp.after_reset:
-        found = ledger.find(transport, ledger_queue, Match(correl_id=final_group(inp.gather_id)))
+        group = final_group(ledger_owner(inp.gather_id, inp.chain))
+        found = ledger.find(transport, ledger_queue, Match(correl_id=group))
     return found
 
 
@@ -582,12 +602,17 @@ def _carried_by_final(transport: Transport, ledger_queue: str, gather: str) -> s
 
 
 def placed(
-    transport: Transport, spec: AggregateSpec, gather: str, replies: Sequence[tuple[Reply, bool]]
+    transport: Transport,
+    spec: AggregateSpec,
+    gather: str,
+    replies: Sequence[tuple[Reply, bool]],
+    chain: str = "",
 ) -> list[str]:
     """Where each of a gather's replies (with whether its legs hold it) is already, ""
     where nowhere: carried by the gather's final, forwarded or discarded by the gather,
     or (held) no longer on its hold queue. A final written by a release before finals
     recorded their replies counts as carrying every reply of the legs."""
+    gather = ledger_owner(gather, chain)
     final = ledger.find(transport, spec.ledger_queue, Match(correl_id=final_group(gather)))
     if final is None:
         keyed = (ledger.find(transport, spec.ledger_queue, Match(msg_id=key))
@@ -648,7 +673,8 @@ def _mark_final_in(
     spec = inp.aggregate
     carried = " ".join(_final_key(r) for leg in inp.legs for r in leg.replies)
     ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours,
-                group=final_group(inp.gather_id), lines=[ended, carried])  # fmt: skip
+                group=final_group(ledger_owner(inp.gather_id, inp.chain)),
+                lines=[ended, carried])  # fmt: skip
 
 
 def _reply_key(reply: Reply) -> str:

@@ -298,7 +298,7 @@ def salvage(
     transport = connect()
     try:
         replies = [(item.reply, leg) for item, leg in items]
-        where = placed(transport, found.aggregate, found.gather_id, replies)
+        where = placed(transport, found.aggregate, found.gather_id, replies, found.chain)
     finally:
         transport.close()
     out = []
@@ -332,7 +332,8 @@ def _send(acts: MQActivities, found: UnplacedReplies, item: tuple[str, Reply, st
     """Forward one reply once; "sent", or why not (a held one left its hold queue)."""
     try:
         # As a run after a reset does: a reply the gather's final carried stays there.
-        acts.forward_once(found.aggregate, found.gather_id, [item], after_reset=True)
+        acts.forward_once(found.aggregate, found.gather_id, [item], after_reset=True,
+                          chain=found.chain)  # fmt: skip
     except HeldReplyError as exc:
         return f"not sent: {exc}"
     return "sent"

@@ -158,7 +158,7 @@ class GatherWorkflow:
         s = self.s
         legs = [reply for replies in s.received.values() for reply in replies]
         return UnplacedReplies(gather_id=self.id, aggregate=self.spec, outbox=s.outbox,
-                               legs=legs, waiting=s.held)  # fmt: skip
+                               legs=legs, waiting=s.held, chain=s.chain)  # fmt: skip
 
     def _operated(self, result: UpdateResult) -> UpdateResult:
         """Wake the run loop when an operator's change was applied."""
@@ -255,6 +255,8 @@ class GatherWorkflow:
         if info.run_id != info.original_execution_run_id:
             # A reset keeps the run id the history began with; continue-as-new does not.
             self.s.after_reset = True
+        if self._input.ledger_by_chain and not self.s.chain:
+            self.s.chain = info.first_execution_run_id
         if self.s.started_at is None:
             self.s.started_at = workflow.now()
             # Through the SDK's meter: not counted again when the history is replayed.
@@ -388,6 +390,7 @@ class GatherWorkflow:
                 expires_at=legs.awaited_until(self.s, item.leg)
                 if self.spec.expire_requests
                 else None,
+                chain=self.s.chain,
             )
             work = f"re-request {item.attempt} of leg {item.leg}"
             await self._mq_work(work, names.ACTIVITY_SEND_REQUEST, lambda: sent, str)  # noqa: B023 - awaited in this iteration
@@ -399,7 +402,7 @@ class GatherWorkflow:
         while self.s.outbox:
             items = list(self.s.outbox)
             routed = RouteInput(aggregate=self.spec, gather_id=self.id, items=items,
-                                after_reset=self.s.after_reset)  # fmt: skip
+                                after_reset=self.s.after_reset, chain=self.s.chain)  # fmt: skip
             forwarding = names.ACTIVITY_ROUTE_REPLIES
             await self._mq_work("forwarding of replies", forwarding, lambda: routed, int)  # noqa: B023 - awaited in this iteration
             del self.s.outbox[: len(items)]

@@ -498,6 +498,7 @@ def response_input(
         reason=_operator_reason(state, outcome),
         rerequested=[leg.name for leg in state.expected if leg.name in state.rerequested],
         after_reset=state.after_reset,
+        chain=state.chain,
     )
 
 

@@ -263,6 +263,12 @@ class GatherState(BaseModel):
         description="a run an operator's reset started (or one continued from it): the "
         "gather may have answered before, and its MQ work looks for that final",
     )
+    chain: str = Field(
+        default="",
+        description="the first run of this gather's chain (a reset and continue-as-new keep "
+        "it): its ledger keys name it, so a later gather under the same id, once this one's "
+        "history is gone, is not taken for this one (empty: gathers started before)",
+    )
     rerequest_reasons: dict[str, str] = Field(
         default_factory=dict, description="why each leg was asked again the last time, by leg"
     )
@@ -310,6 +316,11 @@ class GatherInput(BaseModel):
         description="a redelivery is the same MsgId and content, and another reply that "
         "reuses a MsgId is taken (set by every starter; gathers started before it replay "
         "telling by MsgId alone)",
+    )
+    ledger_by_chain: bool = Field(
+        default=False,
+        description="name the gather's first run in its ledger keys (set by every starter; "
+        "gathers started before it keep the keys they began with)",
     )
 
     @field_validator("aggregate")
@@ -391,6 +402,11 @@ class UnplacedReplies(BaseModel):
     outbox: list[Routed] = Field(default_factory=list, description="to forward, and where")
     legs: list[Reply] = Field(default_factory=list, description="in the legs, for a final")
     waiting: list[Reply] = Field(default_factory=list, description="for a registration")
+    chain: str = Field(
+        default="",
+        description="the first run of the gather's chain, which its ledger keys name (see "
+        "GatherState.chain); empty for gathers started before",
+    )
 
 
 class ReceivedLeg(BaseModel):
@@ -424,6 +440,11 @@ class PutResponseInput(BaseModel):
     after_reset: bool = Field(
         default=False, description="look for a final of the gather's run before a reset"
     )
+    chain: str = Field(
+        default="",
+        description="the first run of the gather's chain, which its ledger keys name (see "
+        "GatherState.chain); empty for gathers started before",
+    )
 
 
 class PutResponseResult(BaseModel):
@@ -449,6 +470,11 @@ class SendRequestInput(BaseModel):
         description="when nobody waits for the leg's reply any more (expire_requests): "
         "the request expires then",
     )
+    chain: str = Field(
+        default="",
+        description="the first run of the gather's chain, which its ledger keys name (see "
+        "GatherState.chain); empty for gathers started before",
+    )
 
 
 class RouteInput(BaseModel):
@@ -459,6 +485,11 @@ class RouteInput(BaseModel):
     items: list[Routed]
     after_reset: bool = Field(
         default=False, description="leave in place what a final before a reset carried"
+    )
+    chain: str = Field(
+        default="",
+        description="the first run of the gather's chain, which its ledger keys name (see "
+        "GatherState.chain); empty for gathers started before",
     )
 
 
@@ -509,6 +540,7 @@ def start_input(spec: AggregateSpec, correl_id: bytes) -> GatherInput:
         changed_attributes_only=True,
         legs_bounded=True,
         redelivery_by_content=True,
+        ledger_by_chain=True,
     )
 
 

@@ -182,6 +182,24 @@ def test_a_retried_put_after_the_response_was_consumed_puts_nothing(qm_path):
     assert first == again
 
 
+def test_a_gather_under_an_id_used_before_keeps_a_ledger_of_its_own(qm_path):
+    """Two gathers share an id (the first's history was gone when the second started):
+    each chain has its own markers, so the second is answered, and once."""
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = ActivityEnvironment()
+    first = env.run(acts.put_response, response_input(spec, chain="run-1"))
+    second = env.run(acts.put_response, response_input(spec, chain="run-2", legs=[
+        ReceivedLeg(leg=LEG, replies=[reply(2)])]))  # fmt: skip
+    again = env.run(acts.put_response, response_input(spec, chain="run-2", legs=[
+        ReceivedLeg(leg=LEG, replies=[reply(2)])]))  # fmt: skip
+    with LocalQueueManager(qm_path) as qm:
+        responses = drain(qm, "ORDER.RESPONSE")
+        assert drain(qm, "GATHER.LATE") == []
+    assert len(responses) == 2 and responses[0].msg_id != responses[1].msg_id
+    assert (first.error, second.error) == ("", "") and again == second
+
+
 def test_after_a_reset_the_earlier_final_stands_and_what_it_did_not_carry_goes_late(qm_path):
     """A run after an operator reset the closed gather: it ends another way (COMPLETE,
     not TIMEOUT), with a reply the first final did not carry. No second final; that reply

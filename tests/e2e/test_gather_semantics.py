@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bridge.mq import xqh
 from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, QueueAttributes, parse_id
 from mqgather.config import AggregateSpec, LegSpec
@@ -448,3 +450,53 @@ async def test_every_message_ends_in_exactly_one_place(temporal_env, tmp_path):
     for m in in_response:
         places[m.msg_id].append("merged")
     assert all(len(where) == 1 for where in places.values()), places
+
+
+@pytest.mark.parametrize("mode", ["registration", "static"])
+async def test_a_correl_id_used_again_once_the_earlier_gathers_history_is_gone_is_answered(
+    temporal_env, tmp_path, mode
+):
+    """ORDER-42 is answered, and its gather's history deleted (as the namespace's retention
+    does, which may be shorter than the ledger's ``ledger_hours``). A new request under the
+    same CorrelId starts a gather of its own (registered, or started by its first reply):
+    its response is PUT, not taken for the earlier one's on the ledger, and its replies
+    are in it, not on the late queue."""
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+
+    from bridge.fanout import ScatterError
+
+    spec = AggregateSpec(name=f"reused-{mode}", mode=mode, legs=LEGS, timeout_seconds=300)
+    correl = b"ORDER-42".ljust(24, b" ")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        if mode == "registration":
+            await p.scatter(spec, correl_id=correl)
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, correl, leg, b'{"first":1}')
+        first = await p.wait_message("ORDER.RESPONSE")
+        handle = p.handle(spec, correl)
+        await handle.result()
+        await p.client.workflow_service.delete_workflow_execution(
+            DeleteWorkflowExecutionRequest(namespace=p.client.namespace,
+                                           workflow_execution=WorkflowExecution(workflow_id=handle.id))
+        )  # fmt: skip
+
+        async def gone() -> bool:  # the server deletes it a moment later
+            if mode == "static":
+                return not [w async for w in p.client.list_workflows(f"WorkflowId = '{handle.id}'")]
+            try:
+                await p.scatter(spec, correl_id=correl)
+            except ScatterError:
+                return False
+            return True
+
+        await until(gone, bool, timeout=60)
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, correl, leg, b'{"second":2}')
+        second = await p.wait_message("ORDER.RESPONSE")
+        result = await p.handle(spec, correl).result()
+        assert p.empty("GATHER.LATE") and p.empty("ORDER.RESPONSE")
+    assert json.loads(first.body)["legs"]["credit"] == {"first": 1}
+    assert json.loads(second.body)["legs"]["credit"] == {"second": 2}
+    assert (result.state, result.error) == ("COMPLETE", "")
+    assert second.correl_id == first.correl_id and second.msg_id != first.msg_id
