@@ -89,6 +89,21 @@ def test_the_recorded_sets_cover_every_path():
     assert set().union(*(patches(LATEST, name) for name in gathers)) == {PATCH_REREQUEST}
 
 
+def test_gathers_recorded_since_chains_name_theirs_and_those_before_do_not():
+    def chained(name: str) -> set[bool]:
+        found = set()
+        for path in (HISTORIES / name).glob("*.json"):
+            if path.name.startswith(("collect_", "_")):
+                continue
+            history = WorkflowHistory.from_json(path.stem, path.read_text())
+            started = history.events[0].workflow_execution_started_event_attributes
+            found.add(json.loads(started.input.payloads[0].data).get("ledger_by_chain", False))
+        return found
+
+    assert chained(LATEST) == {True}
+    assert chained(BEFORE_CHAINS) == {False}
+
+
 def _signals(name: str, files: str) -> set[str]:
     """The names of the signals in the set's histories matching ``files``."""
     found = set()
@@ -118,8 +133,10 @@ RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
 #: collector's, completion rules, optional legs, leg deadlines, a re-request, replies
 #: that share a MsgId among them, and a leg asked again on MQ's report that its request
 #: was not delivered (signal ``undelivered``), and a gather and a collector an operator
-#: reset (their runs before and after).
-LATEST = "0.1.0-60796d95b5c7"
+#: reset (their runs before and after), and gathers whose ledger keys name their chain.
+LATEST = "0.1.0-482180842481"
+#: The last set before gathers' ledger keys named the first run of their chain.
+BEFORE_CHAINS = "0.1.0-60796d95b5c7"
 #: The last set before runs after a reset were told apart.
 BEFORE_RESETS = "0.1.0-1c874860e123"
 #: The last set before gathers heard of undelivered requests.
