@@ -256,7 +256,9 @@ class AggregateSpec(BaseModel):
         default=k.LEDGER_QUEUE, min_length=1, description="markers of PUTs already done"
     )
     ledger_hours: float = Field(
-        default=168.0, gt=0, description="how long a PUT's marker is kept (its MQ expiry)"
+        default=k.DEFAULT_LEDGER_HOURS,
+        gt=0,
+        description="how long a PUT's marker is kept (its MQ expiry)",
     )
 
     @field_validator("response_ccsid")

@@ -88,6 +88,8 @@ EARLIER_ATTEMPT_WAIT_SECONDS = 20.0
 #: the PUT's own unit of work: a retried activity finds them even when the requester has
 #: consumed the response already.
 LEDGER_QUEUE = "MQGATHER.LEDGER"
+#: How long a PUT's marker is kept (its MQ Expiry), by default: what the ledger remembers.
+DEFAULT_LEDGER_HOURS = 168.0
 
 # Queues of the default collector (seed 002's CMAIn, CMAOut.OT and a failure queue).
 COLLECT_IN = "COLLECT.IN"

@@ -13,6 +13,7 @@ The workflow code of this release then says what the run held, as its query does
 # No `from __future__ import annotations`: the SDK compares the workflows' run and init
 # annotations as objects.
 
+import functools
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -126,6 +127,13 @@ def _renumber(event: HistoryEvent, moved: dict[int, int]) -> None:
             setattr(attributes, field.name, moved[value])
 
 
+@functools.cache
+def _quiet_runtime() -> Runtime:
+    """One core runtime for every replay of the process, logging errors only: the core logs
+    a failed task as a warning, and the error raised says it once."""
+    return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter="ERROR")))
+
+
 async def replayed_answer(handle: WorkflowHandle[Any, Any], result_type: type[T]) -> T:
     """What the run ``handle`` names held in no place (the ``unplaced`` query's answer),
     from its history replayed here up to a last task that hands over what came.
@@ -135,13 +143,11 @@ async def replayed_answer(handle: WorkflowHandle[Any, Any], result_type: type[T]
     """
     history = await handle.fetch_history()
     events = with_last_task(history.events)
-    # The SDK's core logs a failed task as a warning; the error below says it once.
-    quiet = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter="ERROR")))
     replayer = Replayer(
         workflows=[_ReplayedGather, _ReplayedCollector],
         data_converter=converter_from_env(),  # the clients' own: the key ring of this process
         workflow_runner=UnsandboxedWorkflowRunner(),
-        runtime=quiet,
+        runtime=_quiet_runtime(),
     )
     _ANSWERS.pop(handle.id, None)
     result = await replayer.replay_workflow(

@@ -41,7 +41,14 @@ from bridge.mq.ledger import ledger_key
 from bridge.mq.models import PutOptions, format_id
 from bridge.mq.transport import Transport
 from mqgather.errors import MQGatherError
-from mqgather.names import COLLECT_WORKFLOW, GATHER_WORKFLOW, QUERY_UNPLACED
+from mqgather.names import (
+    AGGREGATE_NAME,
+    COLLECT_WORKFLOW,
+    CORREL_ID,
+    GATHER_ID_PREFIX,
+    GATHER_WORKFLOW,
+    QUERY_UNPLACED,
+)
 from mqgather.routing import Destination, queue_for
 from workers.replayed import replayed_answer
 from workflows import redelivery
@@ -107,15 +114,20 @@ class EndedRun:
     found: UnplacedReplies
 
 
-async def unplaced_runs(client: Client, handle: WorkflowHandle[Any, Any]) -> list[EndedRun]:
+async def unplaced_runs(
+    client: Client, handle: WorkflowHandle[Any, Any], *, force: bool = False
+) -> list[EndedRun]:
     """What each run of a gather that ended by hand held in no place, the newest first:
     its latest run when that ended so, and the earlier runs an operator's reset ended
-    within the ledger's memory (what came after the point a reset went back to, when the
-    reset applied no signals again, is in those runs' histories only). A reply two runs
-    held (a reset applies again what came after its point) is listed once, by the newer.
+    (what came after the point a reset went back to, when the reset applied no signals
+    again, is in those runs' histories only); each within the ledger's memory
+    (``ledger_hours``), which alone tells what was sent before: past it, the latest run
+    only with ``force``. A reply two runs held (a reset applies again what came after its
+    point) is listed once, by the newer.
 
     Raises:
-        MQGatherError: the gather is running, or answered and no earlier run ended so.
+        MQGatherError: the gather is running, answered and no earlier run ended so, or
+            ended past the ledger's memory (without ``force``).
     """
     try:
         latest = await handle.describe()
@@ -127,7 +139,7 @@ async def unplaced_runs(client: Client, handle: WorkflowHandle[Any, Any]) -> lis
             "it now, with its partial on the timeout queue)"
         )
     earlier: list[tuple[str, WorkflowExecutionStatus | None, datetime | None]] = []
-    async for run in client.list_workflows(_runs_query(handle.id)):
+    async for run in client.list_workflows(_runs_query(handle.id)):  # matched in code
         if run.id == handle.id and run.run_id != latest.run_id:
             earlier.append((run.run_id, run.status, run.close_time))
     earlier.sort(key=lambda r: r[2] or datetime.min.replace(tzinfo=UTC), reverse=True)
@@ -138,8 +150,16 @@ async def unplaced_runs(client: Client, handle: WorkflowHandle[Any, Any]) -> lis
             continue
         found = await _asked(client.get_workflow_handle(handle.id, run_id=run_id),
                              UnplacedReplies, status)  # fmt: skip
-        if run_id != latest.run_id and not _remembered(found, closed):
-            continue  # the ledger no longer tells whether its replies were sent before
+        if not _remembered(found, closed):
+            if run_id != latest.run_id:
+                continue  # the ledger no longer tells whether its replies were sent before
+            if not force:
+                raise MQGatherError(
+                    f"{handle.id} ended more than ledger_hours "
+                    f"({found.aggregate.ledger_hours:g}) ago: the ledger no longer tells "
+                    "whether salvage sent its replies before; --force sends those in no "
+                    "other place anyway"
+                )
         ended.append(EndedRun(run_id, _unseen(found, seen)))
     if not ended:
         raise MQGatherError(f"{handle.id} answered (completed): its replies are in place")
@@ -147,9 +167,40 @@ async def unplaced_runs(client: Client, handle: WorkflowHandle[Any, Any]) -> lis
 
 
 def _runs_query(workflow_id: str) -> str:
-    """The visibility query for a gather's runs (its id holds no quote: an aggregate name
-    and a CorrelId in hex)."""
-    return f"WorkflowType = '{GATHER_WORKFLOW}' AND WorkflowId = '{workflow_id}'"
+    """A visibility query that lists a gather's runs among those of its CorrelId (always
+    hex; an aggregate's name, and so the id, may hold a quote): match the id in code."""
+    correl_hex = workflow_id.rsplit(":", 1)[-1]
+    return f"WorkflowType = '{GATHER_WORKFLOW}' AND {CORREL_ID.name} = '{correl_hex}'"
+
+
+async def ended_gathers(
+    client: Client, aggregate: str | None, within: timedelta
+) -> list[WorkflowHandle[Any, Any]]:
+    """The gathers (of ``aggregate``, or of every aggregate) with a run that ended by hand,
+    or whose workflow failed or timed out, within ``within``, newest first; each once."""
+    since = (datetime.now(UTC) - within).strftime("%Y-%m-%dT%H:%M:%SZ")
+    statuses = ", ".join(f"'{s}'" for s in ENDED_BY_HAND)
+    query = (f"WorkflowType = '{GATHER_WORKFLOW}' AND ExecutionStatus IN ({statuses}) "
+             f"AND CloseTime > '{since}'")  # fmt: skip
+    if aggregate is not None and _plain(aggregate):
+        query += f" AND {AGGREGATE_NAME.name} = '{aggregate}'"
+    ids: dict[str, None] = {}
+    async for run in client.list_workflows(query):
+        if aggregate is None or _of_aggregate(run.id, aggregate):
+            ids.setdefault(run.id, None)
+    return [client.get_workflow_handle(gid) for gid in ids]
+
+
+def _of_aggregate(gid: str, aggregate: str) -> bool:
+    """Whether a gather id is one of ``aggregate``'s (a name may hold a colon; the rest of
+    the id is the CorrelId in hex)."""
+    rest = gid.removeprefix(f"{GATHER_ID_PREFIX}{aggregate}:")
+    return rest != gid and ":" not in rest
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` can stand in a visibility query's quotes as it is."""
+    return not any(c in text for c in "'\"\\")
 
 
 def _remembered(found: UnplacedReplies, closed: datetime | None) -> bool:
@@ -216,7 +267,7 @@ async def collector_unplaced(client: Client, workflow_id: str) -> list[UnplacedI
     query = f"WorkflowType = '{COLLECT_WORKFLOW}' AND ExecutionStatus IN ({statuses})"
     # A destination comes from a message property, so the id may hold a quote: named in
     # the query only when it holds none, and always matched here.
-    if not any(c in workflow_id for c in "'\"\\"):
+    if _plain(workflow_id):
         query += f" AND WorkflowId = '{workflow_id}'"
     found = []
     async for run in client.list_workflows(query):

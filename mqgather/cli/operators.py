@@ -8,6 +8,7 @@ import dataclasses
 import json
 import string
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import click
@@ -26,7 +27,7 @@ from mqgather.cli.options import (
     show_fields,
 )
 from mqgather.config import load_config
-from mqgather.constants import MAX_WAIT_SECONDS
+from mqgather.constants import DEFAULT_LEDGER_HOURS, MAX_WAIT_SECONDS
 from mqgather.errors import MQGatherError
 from mqgather.names import (
     CORREL_ID,
@@ -310,43 +311,104 @@ def rerequest(correl_id: str, name: str | None, leg: str, reason: str, as_json: 
     "those of its legs to the late queue, those waiting for a registration to the unknown "
     "queue: intact, each once (a second run sends nothing). Earlier runs an operator's "
     "reset ended count too: what they held and the final did not carry is sent, once the "
-    "latest run has ended. The gather's history is "
-    "replayed here to say what it held, the replies signalled after its last task "
-    "included (a worker of the release that ran it is asked when it does not replay), so "
-    f"no worker need run. {CORRELID_HELP}"
+    "latest run has ended. The gather's history is replayed here to say what it held, the "
+    "replies signalled after its last task included (a worker of the release that ran it "
+    "is asked when it does not replay), so no worker need run. Name one gather by its "
+    "CORRELID, or take --all that ended so (after an outage, say). "
+    f"{CORRELID_HELP}"
 )
-@click.argument("correl_id")
+@click.argument("correl_id", required=False)
 @find_aggregate_option
 @mq_option
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Every gather (of --aggregate, else of every aggregate) with a run that ended "
+    "without answering in the last --within hours; one that cannot be salvaged is listed "
+    "with the reason and the others go on.",
+)
+@click.option(
+    "--within",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_LEDGER_HOURS,
+    show_default=True,
+    help="With --all: how many hours back to look. A run that ended longer ago than its "
+    "aggregate's ledger_hours is left: the ledger no longer tells what was sent of it.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Salvage the gather though it ended longer ago than its ledger_hours: a reply "
+    "sent by an earlier salvage would be sent again.",
+)
 @click.option("--dry-run", is_flag=True, help="Only list what would be sent; send nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per reply.")
-def salvage(correl_id: str, name: str | None, mq: str, dry_run: bool, as_json: bool) -> None:
+def salvage(
+    correl_id: str | None,
+    name: str | None,
+    mq: str,
+    every: bool,
+    within: float,
+    force: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    from workers.salvage import ended_gathers, unplaced_runs
     from workers.salvage import salvage as send_unplaced
-    from workers.salvage import unplaced_runs
 
-    async def main(_: asyncio.Event) -> tuple[str, list[Any]]:
+    if (correl_id is None) != every:
+        raise click.UsageError("name one gather by its CORRELID, or salvage --all; not both")
+    if every and force:
+        raise click.UsageError("--force salvages one gather at a time: name its CORRELID")
+
+    async def main(_: asyncio.Event) -> tuple[list[str], list[tuple[str, Any]], list[str]]:
         client = await connect()
-        handle = await find_gather(client, correl_id, name)
-        done = []
-        for ended in await unplaced_runs(client, handle):
-            done += await asyncio.to_thread(send_unplaced, ended.found, connector(mq),
-                                            send=not dry_run, run_id=ended.run_id)  # fmt: skip
-        return handle.id, done
+        if correl_id is not None:
+            handles = [await find_gather(client, correl_id, name)]
+        else:
+            handles = await ended_gathers(client, name, timedelta(hours=within))
+        done: list[tuple[str, Any]] = []
+        left: list[str] = []
+        for n, handle in enumerate(handles, start=1):
+            try:
+                runs = await unplaced_runs(client, handle, force=force)
+            except MQGatherError as exc:
+                if not every:
+                    raise
+                left.append(str(exc))
+                continue
+            rows = []
+            for ended in runs:
+                rows += await asyncio.to_thread(send_unplaced, ended.found, connector(mq),
+                                                send=not dry_run, run_id=ended.run_id)  # fmt: skip
+            done += [(handle.id, row) for row in rows]
+            if every:
+                click.echo(f"[{n}/{len(handles)}] {handle.id}: {len(rows)} reply(ies)", err=True)
+        return [handle.id for handle in handles], done, left
 
-    gid, done = run(main)
+    gathers, done, left = run(main)
     if as_json:
-        for item in done:
+        for gid, item in done:
             click.echo(json.dumps(dict(dataclasses.asdict(item), gather_id=gid)))
-        return
-    if done:
-        runs = len({r.run_id for r in done}) > 1  # runs ended by a reset, and the latest
-        table = Table("MsgId", "leg", "bytes", "held", "to", "verdict", *(["run"] * runs))
-        for r in done:
-            table.add_row(r.msg_id, r.leg, f"{r.size:,}", "yes" if r.held else "", r.queue,
-                          r.verdict, *([r.run_id] * runs))  # fmt: skip
+    elif done:
+        runs = len({r.run_id for _, r in done}) > 1  # runs ended by a reset, and the latest
+        table = Table(*(["gather"] * every), "MsgId", "leg", "bytes", "held", "to", "verdict",
+                      *(["run"] * runs))  # fmt: skip
+        for gid, r in done:
+            table.add_row(*([gid] * every), r.msg_id, r.leg, f"{r.size:,}",
+                          "yes" if r.held else "", r.queue, r.verdict,
+                          *([r.run_id] * runs))  # fmt: skip
         Console().print(table)
-    salvage_summary(f"{gid}: {len(done)} reply(ies) held in no place by the gather",
-                    [r.verdict for r in done], dry_run, "sent")  # fmt: skip
+    for reason in left:
+        click.echo(f"left: {reason}", err=True)
+    if every:
+        head = (f"{len(gathers)} gather(s) ended without answering in the last {within:g} h, "
+                f"{len(left)} left; {len(done)} reply(ies) held in no place")  # fmt: skip
+    else:
+        head = f"{gathers[0]}: {len(done)} reply(ies) held in no place by the gather"
+    if not as_json:
+        salvage_summary(head, [r.verdict for _, r in done], dry_run, "sent")
 
 
 COMMANDS = [scatter, status, release, extend, cancel, rerequest, salvage]

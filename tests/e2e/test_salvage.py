@@ -8,6 +8,8 @@ import asyncio
 import dataclasses
 import json
 import math
+import re
+from datetime import UTC, datetime
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -50,6 +52,27 @@ async def _terminated(handle, reason: str) -> None:
                EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED)  # fmt: skip
     await until(last, lambda kind: kind not in waiting)
     await handle.terminate(reason=reason)
+
+
+async def _listed_as_terminated(client, handle) -> None:
+    """Wait until visibility lists the run as terminated (it may a moment after the end)."""
+
+    async def listed() -> int:
+        query = f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Terminated'"
+        return len([run async for run in client.list_workflows(query)])
+
+    await until(listed, lambda n: n == 1)
+
+
+async def _signals(handle) -> int:
+    """How many signals the run's history holds."""
+    signalled = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    return len([e async for e in handle.fetch_history_events() if e.event_type == signalled])
+
+
+def _collector_salvage(c, destination: str) -> tuple[str, ...]:
+    """``mqgather collector salvage`` of a destination, as JSON."""
+    return ("collector", "salvage", c.spec.name, destination, "--mq", f"local:{c.path}", "--json")
 
 
 def _taken(p, queue: str) -> list[MQMessage]:
@@ -157,13 +180,8 @@ async def test_a_terminated_collectors_messages_are_put_back_and_batched_once(
         handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
         await _terminated(handle, "by hand")
 
-        async def listed() -> int:  # the visibility store may list the end a moment later
-            query = f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Terminated'"
-            return len([run async for run in c.client.list_workflows(query)])
-
-        await until(listed, lambda n: n == 1)
-        where = ("--mq", f"local:{c.path}", "--json")
-        args = ("collector", "salvage", c.spec.name, "France", *where)
+        await _listed_as_terminated(c.client, handle)
+        args = _collector_salvage(c, "France")
         done = await cli(c.client, *args)
         c.send("France", order("C"))
         batch = await c.take("CMAOUT.FR")
@@ -221,13 +239,8 @@ async def test_a_terminated_collectors_held_message_is_put_back_whole_and_batche
         handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
         await _terminated(handle, "by hand")
 
-        async def listed() -> int:
-            query = f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Terminated'"
-            return len([run async for run in c.client.list_workflows(query)])
-
-        await until(listed, lambda n: n == 1)
-        args = ("collector", "salvage", c.spec.name, "France", "--mq", f"local:{c.path}",
-                "--json")  # fmt: skip
+        await _listed_as_terminated(c.client, handle)
+        args = _collector_salvage(c, "France")
         done = await cli(c.client, *args)
         assert c.depth(c.spec.hold_queue) <= 1  # the bridge may have held it again
         c.send("France", order("C"))
@@ -267,13 +280,9 @@ async def test_a_gather_ended_while_its_task_waited_is_salvaged_whole(
         await running
         stock = p.reply(spec, sent.correl_id, "STOCK", b'{"s":1}')
 
-        async def signals() -> int:
-            signalled = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-            return len(
-                [e async for e in handle.fetch_history_events() if e.event_type == signalled]
-            )
-
-        await until(signals, lambda n: n == 3)  # the registration, CREDIT, then STOCK
+        await until(
+            lambda: _signals(handle), lambda n: n == 3
+        )  # the registration, CREDIT, then STOCK
         assert p.empty(spec.reply_queue)  # STOCK left the reply queue, for the history
         await handle.terminate(reason="stuck while the workers were down")
         if worker_back:
@@ -317,23 +326,14 @@ async def test_a_collector_ended_while_its_task_waited_puts_back_what_came_last_
         handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
         c.send("France", order("C"))
 
-        async def signals() -> int:
-            signalled = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-            return len(
-                [e async for e in handle.fetch_history_events() if e.event_type == signalled]
-            )
-
-        await until(signals, lambda n: n >= 2)  # A and B may have come in one signal
+        await until(
+            lambda: _signals(handle), lambda n: n >= 2
+        )  # A and B may have come in one signal
         await until(lambda: asyncio.to_thread(c.depth, c.spec.input_queue), lambda n: n == 0)
         await handle.terminate(reason="stuck while the workers were down")
 
-        async def listed() -> int:
-            query = f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Terminated'"
-            return len([run async for run in c.client.list_workflows(query)])
-
-        await until(listed, lambda n: n == 1)
-        args = ("collector", "salvage", c.spec.name, "France", "--mq", f"local:{c.path}",
-                "--json")  # fmt: skip
+        await _listed_as_terminated(c.client, handle)
+        args = _collector_salvage(c, "France")
         done = await cli(c.client, *args)
         worker = build_worker(c.client, c.connect, task_queue=c.task_queue)
         running = asyncio.create_task(worker.run())
@@ -417,3 +417,80 @@ async def test_replies_a_reset_left_in_the_run_it_ended_go_late_once_the_new_run
         ("CREDIT", "sent", True)]  # fmt: skip
     assert [(m.msg_id, m.body) for m in late] == [(credit.msg_id, credit.body)]
     assert [r["verdict"] for r in again] == ["forwarded to GATHER.LATE"]
+
+
+async def test_salvage_all_takes_every_gather_that_ended_so_and_leaves_the_others(
+    temporal_env, tmp_path
+):
+    """After an outage an operator terminated two stuck gathers; a third still runs and a
+    fourth answered. ``salvage --all`` sends the two's replies late, says how far it got,
+    and a second pass sends nothing."""
+    spec = AggregateSpec(name="salvage-all", legs=THREE_LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        stuck = [await p.scatter(spec) for _ in range(2)]
+        running, answered = await p.scatter(spec), await p.scatter(spec)
+        sent = {p.reply(spec, s.correl_id, "CREDIT", b'{"c":1}').msg_id for s in stuck}
+        p.reply(spec, running.correl_id, "CREDIT", b"{}")
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, answered.correl_id, leg, b"{}")
+        await p.wait_message("ORDER.RESPONSE")
+        for s in (*stuck, running):
+            handle = p.handle(spec, s.correl_id)
+            await until(lambda h=handle: status(h), lambda st: st.legs_received == ["CREDIT"])
+        for s in stuck:
+            await _terminated(p.handle(spec, s.correl_id), "stuck in the outage")
+
+        async def listed() -> int:
+            query = "ExecutionStatus = 'Terminated' AND WorkflowType = 'Gather'"
+            return len([run async for run in p.client.list_workflows(query)
+                        if run.id.startswith(f"gather:{spec.name}:")])  # fmt: skip
+
+        await until(listed, lambda n: n == 2)
+        where = ("--aggregate", spec.name, "--mq", f"local:{p.path}")
+        done = await cli(p.client, "salvage", "--all", *where, "--json")
+        late = _taken(p, "GATHER.LATE")
+        again = await cli(p.client, "salvage", "--all", *where)
+        assert all(p.empty(q) for q in QUEUES)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    rows = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    ids = {p.handle(spec, s.correl_id).id for s in stuck}
+    assert sorted((r["gather_id"] in ids, r["verdict"]) for r in rows) == [(True, "sent")] * 2
+    assert {m.msg_id for m in late} == sent
+    assert re.findall(r"\[(\d)/2\]", done.stderr.decode()) == ["1", "2"]  # its progress
+    assert again.returncode == 0, again.stderr
+    assert "2 gather(s) ended without answering" in again.stdout.decode()
+    assert "0 sent, 2 in a place already" in again.stdout.decode()
+
+
+async def test_a_gather_past_the_ledgers_memory_is_salvaged_only_when_forced(
+    temporal_env, tmp_path
+):
+    """Past ``ledger_hours`` the ledger no longer tells whether an earlier salvage sent a
+    reply: salvage says so and sends nothing, unless forced."""
+    spec = AggregateSpec(name="salvage-old", legs=THREE_LEGS, timeout_seconds=300,
+                         ledger_hours=0.0005)  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        await _terminated(handle, "by hand")
+        ended = (await handle.describe()).close_time
+        assert ended is not None
+
+        async def past() -> bool:  # ledger_hours is 1.8 s
+            return (datetime.now(UTC) - ended).total_seconds() > 2.0
+
+        await until(past, bool)
+        where = (f"hex:{sent.correl_id.hex()}", "--aggregate", spec.name, "--mq", f"local:{p.path}")
+        refused = await cli(p.client, "salvage", *where)
+        assert all(p.empty(q) for q in QUEUES)
+        forced = await cli(p.client, "salvage", *where, "--force")
+        late = _taken(p, "GATHER.LATE")
+        both = await cli(p.client, "salvage", "--all", "--force", "--aggregate", spec.name)
+    assert refused.returncode != 0 and b"Traceback" not in refused.stderr
+    assert b"ended more than ledger_hours (0.0005) ago" in refused.stderr
+    assert b"--force" in refused.stderr
+    assert forced.returncode == 0, forced.stderr
+    assert [m.msg_id for m in late] == [credit.msg_id]
+    assert both.returncode == 2 and b"name its CORRELID" in both.stderr

@@ -85,3 +85,14 @@ def test_a_message_another_salvage_put_back_meanwhile_is_not_put_again(tmp_path:
         qm.commit()
         assert _put_back(qm, found, item, key) == f"put back on {spec.input_queue} before"
         assert qm.inquire(spec.input_queue).curdepth == 0
+
+
+def test_an_aggregate_name_with_a_quote_or_a_colon_is_matched_in_code_not_in_the_query():
+    from workers.salvage import _of_aggregate, _runs_query
+
+    hex_id = "ab" * 24
+    assert _of_aggregate(f"gather:a:b:{hex_id}", "a:b")
+    assert not _of_aggregate(f"gather:a:b:{hex_id}", "a")  # aggregate "a:b", not "a"
+    assert not _of_aggregate(f"gather:ab:{hex_id}", "a")
+    query = _runs_query(f"gather:it's:{hex_id}")
+    assert "it's" not in query and f"CorrelId = '{hex_id}'" in query

@@ -8,17 +8,11 @@ import threading
 import pytest
 
 from mqgather.runtime.attempts import EarlierAttemptRunning, OneAtATime
+from tests.mqgather.runtime.test_budget import holding
 
 
 def _holding(turns: OneAtATime, key: str, inside: threading.Event, leave: threading.Event):
-    def run() -> None:
-        with turns.hold(key, wait_s=30):
-            inside.set()
-            leave.wait(30)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
+    return holding(lambda: turns.hold(key, wait_s=30), inside, leave)
 
 
 def _until(check, timeout: float = 10.0) -> None:

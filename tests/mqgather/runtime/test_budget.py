@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import pytest
 
 from mqgather.runtime.budget import BudgetBusy, ByteBudget
 
 
-def _holding(budget: ByteBudget, size: int, inside: threading.Event, leave: threading.Event):
+def holding(hold: Callable[[], AbstractContextManager], inside: threading.Event,
+            leave: threading.Event) -> threading.Thread:  # fmt: skip
+    """A thread inside ``hold()`` (once it may enter) until ``leave`` is set."""
+
     def run() -> None:
-        with budget.hold(size, wait_s=30):
+        with hold():
             inside.set()
             leave.wait(30)
 
     thread = threading.Thread(target=run)
     thread.start()
     return thread
+
+
+def _holding(budget: ByteBudget, size: int, inside: threading.Event, leave: threading.Event):
+    return holding(lambda: budget.hold(size, wait_s=30), inside, leave)
 
 
 def test_a_second_holder_waits_until_the_first_leaves_room():
