@@ -150,7 +150,7 @@ async def unplaced_runs(
             continue
         found = await _asked(client.get_workflow_handle(handle.id, run_id=run_id),
                              UnplacedReplies, status)  # fmt: skip
-        if not _remembered(found, closed):
+        if not _remembered(found.aggregate.ledger_hours, closed):
             if run_id != latest.run_id:
                 continue  # the ledger no longer tells whether its replies were sent before
             if not force:
@@ -203,10 +203,9 @@ def _plain(text: str) -> bool:
     return not any(c in text for c in "'\"\\")
 
 
-def _remembered(found: UnplacedReplies, closed: datetime | None) -> bool:
-    """Whether a run closed recently enough that the ledger still records what salvage
-    sent of it (``ledger_hours``)."""
-    hours = found.aggregate.ledger_hours
+def _remembered(hours: float, closed: datetime | None) -> bool:
+    """Whether a run closed recently enough that the ledger, which keeps its markers for
+    ``hours`` (``ledger_hours``), still records what salvage sent of it."""
     return closed is not None and datetime.now(UTC) - closed < timedelta(hours=hours)
 
 
@@ -259,23 +258,40 @@ _ENDED = frozenset(
 )
 
 
-async def collector_unplaced(client: Client, workflow_id: str) -> list[UnplacedItems]:
-    """What each run of a collector that ended by hand had taken and not PUT (a worker
-    replays each); the newest first. The destination's next message starts a new run
-    under the same id, so the ended runs are found by their status."""
+@dataclass
+class CollectorRuns:
+    """The runs of a collector that ended by hand: what each held, and how many ended
+    longer ago than the ledger remembers (left out unless forced)."""
+
+    found: list[UnplacedItems]
+    forgotten: int = 0
+
+
+async def collector_unplaced(
+    client: Client, workflow_id: str, *, force: bool = False
+) -> CollectorRuns:
+    """What each run of a collector that ended by hand had taken and not PUT, the newest
+    first; a run that ended longer ago than ``ledger_hours`` only with ``force`` (the
+    ledger no longer tells what an earlier salvage put back). The destination's next
+    message starts a new run under the same id, so the ended runs are found by their
+    status."""
     statuses = ", ".join(f"'{s}'" for s in ENDED_BY_HAND)
     query = f"WorkflowType = '{COLLECT_WORKFLOW}' AND ExecutionStatus IN ({statuses})"
     # A destination comes from a message property, so the id may hold a quote: named in
     # the query only when it holds none, and always matched here.
     if _plain(workflow_id):
         query += f" AND WorkflowId = '{workflow_id}'"
-    found = []
+    runs = CollectorRuns(found=[])
     async for run in client.list_workflows(query):
         if run.id != workflow_id:
             continue
         handle = client.get_workflow_handle(workflow_id, run_id=run.run_id)
-        found.append(await _asked(handle, UnplacedItems, run.status))
-    return found
+        found = await _asked(handle, UnplacedItems, run.status)
+        if force or _remembered(found.collector.ledger_hours, run.close_time):
+            runs.found.append(found)
+        else:
+            runs.forgotten += 1
+    return runs
 
 
 def salvage_items(

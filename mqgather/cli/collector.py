@@ -245,9 +245,17 @@ def release(name: str, destination: str, reason: str) -> None:
 @click.argument("name")
 @click.argument("destination")
 @mq_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also runs that ended longer ago than the collector's ledger_hours: a message an "
+    "earlier salvage put back would be put back again.",
+)
 @click.option("--dry-run", is_flag=True, help="Only list what would be put back; put nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
-def salvage(name: str, destination: str, mq: str, dry_run: bool, as_json: bool) -> None:
+def salvage(
+    name: str, destination: str, mq: str, force: bool, dry_run: bool, as_json: bool
+) -> None:
     """Put back on the input queue what DESTINATION's collector had taken and not PUT when
     a run of it ended by hand (the Temporal UI's Terminate) or its workflow failed: its
     batch under construction and those waiting for their PUT. Each message goes back as
@@ -261,14 +269,19 @@ def salvage(name: str, destination: str, mq: str, dry_run: bool, as_json: bool) 
     from workers.salvage import collector_unplaced, salvage_items
     from workflows.collect_models import collector_id
 
-    async def main(_: asyncio.Event) -> list[Any]:
+    async def main(_: asyncio.Event) -> tuple[list[Any], int]:
         client = await connect()
         done = []
-        for found in await collector_unplaced(client, collector_id(name, destination)):
+        runs = await collector_unplaced(client, collector_id(name, destination), force=force)
+        for found in runs.found:
             done += await asyncio.to_thread(salvage_items, found, connector(mq), send=not dry_run)
-        return done
+        return done, runs.forgotten
 
-    done = run(main)
+    done, forgotten = run(main)
+    if forgotten:
+        click.echo(f"{forgotten} run(s) that ended longer ago than ledger_hours left out: the "
+                   "ledger no longer tells what an earlier salvage put back (--force takes "
+                   "them)", err=True)  # fmt: skip
     if as_json:
         for item in done:
             click.echo(json.dumps(dataclasses.asdict(item)))

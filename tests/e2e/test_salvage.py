@@ -494,3 +494,38 @@ async def test_a_gather_past_the_ledgers_memory_is_salvaged_only_when_forced(
     assert forced.returncode == 0, forced.stderr
     assert [m.msg_id for m in late] == [credit.msg_id]
     assert both.returncode == 2 and b"name its CORRELID" in both.stderr
+
+
+async def test_a_collector_run_past_the_ledgers_memory_is_put_back_only_when_forced(
+    temporal_env, tmp_path
+):
+    from tests.collecting import SPEC, collecting, order
+    from workflows.collect_models import collector_id
+
+    spec = SPEC.model_copy(update={"ledger_hours": 0.0005})  # 1.8 s
+    async with collecting(temporal_env.client, tmp_path, spec=spec) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=3, max_delay_seconds=300)
+        c.send("France", order("A"))
+        await until(lambda: c.status("France"), lambda s: s.open_messages == 1, timeout=30)
+        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+        await _terminated(handle, "by hand")
+        await _listed_as_terminated(c.client, handle)
+        ended = (await handle.describe()).close_time
+        assert ended is not None
+
+        async def past() -> bool:
+            return (datetime.now(UTC) - ended).total_seconds() > 2.0
+
+        await until(past, bool)
+        left = await cli(c.client, *_collector_salvage(c, "France"))
+        assert c.depth(c.spec.input_queue) == 0
+        forced = await cli(c.client, *_collector_salvage(c, "France"), "--force")
+        c.send("France", order("B"))
+        c.send("France", order("C"))
+        batch = await c.take("CMAOUT.FR")
+    assert left.returncode == 0 and left.stdout == b"", left.stderr
+    assert b"1 run(s) that ended longer ago than ledger_hours left out" in left.stderr
+    assert forced.returncode == 0, forced.stderr
+    assert [json.loads(line)["verdict"] for line in forced.stdout.decode().splitlines()] == ["sent"]
+    texts = sorted(part.split("</Test>")[0] for part in batch.body.decode().split("<Test>")[1:])
+    assert texts == ["A", "B", "C"]
