@@ -14,6 +14,7 @@ The workflow code of this release then says what the run held, as its query does
 # annotations as objects.
 
 import functools
+import logging
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -150,9 +151,16 @@ async def replayed_answer(handle: WorkflowHandle[Any, Any], result_type: type[T]
         runtime=_quiet_runtime(),
     )
     _ANSWERS.pop(handle.id, None)
-    result = await replayer.replay_workflow(
-        WorkflowHistory(history.workflow_id, events), raise_on_replay_failure=False
-    )
+    # The SDK logs a failed activation with its traceback; the error below says it once.
+    sdk = logging.getLogger("temporalio.worker._workflow")
+    level = sdk.level
+    sdk.setLevel(logging.CRITICAL)
+    try:
+        result = await replayer.replay_workflow(
+            WorkflowHistory(history.workflow_id, events), raise_on_replay_failure=False
+        )
+    finally:
+        sdk.setLevel(level)
     answer = _ANSWERS.pop(handle.id, None)
     if result.replay_failure is not None or not isinstance(answer, result_type):
         why = result.replay_failure or "it gave no answer"

@@ -309,3 +309,33 @@ async def test_operators_read_a_sealed_gather_through_the_codec_server_and_in_ex
     assert body in text(tmp_path / "staging")
     lacking = collect([kept], tmp_path / "staging2", PayloadCipher(None))
     assert A.active in next(iter(lacking.skipped.values()))
+
+
+async def test_a_sealed_gather_terminated_by_hand_is_salvaged_with_the_key_ring(
+    temporal_env, tmp_path
+):
+    """Salvage replays the sealed history with the key ring the operator's process has;
+    without it, it says which key it lacks and sends nothing."""
+    client = with_keys(temporal_env.client, A)
+    spec = _spec()
+    keys = tmp_path / "keys.json"
+    write_key_ring_file(keys, A)
+    async with pipeline(client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        credit = p.reply(spec, sent.correl_id, "CREDIT", _marked("SALVAGE", "CREDIT"))
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        await handle.terminate(reason="by hand")
+        where = (f"hex:{sent.correl_id.hex()}", "--aggregate", spec.name, "--mq",
+                 f"local:{p.path}")  # fmt: skip
+        blind = await asyncio.to_thread(_cli, temporal_env, "salvage", *where)
+        assert p.empty("GATHER.LATE")
+        done = await asyncio.to_thread(
+            _cli, temporal_env, "salvage", *where, "--json", MQGATHER_KEYS_FILE=str(keys)
+        )
+        late = await p.wait_message("GATHER.LATE")
+    assert blind.returncode != 0 and "Traceback" not in blind.stderr
+    assert A.active in blind.stderr, blind.stderr
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["verdict"] for line in done.stdout.splitlines()] == ["sent"]
+    assert (late.msg_id, late.body) == (credit.msg_id, credit.body)
