@@ -48,6 +48,14 @@ _ENDS = frozenset({
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
 })  # fmt: skip
 
+#: How a run ends by a command of its own last task (failed by its code, say).
+_CLOSED_BY_ITSELF = frozenset({
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+})  # fmt: skip
+
 #: What each replayed run answered, by workflow id; read once its replay ends.
 _ANSWERS: dict[str, Any] = {}
 
@@ -85,8 +93,11 @@ class _ReplayedCollector(CollectorWorkflow):
 def with_last_task(events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
     """``events`` up to the last completed workflow task, then what came after it but its
     tasks and its end, then one task scheduled and started: the history a worker's next
-    task would have seen. Events after the cut are numbered on, and what they name among
-    themselves (an activity's start) follows them."""
+    task would have seen. A run its own last task closed is left as it is. Events after
+    the cut are numbered on, and what they name among themselves (an activity's start)
+    follows them."""
+    if events and events[-1].event_type in _CLOSED_BY_ITSELF:
+        return list(events)  # its last task closed it: replayed as it is
     done = [i for i, e in enumerate(events)
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]  # fmt: skip
     cut = done[-1] + 1 if done else 0

@@ -86,3 +86,8 @@ def test_what_events_after_the_cut_name_among_themselves_follows_them():
     assert out[6].activity_task_started_event_attributes.scheduled_event_id == 5
     moved = out[7].activity_task_completed_event_attributes
     assert (moved.scheduled_event_id, moved.started_event_id) == (5, 7)
+
+
+def test_a_run_its_own_last_task_closed_is_left_as_it_is():
+    events = history(START, SCHEDULED, STARTED, COMPLETED, E.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED)
+    assert with_last_task(events) == events
