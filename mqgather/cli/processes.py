@@ -141,6 +141,20 @@ async def wait_for_parts(
     )  # fmt: skip
 
 
+async def registered(client: Client, stop: asyncio.Event, fail_fast: bool) -> bool:
+    """The gathers' search attributes registered on the namespace, retried while the
+    server drops the call (it restarts, say); False when stopped while waiting."""
+
+    async def register() -> bool:
+        await ensure_search_attributes(client)
+        return True
+
+    address = client.service_client.config.target_host
+    done = await until_reachable(f"Temporal at {address}", register, stop,
+                                 retry_on=(TemporalUnavailable,), fail_fast=fail_fast)  # fmt: skip
+    return bool(done)
+
+
 @click.command()
 @mq_option
 @config_option
@@ -229,9 +243,8 @@ def worker(
 
     async def main(stop: asyncio.Event) -> None:
         client = await wait_for_parts(mq, stop, fail_fast, endpoint)
-        if client is None:
+        if client is None or not await registered(client, stop, fail_fast):
             return
-        await ensure_search_attributes(client)
         counting = asyncio.create_task(_count_open_gathers(client, stop)) if endpoint else None
         version = None
         if deployment or build_id:

@@ -83,6 +83,15 @@ class TemporalUnavailable(MQGatherError):
     """The Temporal server cannot be reached."""
 
 
+#: How a call fails while the server starts, restarts or sheds load: worth another try.
+TRANSIENT_RPC = frozenset({
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.UNKNOWN,  # "transport error": the connection dropped mid-call
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+})  # fmt: skip
+
+
 def connect_config(address: str | None = None) -> dict[str, Any]:
     """Client.connect keyword arguments from Temporal's environment configuration."""
     try:
@@ -146,12 +155,15 @@ async def ensure_search_attributes(client: Client) -> None:
 
     Raises:
         ConfigError: the namespace does not exist on the server (names the setting).
+        TemporalUnavailable: the server dropped the call (it restarts, say): retry.
     """
     try:
         existing = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
         )
     except RPCError as exc:
+        if exc.status in TRANSIENT_RPC:
+            raise _dropped(client, "listing search attributes", exc) from exc
         if exc.status != RPCStatusCode.NOT_FOUND:
             raise
         raise ConfigError(
@@ -166,9 +178,22 @@ async def ensure_search_attributes(client: Client) -> None:
         if key.name not in existing.custom_attributes
     }
     if missing:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(search_attributes=missing, namespace=client.namespace)
-        )
+        try:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(search_attributes=missing, namespace=client.namespace)
+            )
+        except RPCError as exc:
+            if exc.status not in TRANSIENT_RPC:
+                raise
+            raise _dropped(client, "adding search attributes", exc) from exc
+
+
+def _dropped(client: Client, call: str, exc: RPCError) -> TemporalUnavailable:
+    """The error of a call the server dropped (it starts, restarts or sheds load)."""
+    host = client.service_client.config.target_host
+    return TemporalUnavailable(
+        f"Temporal at {host} dropped the call {call} ({exc.status.name}: {exc.message})"
+    )
 
 
 async def healthy(client: Client) -> bool:

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 
 from mqgather.runtime.temporal import dev_server_args
 from tests.harness import free_port, free_ports
@@ -169,3 +170,37 @@ def test_back_ends_without_their_queues_end_naming_the_queue_and_what_to_do(tmp_
     assert "Traceback" not in err
     assert "MQRC_UNKNOWN_OBJECT_NAME (2085): queue 'BACKEND." in err
     assert "`mqgather queues setup`" in err
+
+
+@pytest.mark.timeout(180)
+async def test_registering_search_attributes_outlasts_a_server_that_restarts(tmp_path, caplog):
+    """The server goes away between the worker's connect and its registration of the
+    search attributes (it restarts): the worker retries instead of dying, and registers
+    them once the server is back."""
+    from mqgather.cli.processes import registered
+    from mqgather.errors import MQGatherError
+    from mqgather.names import AGGREGATE_NAME
+    from tests.harness import connect_when_up
+
+    port = free_port()
+    server = _dev_server(tmp_path, port)
+    try:
+        client = await connect_when_up(f"localhost:{port}", server=server)
+        server.kill()
+        server.wait(30)
+        with pytest.raises(MQGatherError, match=f"Temporal at localhost:{port} is not reachable"):
+            await registered(client, asyncio.Event(), fail_fast=True)
+        caplog.set_level("WARNING", logger="mqgather")
+        waiting = asyncio.create_task(registered(client, asyncio.Event(), fail_fast=False))
+        while not any("dropped the call" in r.getMessage() for r in caplog.records):
+            assert not waiting.done(), waiting
+            await asyncio.sleep(0.05)  # polling the log for the retry it writes
+        server = _dev_server(tmp_path, port)
+        assert await asyncio.wait_for(waiting, 120) is True
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+    finally:
+        server.kill()
+        server.wait(30)
+    assert AGGREGATE_NAME.name in listed.custom_attributes
