@@ -251,11 +251,17 @@ async def _asked(handle: WorkflowHandle[Any, Any], result_type: type[T],
 
 
 #: How a run ends without placing what it holds (by hand, or its workflow failed); a run
-#: that continued as new handed its state on. As visibility names them, and as statuses.
-ENDED_BY_HAND = ("Terminated", "Failed", "TimedOut", "Canceled")
+#: that continued as new handed its state on.
 _ENDED = frozenset(
-    getattr(WorkflowExecutionStatus, name.upper().replace("OUT", "_OUT")) for name in ENDED_BY_HAND
+    {
+        WorkflowExecutionStatus.TERMINATED,
+        WorkflowExecutionStatus.FAILED,
+        WorkflowExecutionStatus.TIMED_OUT,
+        WorkflowExecutionStatus.CANCELED,
+    }
 )
+#: The same as visibility queries name them (TimedOut for TIMED_OUT).
+ENDED_BY_HAND = tuple(sorted(s.name.title().replace("_", "") for s in _ENDED))
 
 
 @dataclass
