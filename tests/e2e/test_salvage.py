@@ -54,6 +54,17 @@ async def _terminated(handle, reason: str) -> None:
     await handle.terminate(reason=reason)
 
 
+async def _terminated_with_credit(p, spec: AggregateSpec):
+    """A gather that took its CREDIT reply, then terminated by hand: (what scatter sent,
+    the reply, the gather's handle)."""
+    sent = await p.scatter(spec)
+    credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+    handle = p.handle(spec, sent.correl_id)
+    await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+    await _terminated(handle, "by hand")
+    return sent, credit, handle
+
+
 async def _listed_as_terminated(client, handle) -> None:
     """Wait until visibility lists the run as terminated (it may a moment after the end)."""
 
@@ -364,11 +375,7 @@ async def test_a_history_that_does_not_replay_here_is_asked_of_a_worker(
     monkeypatch.setattr(salvaging, "replayed_answer", other_release)
     spec = AggregateSpec(name="salvage-asked", legs=THREE_LEGS, timeout_seconds=300)
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
-        sent = await p.scatter(spec)
-        credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
-        handle = p.handle(spec, sent.correl_id)
-        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
-        await _terminated(handle, "by hand")
+        _, credit, handle = await _terminated_with_credit(p, spec)
         (asked,) = await unplaced_runs(p.client, handle)
     # The pipeline's worker has stopped: nobody answers the query now.
     monkeypatch.setattr(salvaging, "QUERY_SECONDS", 1.0)
@@ -470,11 +477,7 @@ async def test_a_gather_past_the_ledgers_memory_is_salvaged_only_when_forced(
     spec = AggregateSpec(name="salvage-old", legs=THREE_LEGS, timeout_seconds=300,
                          ledger_hours=0.0005)  # fmt: skip
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
-        sent = await p.scatter(spec)
-        credit = p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
-        handle = p.handle(spec, sent.correl_id)
-        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
-        await _terminated(handle, "by hand")
+        sent, credit, handle = await _terminated_with_credit(p, spec)
         ended = (await handle.describe()).close_time
         assert ended is not None
 
