@@ -213,6 +213,13 @@ class Routed(BaseModel):
         return kind
 
 
+def _chain() -> Any:
+    """The field an activity's input (or an answer) names its gather's chain in: the
+    first run, which its ledger keys name (:attr:`GatherState.chain`)."""
+    return Field(default="", description="the first run of the gather's chain, which its "
+                 "ledger keys name; empty for gathers started before")  # fmt: skip
+
+
 class GatherState(BaseModel):
     """Everything a gather knows; carried across continue-as-new."""
 
@@ -402,11 +409,7 @@ class UnplacedReplies(BaseModel):
     outbox: list[Routed] = Field(default_factory=list, description="to forward, and where")
     legs: list[Reply] = Field(default_factory=list, description="in the legs, for a final")
     waiting: list[Reply] = Field(default_factory=list, description="for a registration")
-    chain: str = Field(
-        default="",
-        description="the first run of the gather's chain, which its ledger keys name (see "
-        "GatherState.chain); empty for gathers started before",
-    )
+    chain: str = _chain()
 
 
 class ReceivedLeg(BaseModel):
@@ -440,11 +443,7 @@ class PutResponseInput(BaseModel):
     after_reset: bool = Field(
         default=False, description="look for a final of the gather's run before a reset"
     )
-    chain: str = Field(
-        default="",
-        description="the first run of the gather's chain, which its ledger keys name (see "
-        "GatherState.chain); empty for gathers started before",
-    )
+    chain: str = _chain()
 
 
 class PutResponseResult(BaseModel):
@@ -470,11 +469,7 @@ class SendRequestInput(BaseModel):
         description="when nobody waits for the leg's reply any more (expire_requests): "
         "the request expires then",
     )
-    chain: str = Field(
-        default="",
-        description="the first run of the gather's chain, which its ledger keys name (see "
-        "GatherState.chain); empty for gathers started before",
-    )
+    chain: str = _chain()
 
 
 class RouteInput(BaseModel):
@@ -486,11 +481,7 @@ class RouteInput(BaseModel):
     after_reset: bool = Field(
         default=False, description="leave in place what a final before a reset carried"
     )
-    chain: str = Field(
-        default="",
-        description="the first run of the gather's chain, which its ledger keys name (see "
-        "GatherState.chain); empty for gathers started before",
-    )
+    chain: str = _chain()
 
 
 class GatherResult(BaseModel):
