@@ -145,12 +145,16 @@ async def unplaced_runs(
     earlier.sort(key=lambda r: r[2] or datetime.min.replace(tzinfo=UTC), reverse=True)
     ended: list[EndedRun] = []
     seen: set[str] = set()
+    hours: float | None = None  # the aggregate's ledger_hours, once a run has said it
     for run_id, status, closed in [(latest.run_id, latest.status, latest.close_time), *earlier]:
         if status not in _ENDED:
             continue
+        if run_id != latest.run_id and hours is not None and not _remembered(hours, closed):
+            continue  # past the ledger's memory: not replayed only to be left
         found = await _asked(client.get_workflow_handle(handle.id, run_id=run_id),
                              UnplacedReplies, status)  # fmt: skip
-        if not _remembered(found.aggregate.ledger_hours, closed):
+        hours = found.aggregate.ledger_hours
+        if not _remembered(hours, closed):
             if run_id != latest.run_id:
                 continue  # the ledger no longer tells whether its replies were sent before
             if not force:

@@ -18,6 +18,7 @@ from mqgather.cli.options import (
     fail_fast_option,
     mq_option,
     run,
+    salvage_options,
     salvage_summary,
     show_fields,
     task_queue_option,
@@ -245,14 +246,12 @@ def release(name: str, destination: str, reason: str) -> None:
 @click.argument("name")
 @click.argument("destination")
 @mq_option
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Also runs that ended longer ago than the collector's ledger_hours: a message an "
+@salvage_options(
+    "Also runs that ended longer ago than the collector's ledger_hours: a message an "
     "earlier salvage put back would be put back again.",
+    "put back",
+    "message",
 )
-@click.option("--dry-run", is_flag=True, help="Only list what would be put back; put nothing.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
 def salvage(
     name: str, destination: str, mq: str, force: bool, dry_run: bool, as_json: bool
 ) -> None:

@@ -23,6 +23,7 @@ from mqgather.cli.options import (
     fanout_options,
     mq_option,
     run,
+    salvage_options,
     salvage_summary,
     show_fields,
 )
@@ -336,14 +337,12 @@ def rerequest(correl_id: str, name: str | None, leg: str, reason: str, as_json: 
     help="With --all: how many hours back to look. A run that ended longer ago than its "
     "aggregate's ledger_hours is left: the ledger no longer tells what was sent of it.",
 )
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Salvage the gather though it ended longer ago than its ledger_hours: a reply "
-    "sent by an earlier salvage would be sent again.",
+@salvage_options(
+    "Salvage the gather though it ended longer ago than its ledger_hours: a reply sent by "
+    "an earlier salvage would be sent again.",
+    "sent",
+    "reply",
 )
-@click.option("--dry-run", is_flag=True, help="Only list what would be sent; send nothing.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per reply.")
 def salvage(
     correl_id: str | None,
     name: str | None,

@@ -176,6 +176,20 @@ def show_fields(data: dict[str, Any], as_json: bool) -> None:
     Console().print(table)
 
 
+def salvage_options(force_help: str, done: str, one: str) -> Callable[[F], F]:
+    """``--force`` (past the ledger's memory: ``force_help``), ``--dry-run`` (list what
+    would be ``done``, "sent") and ``--json`` (one object per ``one``) of a salvage."""
+
+    def decorate(fn: F) -> F:
+        fn = click.option("--json", "as_json", is_flag=True,
+                          help=f"One JSON object per {one}.")(fn)  # fmt: skip
+        fn = click.option("--dry-run", is_flag=True,
+                          help=f"Only list what would be {done}, and do nothing.")(fn)  # fmt: skip
+        return click.option("--force", is_flag=True, help=force_help)(fn)
+
+    return decorate
+
+
 def salvage_summary(head: str, verdicts: list[str], dry_run: bool, done: str) -> None:
     """Print what a salvage did (``done``: what it does to a message, "sent"); fail,
     naming how many, where held messages could not be taken from their hold queue."""
