@@ -127,3 +127,10 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 #: Before a workflow ends or continues as new it waits this long for one event from the
 #: server, so a signal racing its close is taken rather than lost (names.PATCH_SETTLE).
 SETTLE_SECONDS = 0.001
+
+#: How long one salvage of a gather or a collector may hold its lease (one salvage of a
+#: workflow at a time): a salvage killed midway blocks the next for at most this long.
+SALVAGE_LEASE_SECONDS = 900.0
+#: A salvage stops this long before its lease lapses, so that a unit of work begun just
+#: before commits before another salvage may start.
+SALVAGE_LEASE_MARGIN_SECONDS = 60.0

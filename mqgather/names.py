@@ -34,6 +34,11 @@ ACTIVITY_SEND_REQUEST = "send_request"
 COLLECT_WORKFLOW = "Collect"
 SIGNAL_COLLECT = "collect"
 ACTIVITY_PUT_BATCH = "put_batch"
+#: One salvage of a workflow at a time: a lease is a run of this type under
+#: ``salvage:<workflow id>`` on a task queue no worker polls (workers.lease).
+SALVAGE_LEASE_WORKFLOW = "SalvageLease"
+SALVAGE_LEASE_QUEUE = "mqgather-salvage-leases"
+SALVAGE_LEASE_PREFIX = "salvage:"
 
 #: Patch: before a collector continues as new it waits for one server event, so a signal
 #: racing it is taken (gathers carry the same step in their input; see workflows.settling).

@@ -50,11 +50,15 @@ from mqgather.names import (
     QUERY_UNPLACED,
 )
 from mqgather.routing import Destination, queue_for
+from workers.lease import SalvageStopped
 from workers.replayed import replayed_answer
 from workflows import redelivery
 from workflows.collect_models import Item, UnplacedItems
 from workflows.models import Reply, Routed, UnplacedReplies
 
+#: The verdict on a message a salvage left when it stopped (its lease near its end, or
+#: asked to): run again, it sends it.
+STOPPED = "left: the salvage stopped"
 #: How long a worker has to replay the gather and answer.
 QUERY_SECONDS = 30.0
 
@@ -305,14 +309,21 @@ async def collector_unplaced(
 
 
 def salvage_items(
-    found: UnplacedItems, connect: Callable[[], Transport], *, send: bool = True
+    found: UnplacedItems,
+    connect: Callable[[], Transport],
+    *,
+    send: bool = True,
+    before_each: Callable[[], None] = lambda: None,
 ) -> list[SalvagedItem]:
     """Find which messages of ``found`` a batch PUT after all, and with ``send`` put each
     of the others back on the collector's input queue as it came (MQMD, properties, body:
-    the destination's collector batches it anew), exactly once (the ledger records it)."""
+    the destination's collector batches it anew), exactly once (the ledger records it).
+    ``before_each`` is called before each is put back; once it raises
+    :class:`~workers.lease.SalvageStopped` the rest are left, marked :data:`STOPPED`."""
     spec, queue = found.collector, found.collector.input_queue
     transport = connect()
     out = []
+    stopped = False
     try:
         for batch in found.batches:
             put = put_before(transport, spec.ledger_queue, found.workflow_id, batch.number).put
@@ -325,6 +336,8 @@ def salvage_items(
                     verdict = f"put back on {queue} before"
                 elif not send:
                     verdict = "to send"
+                elif stopped or (stopped := _stops(before_each)):
+                    verdict = STOPPED
                 else:
                     verdict = _put_back(transport, found, item, key)
                 out.append(SalvagedItem(found.run_id, batch.number,
@@ -333,6 +346,15 @@ def salvage_items(
     finally:
         transport.close()
     return out
+
+
+def _stops(before_each: Callable[[], None]) -> bool:
+    """Whether the salvage stops here (``before_each`` raised SalvageStopped)."""
+    try:
+        before_each()
+    except SalvageStopped:
+        return True
+    return False
 
 
 def _put_back(transport: Transport, found: UnplacedItems, item: Item, key: bytes) -> str:
@@ -366,10 +388,12 @@ def salvage(
     *,
     send: bool = True,
     run_id: str = "",
+    before_each: Callable[[], None] = lambda: None,
 ) -> list[SalvagedReply]:
     """Find where each reply of ``found`` (held by the run ``run_id``) is, and with
     ``send`` forward each that is in no place, intact and exactly once (the ledger records
-    every forward)."""
+    every forward). ``before_each`` is called before each forward; once it raises
+    :class:`~workers.lease.SalvageStopped` the rest are left, marked :data:`STOPPED`."""
     items = destinations(found)
     acts = MQActivities(connect)
     transport = connect()
@@ -379,30 +403,27 @@ def salvage(
     finally:
         transport.close()
     out = []
+    stopped = False
     try:
         for (item, _), already in zip(items, where, strict=True):
-            out.append(_salvaged(acts, found, item, already, send, run_id))
+            reply, queue = item.reply, queue_for(found.aggregate, item.kind)
+            verdict = already
+            if not verdict and not queue and reply.held is None:
+                verdict = "a duplicate the aggregate discards"
+            elif verdict:
+                pass
+            elif not send:
+                verdict = "to send"
+            elif stopped or (stopped := _stops(before_each)):
+                verdict = STOPPED
+            else:
+                verdict = _send(acts, found, (queue, reply, item.reason))
+            out.append(SalvagedReply(format_id(reply.message.msg_id), reply.leg or "",
+                                     reply.size, reply.held is not None, queue, verdict,
+                                     run_id))  # fmt: skip
     finally:
         acts.close()
     return out
-
-
-def _salvaged(
-    acts: MQActivities,
-    found: UnplacedReplies,
-    item: Routed,
-    already: str,
-    send: bool,
-    run_id: str,
-) -> SalvagedReply:
-    reply, queue = item.reply, queue_for(found.aggregate, item.kind)
-    verdict = already
-    if not verdict and not queue and reply.held is None:
-        verdict = "a duplicate the aggregate discards"
-    elif not verdict:
-        verdict = _send(acts, found, (queue, reply, item.reason)) if send else "to send"
-    return SalvagedReply(format_id(reply.message.msg_id), reply.leg or "", reply.size,
-                         reply.held is not None, queue, verdict, run_id)  # fmt: skip
 
 
 def _send(acts: MQActivities, found: UnplacedReplies, item: tuple[str, Reply, str]) -> str:

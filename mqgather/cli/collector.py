@@ -261,22 +261,32 @@ def salvage(
     it came, once (a second run puts nothing), and the destination's collector batches it
     anew; one a batch PUT stays where it went. Each ended run's history is replayed here to
     say what it held, what came after its last task included (a worker of the release
-    that ran it is asked when it does not replay), so no worker need run."""
+    that ran it is asked when it does not replay), so no worker need run. One salvage of
+    a destination runs at a time, wherever it runs (a lease in Temporal, as for gathers);
+    Ctrl-C stops it between two messages."""
     import dataclasses
 
     from mqgather.runtime.temporal import connect
+    from workers.lease import leased
     from workers.salvage import collector_unplaced, salvage_items
     from workflows.collect_models import collector_id
 
-    async def main(_: asyncio.Event) -> tuple[list[Any], int]:
+    async def main(stop: asyncio.Event) -> tuple[list[Any], int, str | None]:
         client = await connect()
         done = []
-        runs = await collector_unplaced(client, collector_id(name, destination), force=force)
-        for found in runs.found:
-            done += await asyncio.to_thread(salvage_items, found, connector(mq), send=not dry_run)
-        return done, runs.forgotten
+        workflow_id = collector_id(name, destination)
+        async with leased(client, workflow_id, take=not dry_run) as lease:
+            runs = await collector_unplaced(client, workflow_id, force=force)
+            for found in runs.found:
+                done += await asyncio.to_thread(salvage_items, found, connector(mq),
+                                                send=not dry_run,
+                                                before_each=lease.checker(stop.is_set))  # fmt: skip
+            lease.sent = sum(m.verdict == "sent" for m in done)
+        return done, runs.forgotten, lease.stopped
 
-    done, forgotten = run(main)
+    done, forgotten, stopped = run(main)
+    if stopped:
+        click.echo(f"left: {destination}: salvage {stopped}", err=True)
     if forgotten:
         click.echo(f"{forgotten} run(s) that ended longer ago than ledger_hours left out: the "
                    "ledger no longer tells what an earlier salvage put back (--force takes "

@@ -315,7 +315,9 @@ def rerequest(correl_id: str, name: str | None, leg: str, reason: str, as_json: 
     "latest run has ended. The gather's history is replayed here to say what it held, the "
     "replies signalled after its last task included (a worker of the release that ran it "
     "is asked when it does not replay), so no worker need run. Name one gather by its "
-    "CORRELID, or take --all that ended so (after an outage, say). "
+    "CORRELID, or take --all that ended so (after an outage, say). One salvage of a gather "
+    "runs at a time, wherever it runs: it holds a lease in Temporal (salvage:<workflow "
+    "id>), which stays as a record of what it sent; Ctrl-C stops it between two replies. "
     f"{CORRELID_HELP}"
 )
 @click.argument("correl_id", required=False)
@@ -353,6 +355,7 @@ def salvage(
     dry_run: bool,
     as_json: bool,
 ) -> None:
+    from workers.lease import leased
     from workers.salvage import ended_gathers, unplaced_runs
     from workers.salvage import salvage as send_unplaced
 
@@ -361,7 +364,7 @@ def salvage(
     if every and force:
         raise click.UsageError("--force salvages one gather at a time: name its CORRELID")
 
-    async def main(_: asyncio.Event) -> tuple[list[str], list[tuple[str, Any]], list[str]]:
+    async def main(stop: asyncio.Event) -> tuple[list[str], list[tuple[str, Any]], list[str]]:
         client = await connect()
         if correl_id is not None:
             handles = [await find_gather(client, correl_id, name)]
@@ -370,18 +373,27 @@ def salvage(
         done: list[tuple[str, Any]] = []
         left: list[str] = []
         for n, handle in enumerate(handles, start=1):
+            if stop.is_set():
+                left.append(f"{handle.id}: not salvaged: stopped as asked")
+                continue
             try:
-                runs = await unplaced_runs(client, handle, force=force)
+                async with leased(client, handle.id, take=not dry_run) as lease:
+                    runs = await unplaced_runs(client, handle, force=force)
+                    rows = []
+                    for ended in runs:
+                        rows += await asyncio.to_thread(
+                            send_unplaced, ended.found, connector(mq), send=not dry_run,
+                            run_id=ended.run_id, before_each=lease.checker(stop.is_set),
+                        )  # fmt: skip
+                    lease.sent = sum(r.verdict == "sent" for r in rows)
             except MQGatherError as exc:
                 if not every:
                     raise
                 left.append(str(exc))
                 continue
-            rows = []
-            for ended in runs:
-                rows += await asyncio.to_thread(send_unplaced, ended.found, connector(mq),
-                                                send=not dry_run, run_id=ended.run_id)  # fmt: skip
             done += [(handle.id, row) for row in rows]
+            if lease.stopped:
+                left.append(f"{handle.id}: salvage {lease.stopped}")
             if every:
                 click.echo(f"[{n}/{len(handles)}] {handle.id}: {len(rows)} reply(ies)", err=True)
         return [handle.id for handle in handles], done, left

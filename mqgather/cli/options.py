@@ -192,13 +192,23 @@ def salvage_options(force_help: str, done: str, one: str) -> Callable[[F], F]:
 
 def salvage_summary(head: str, verdicts: list[str], dry_run: bool, done: str) -> None:
     """Print what a salvage did (``done``: what it does to a message, "sent"); fail,
-    naming how many, where held messages could not be taken from their hold queue."""
+    naming how many, where held messages could not be taken from their hold queue, or
+    where the salvage stopped before its end."""
+    from workers.salvage import STOPPED
+
     sent = sum(v == ("to send" if dry_run else "sent") for v in verdicts)
     failed = sum(v.startswith("not sent") for v in verdicts)
+    stopped = sum(v == STOPPED for v in verdicts)
     click.echo(f"{head}; {sent} {'would be ' if dry_run else ''}{done}, "
-               f"{len(verdicts) - sent - failed} in a place already")  # fmt: skip
+               f"{len(verdicts) - sent - failed - stopped} in a place already"
+               + (f", {stopped} left" if stopped else ""))  # fmt: skip
     if failed:
         raise MQGatherError(
             f"{failed} held message(s) could not be {done} (see the table); "
             "`mqgather hold check` lists what the hold queues hold"
+        )
+    if stopped:
+        raise MQGatherError(
+            f"the salvage stopped before its end, {stopped} message(s) not {done} yet (the "
+            f"reason above); run it again to send the rest: nothing is {done} twice"
         )

@@ -532,3 +532,90 @@ async def test_a_collector_run_past_the_ledgers_memory_is_put_back_only_when_for
     assert [json.loads(line)["verdict"] for line in forced.stdout.decode().splitlines()] == ["sent"]
     texts = sorted(part.split("</Test>")[0] for part in batch.body.decode().split("<Test>")[1:])
     assert texts == ["A", "B", "C"]
+
+
+async def test_one_salvage_of_a_gather_at_a_time(temporal_env, tmp_path):
+    """Another salvage holds the gather's lease (on another machine, say): salvage is
+    refused, saying whose lease and how to end it, and sends nothing; ``--all`` leaves the
+    gather, saying why; a dry run still lists. Once the lease is given back, salvage
+    sends, once, and its own lease stays in Temporal as a record of what it did."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from workers.lease import lease_id, salvage_lease
+
+    spec = AggregateSpec(name="salvage-lease", legs=THREE_LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent, credit, handle = await _terminated_with_credit(p, spec)
+        await _listed_as_terminated(p.client, handle)
+        mq = ("--mq", f"local:{p.path}")
+        where = (f"hex:{sent.correl_id.hex()}", "--aggregate", spec.name, *mq)
+        async with salvage_lease(p.client, handle.id):
+            refused = await cli(p.client, "salvage", *where)
+            every = await cli(p.client, "salvage", "--all", "--aggregate", spec.name, *mq)
+            dry = await cli(p.client, "salvage", *where, "--dry-run", "--json")
+            assert all(p.empty(q) for q in QUEUES)
+        done = await cli(p.client, "salvage", *where, "--json")
+        late = _taken(p, "GATHER.LATE")
+        record = p.client.get_workflow_handle(lease_id(handle.id))
+        ended = [e async for e in record.fetch_history_events()][-1]
+        status_now = (await record.describe()).status
+    assert refused.returncode != 0 and b"Traceback" not in refused.stderr
+    said = refused.stderr.decode()
+    assert f"another salvage of {handle.id} is running" in said and "lapsing" in said
+    assert f"temporal workflow terminate --workflow-id '{lease_id(handle.id)}'" in said
+    assert every.returncode == 0, every.stderr
+    assert f"left: another salvage of {handle.id}" in every.stderr.decode()
+    assert [json.loads(line)["verdict"] for line in dry.stdout.decode().splitlines()] == ["to send"]
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["verdict"] for line in done.stdout.decode().splitlines()] == ["sent"]
+    assert [m.msg_id for m in late] == [credit.msg_id]
+    assert status_now == WorkflowExecutionStatus.TERMINATED
+    assert ended.workflow_execution_terminated_event_attributes.reason == "salvage done: 1 sent"
+
+
+async def test_the_lease_of_a_salvage_killed_midway_lapses(temporal_env, tmp_path):
+    """A salvage killed while it held its lease never gives it back: the lease keeps
+    others out until its timeout, then lapses, and the next salvage goes ahead."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from workers.lease import LeaseHeld, lease_id, salvage_lease
+
+    spec = AggregateSpec(name="salvage-killed", legs=THREE_LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent, credit, handle = await _terminated_with_credit(p, spec)
+        # Taken and never given back, as by a process killed with it (kept, since a
+        # context manager let go of would give it back when collected).
+        killed = salvage_lease(p.client, handle.id, seconds=3)
+        await killed.__aenter__()
+        with pytest.raises(LeaseHeld, match="another salvage"):
+            await salvage_lease(p.client, handle.id).__aenter__()
+        lease = p.client.get_workflow_handle(lease_id(handle.id))
+        await until(lambda: lease.describe(),
+                    lambda d: d.status == WorkflowExecutionStatus.TIMED_OUT)  # fmt: skip
+        where = (f"hex:{sent.correl_id.hex()}", "--aggregate", spec.name, "--mq", f"local:{p.path}")
+        done = await cli(p.client, "salvage", *where)
+        late = _taken(p, "GATHER.LATE")
+    assert done.returncode == 0, done.stderr
+    assert [m.msg_id for m in late] == [credit.msg_id]
+    del killed
+
+
+async def test_one_salvage_of_a_collector_at_a_time(temporal_env, tmp_path):
+    from tests.collecting import collecting, order
+    from workers.lease import salvage_lease
+    from workflows.collect_models import collector_id
+
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=3, max_delay_seconds=300)
+        c.send("France", order("A"))
+        await until(lambda: c.status("France"), lambda s: s.open_messages == 1, timeout=30)
+        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+        await _terminated(handle, "by hand")
+        await _listed_as_terminated(c.client, handle)
+        async with salvage_lease(c.client, handle.id):
+            refused = await cli(c.client, *_collector_salvage(c, "France"))
+            assert c.depth(c.spec.input_queue) == 0
+        done = await cli(c.client, *_collector_salvage(c, "France"))
+    assert refused.returncode != 0 and b"Traceback" not in refused.stderr
+    assert f"another salvage of {handle.id} is running".encode() in refused.stderr
+    assert [json.loads(line)["verdict"] for line in done.stdout.decode().splitlines()] == ["sent"]

@@ -96,3 +96,55 @@ def test_an_aggregate_name_with_a_quote_or_a_colon_is_matched_in_code_not_in_the
     assert not _of_aggregate(f"gather:ab:{hex_id}", "a")
     query = _runs_query(f"gather:it's:{hex_id}")
     assert "it's" not in query and f"CorrelId = '{hex_id}'" in query
+
+
+def test_a_salvage_that_stops_midway_leaves_the_rest_for_the_next(tmp_path: Path):
+    """Stopped after one forward (its lease near its end, or an operator's Ctrl-C): the
+    first reply is sent, the second is left and said so; the next salvage sends the
+    second only."""
+    from workers.lease import SalvageStopped
+    from workers.salvage import STOPPED
+
+    spec = AggregateSpec(name="s", legs=THREE_LEGS)
+    path = tmp_path / "qm.db"
+    prepare_queues(path)
+    calls = []
+
+    def once() -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            raise SalvageStopped("stopped as asked")
+
+    held = found(spec, legs=[reply(1), reply(2, "STOCK")])
+    first = salvage(held, lambda: LocalQueueManager(path), before_each=once)
+    second = salvage(held, lambda: LocalQueueManager(path))
+    assert [r.verdict for r in first] == ["sent", STOPPED] and len(calls) == 2
+    assert [r.verdict for r in second] == ["forwarded to GATHER.LATE", "sent"]
+    with LocalQueueManager(path) as qm:
+        late = [qm.get("GATHER.LATE", syncpoint=False).msg_id for _ in range(2)]
+        assert late == [bytes([1]) * 24, bytes([2]) * 24]
+        assert qm.inquire("GATHER.LATE").curdepth == 0
+
+
+def test_a_collector_salvage_that_stops_midway_leaves_the_rest_for_the_next(tmp_path: Path):
+    from mqgather.collector_config import CollectorSpec
+    from workers.lease import Lease
+    from workers.salvage import STOPPED, salvage_items
+    from workflows.collect_models import Item, UnplacedBatch, UnplacedItems
+
+    spec = CollectorSpec(name="c")
+    path = tmp_path / "qm.db"
+    prepare_queues(path, [spec.input_queue, spec.ledger_queue])
+    items = [Item(message=reply(n).message, received_at=T0, size=3) for n in (1, 2)]
+    held = UnplacedItems(workflow_id="collect:c:D", collector=spec, destination="D",
+                         batches=[UnplacedBatch(number=1, items=items)])  # fmt: skip
+    lease = Lease("collect:c:D", 900)
+    ctrl_c = iter([False, True]).__next__  # an operator's Ctrl-C after the first
+    first = salvage_items(held, lambda: LocalQueueManager(path),
+                          before_each=lease.checker(ctrl_c))  # fmt: skip
+    second = salvage_items(held, lambda: LocalQueueManager(path))
+    assert [m.verdict for m in first] == ["sent", STOPPED]
+    assert lease.stopped == "stopped as asked"
+    assert [m.verdict for m in second] == [f"put back on {spec.input_queue} before", "sent"]
+    with LocalQueueManager(path) as qm:
+        assert qm.inquire(spec.input_queue).curdepth == 2
