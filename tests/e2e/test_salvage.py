@@ -619,3 +619,50 @@ async def test_one_salvage_of_a_collector_at_a_time(temporal_env, tmp_path):
     assert refused.returncode != 0 and b"Traceback" not in refused.stderr
     assert f"another salvage of {handle.id} is running".encode() in refused.stderr
     assert [json.loads(line)["verdict"] for line in done.stdout.decode().splitlines()] == ["sent"]
+
+
+@pytest.mark.parametrize("over", ["embedded", "ibmmq"])
+async def test_a_flood_and_a_megabyte_reply_are_salvaged_whole_and_once(
+    temporal_env, tmp_path, over
+):
+    """The workers are down while a back end floods one CorrelId with 1,000 CREDIT
+    replies and STOCK answers with a megabyte (held on the hold queue); the operator
+    terminates the stuck gather. Salvage sends every one where the gather would have:
+    the first CREDIT and STOCK late, the 999 duplicates to the duplicate queue, each
+    intact and once; a second salvage sends nothing."""
+    from workers.worker import build_worker
+
+    spec = AggregateSpec(name="salvage-flood", legs=THREE_LEGS, timeout_seconds=300)
+    flood = 1000
+    connect = standin_connector(tmp_path / "qm.db") if over == "ibmmq" else None
+    transport = (lambda _: connect) if connect is not None else None
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_worker=False,
+                        transport=transport) as p:  # fmt: skip
+        worker = build_worker(p.client, p.connect, task_queue=p.task_queue)
+        running = asyncio.create_task(worker.run())
+        sent = await p.scatter(spec)
+        handle = p.handle(spec, sent.correl_id)
+        await until(lambda: _signals(handle), lambda n: n == 1)  # the registration
+        await until(lambda: status(handle), lambda s: s.legs_received == [])
+        await worker.shutdown()
+        await running
+        credits = [p.reply(spec, sent.correl_id, "CREDIT", b'{"n":%d}' % n) for n in range(flood)]
+        big = bytes(range(256)) * 4096  # 1 MiB, every byte value
+        stock = p.reply(spec, sent.correl_id, "STOCK", big)
+
+        async def drained() -> bool:  # the bridge took every reply, for the history
+            return p.empty(spec.reply_queue)
+
+        await until(drained, bool, timeout=120)
+        assert not p.empty(spec.hold_queue)
+        await handle.terminate(reason="flooded while the workers were down")
+        done = await _salvage(p, spec, sent.correl_id, connect=connect)
+        late = {m.msg_id: m for m in _taken(p, "GATHER.LATE")}
+        duplicates = {m.msg_id: m.body for m in _taken(p, "GATHER.DUPLICATE")}
+        again = await _salvage(p, spec, sent.correl_id, connect=connect)
+        assert all(p.empty(q) for q in (*QUEUES, spec.hold_queue, spec.reply_queue))
+    assert len(done) == flood + 1 and {r["verdict"] for r in done} == {"sent"}
+    assert set(late) == {credits[0].msg_id, stock.msg_id}
+    assert late[stock.msg_id].body == big and late[credits[0].msg_id].body == b'{"n":0}'
+    assert duplicates == {m.msg_id: m.body for m in credits[1:]}
+    assert len(again) == flood + 1 and "sent" not in {r["verdict"] for r in again}
