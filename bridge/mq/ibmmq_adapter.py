@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import logging
+import math
 import os
 import re
 from collections import OrderedDict
@@ -233,6 +235,20 @@ def property_type_name(value: PropertyValue) -> str:
     return "MQTYPE_STRING"
 
 
+#: Tokens naming a kept message handle: unique in the process, so a message got on one
+#: connection never takes another connection's handle (handles are per connection).
+_KEPT_TOKENS = itertools.count(1)
+
+
+def same_property(a: PropertyValue, b: PropertyValue) -> bool:
+    """Whether two property values are one: of one type and equal, NaN as NaN."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    return a == b
+
+
 def property_from_mq(value: Any) -> PropertyValue:
     """A property value as read back from MQ, normalised to the model's types."""
     if value is None or isinstance(value, bool | int | float | str):
@@ -401,6 +417,10 @@ class IBMMQTransport(Transport):
         self._queues: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
         self._pinned: set[tuple[str, str, int]] = set()
         self._get_handle: Any = None
+        # Handles of messages got with properties that could not be read, by the token
+        # each message carries, with the readable properties each holds now: kept until
+        # the unit of work ends.
+        self._kept: dict[int, tuple[Any, dict[str, PropertyValue]]] = {}
         self._pcf: Any = None
         self._closed = False
         # Never disconnected implicitly: MQDISC commits, so only close() disconnects,
@@ -457,6 +477,31 @@ class IBMMQTransport(Transport):
                 with contextlib.suppress(self.mq.MQMIError):
                     handle.close()  # MQCLOSE leaves the unit of work as it is
                 return
+
+    def _reset_properties(
+        self, handle: Any, holds: dict[str, PropertyValue], properties: dict[str, PropertyValue]
+    ) -> None:
+        """Make the readable properties of a kept ``handle`` (``holds``) ``properties``:
+        delete those gone, set those added or changed. Those MQ could not hand over stay."""
+        for name in [n for n in holds if n not in properties]:
+            try:
+                handle.properties.dlt(name)
+            except self.mq.MQMIError as exc:
+                if exc.reason != self.C.MQRC_PROPERTY_NOT_AVAILABLE:
+                    raise
+            del holds[name]
+        changed = {
+            n: v for n, v in properties.items() if n not in holds or not same_property(holds[n], v)
+        }
+        self._set_properties(handle, changed)
+        holds.update(changed)
+
+    def _release_kept(self) -> None:
+        """Delete the handles kept for the unit of work that ended."""
+        for handle, _ in self._kept.values():
+            with contextlib.suppress(self.mq.MQMIError):
+                handle.dlt()
+        self._kept.clear()
 
     def _set_properties(self, handle: Any, properties: dict[str, PropertyValue]) -> None:
         C = self.C
@@ -538,7 +583,13 @@ class IBMMQTransport(Transport):
         pmo = self.mq.PMO(Options=pmo_opts, Version=C.MQPMO_VERSION_3)
         handle = None
         try:
-            if message.properties:
+            kept = self._kept.get(message.mq_handle) if message.mq_handle else None
+            if kept is not None:
+                # The handle the message was got with: MQ copies every property it holds,
+                # those that could not be read included, as it holds them.
+                self._reset_properties(*kept, message.properties)
+                pmo.OriginalMsgHandle = kept[0].msg_handle
+            elif message.properties:
                 handle = self.mq.MessageHandle(self.qmgr)
                 self._set_properties(handle, message.properties)
                 pmo.OriginalMsgHandle = handle.msg_handle
@@ -625,6 +676,13 @@ class IBMMQTransport(Transport):
             properties, problems = self._read_properties(handle)
         except self.mq.MQMIError as exc:
             raise self._failed(exc, f"getting from queue {queue!r}") from exc
+        kept = 0
+        if problems and browse is None:
+            # Wherever it goes (the failure queue), it goes with every property: this
+            # handle is its own until the unit of work ends; the next get takes another.
+            self._get_handle = None
+            kept = next(_KEPT_TOKENS)
+            self._kept[kept] = (handle, dict(properties))
         return MQMessage(
             msg_id=bytes(md.MsgId),
             correl_id=bytes(md.CorrelId),
@@ -654,6 +712,7 @@ class IBMMQTransport(Transport):
             backout_count=int(md.BackoutCount),
             properties=properties,
             unreadable="; ".join(problems),
+            mq_handle=kept,
             body=bytes(body),
         )
 
@@ -720,12 +779,16 @@ class IBMMQTransport(Transport):
             self.qmgr.commit()
         except self.mq.MQMIError as exc:
             raise self._failed(exc, "commit") from exc
+        finally:
+            self._release_kept()
 
     def backout(self) -> None:
         try:
             self.qmgr.backout()
         except self.mq.MQMIError as exc:
             raise self._failed(exc, "backout") from exc
+        finally:
+            self._release_kept()
 
     def inquire(self, queue: str) -> QueueAttributes:
         C = self.C
@@ -851,6 +914,7 @@ class IBMMQTransport(Transport):
                 with contextlib.suppress(self.mq.MQMIError):
                     handle.dlt()
         self._get_handle = None
+        self._release_kept()
         if self._pcf is not None:
             with contextlib.suppress(self.mq.MQMIError, AttributeError):
                 self._pcf.reply_queue.close()

@@ -332,6 +332,11 @@ class MQMessage(BaseModel):
     #: Why some of its properties could not be read on the get (the message carries
     #: those it could): whoever takes it routes it aside with this reason. Not sent on.
     unreadable: str = Field(default="", exclude=True)
+    #: Names the connection's own handle on every property MQ gave with the message,
+    #: kept (by the IBM MQ adapter) when some could not be read, until the unit of work
+    #: ends: put again on that connection, the message carries them all as MQ holds
+    #: them, the unreadable ones included. 0: none. Not sent on.
+    mq_handle: int = Field(default=0, exclude=True)
     body: bytes = b""
 
     @field_validator("msg_id", "correl_id", "group_id", mode="before")

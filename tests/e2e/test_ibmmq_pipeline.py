@@ -119,7 +119,7 @@ async def test_a_gather_of_large_replies_over_the_adapter(temporal_env, tmp_path
     ]
 
 
-async def test_a_reply_whose_property_mq_cannot_convert_goes_aside_and_stalls_nothing(
+async def test_a_reply_whose_property_mq_cannot_convert_goes_aside_whole_and_stalls_nothing(
     temporal_env, tmp_path
 ):
     spec = AggregateSpec(name="odd", legs=LEGS)
@@ -138,3 +138,6 @@ async def test_a_reply_whose_property_mq_cannot_convert_goes_aside_and_stalls_no
     assert (aside.msg_id, aside.body, aside.correl_id) == (bad.msg_id, b'{"c":9}', g.correl_id)
     assert aside.properties["leg"] == "CREDIT"
     assert "MQRC_PROP_VALUE_NOT_CONVERTED" in str(aside.properties["mqgather_reason"])
+    # The property no one could read went with it, as MQ held it.
+    assert (aside.properties["note"], aside.properties[f"{UNCONVERTIBLE}note"]) == (
+        "Hi".encode("cp037"), 4711)  # fmt: skip

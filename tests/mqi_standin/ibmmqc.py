@@ -1103,8 +1103,11 @@ def MQDLTMP(hconn: int, hmsg: int, dmpo: bytes, name: bytes) -> tuple[int, int]:
     handle = _handles.get(hmsg)
     if handle is None:
         return CC_FAILED, RC["HMSG_ERROR"]
-    if handle.properties.pop(name.decode().removeprefix("usr."), None) is None:
+    key = name.decode().removeprefix("usr.")
+    if key not in handle.properties or key.startswith(UNCONVERTIBLE):
         return CC_FAILED, RC["PROPERTY_NOT_AVAILABLE"]
+    del handle.properties[key]  # a null-valued one too
+    handle.properties.pop(UNCONVERTIBLE + key, None)
     return CC_OK, 0
 
 

@@ -3,6 +3,7 @@ library: one test per rule of IBM MQ the adapter used to break."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -415,6 +416,37 @@ def test_a_property_mq_cannot_convert_is_reported_not_raised(tmp_path, adapter):
     assert "MQRC_PROP_VALUE_NOT_CONVERTED" in got.unreadable
     assert t.get("ODD").body == b"next"  # nothing stalls behind it
     t.commit()
+
+
+def test_a_message_whose_property_mq_cannot_convert_goes_aside_with_it_intact(tmp_path, adapter):
+    """Moved aside on the connection that got it, the message keeps every property as MQ
+    holds it: the one no one could read (its bytes and its CCSID), the readable ones,
+    and the reason added; a property taken off the copy is not on it. Put on another
+    connection, only what could be read goes with it."""
+    t, other = adapter(), adapter()
+    for name in ("ODD3", "ASIDE", "ELSEWHERE"):
+        t.define(QueueAttributes(name=name))
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        odd = MQMessage(body=b"{}", properties={"leg": "TAX", "gone": None, "nan": math.nan,
+                                                **UNCONVERTIBLE})  # fmt: skip
+        qm.put("ODD3", odd, PutOptions(syncpoint=False))
+        qm.put("ODD3", odd, PutOptions(syncpoint=False))
+    first, second = t.get("ODD3"), t.get("ODD3")
+    assert first.mq_handle and second.mq_handle and first.mq_handle != second.mq_handle
+    trimmed = first.model_copy(update={"properties": {
+        k: v for k, v in first.properties.items() if k != "gone"}})  # fmt: skip
+    forward(t, "ASIDE", trimmed, "unreadable property", "ODD3")
+    forward(other, "ELSEWHERE", second, "unreadable property", "ODD3")
+    t.commit()
+    other.commit()
+    assert not t._kept  # released with the unit of work
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        aside = qm.get("ASIDE", syncpoint=False).properties
+        elsewhere = qm.get("ELSEWHERE", syncpoint=False).properties
+    unreadable = {k: aside[k] for k in UNCONVERTIBLE}
+    assert unreadable == UNCONVERTIBLE and aside["leg"] == "TAX" and math.isnan(aside["nan"])
+    assert "gone" not in aside and aside["mqgather_reason"] == "unreadable property"
+    assert "note" not in elsewhere and elsewhere["leg"] == "TAX" and "gone" in elsewhere
 
 
 def test_the_library_fails_on_such_a_value_without_conversion_too(tmp_path, adapter):
