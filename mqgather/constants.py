@@ -134,3 +134,7 @@ SALVAGE_LEASE_SECONDS = 900.0
 #: A salvage stops this long before its lease lapses, so that a unit of work begun just
 #: before commits before another salvage may start.
 SALVAGE_LEASE_MARGIN_SECONDS = 60.0
+#: How often a salvage asks Temporal whether its lease still holds (an operator may end
+#: it by hand), between two units of work; and how long it waits for the answer.
+SALVAGE_LEASE_RECHECK_SECONDS = 1.0
+SALVAGE_LEASE_RECHECK_TIMEOUT_SECONDS = 10.0

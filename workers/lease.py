@@ -11,19 +11,26 @@ when done, which leaves a record in the UI of who salvaged what, and when.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
+from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from mqgather.constants import SALVAGE_LEASE_MARGIN_SECONDS, SALVAGE_LEASE_SECONDS
+from mqgather.constants import (
+    SALVAGE_LEASE_MARGIN_SECONDS,
+    SALVAGE_LEASE_RECHECK_SECONDS,
+    SALVAGE_LEASE_RECHECK_TIMEOUT_SECONDS,
+    SALVAGE_LEASE_SECONDS,
+)
 from mqgather.errors import MQGatherError
 from mqgather.names import SALVAGE_LEASE_PREFIX, SALVAGE_LEASE_QUEUE, SALVAGE_LEASE_WORKFLOW
 
@@ -43,7 +50,8 @@ def lease_id(workflow_id: str) -> str:
 
 
 class Lease:
-    """A salvage's lease on one workflow: :meth:`check` before each unit of work."""
+    """A salvage's lease on one workflow: :meth:`checker` gives what to call before each
+    unit of work."""
 
     def __init__(self, workflow_id: str, seconds: float) -> None:
         self.workflow_id = workflow_id
@@ -55,11 +63,16 @@ class Lease:
         self.sent = 0
         #: Why the salvage stopped before its end, when it did.
         self.stopped: str | None = None
+        # The lease's run in Temporal and the event loop its client runs on, once held.
+        self._held: tuple[WorkflowHandle[Any, Any], asyncio.AbstractEventLoop] | None = None
+        self._seen_at = time.monotonic()
 
     def checker(self, stop: Callable[[], bool] = lambda: False) -> Callable[[], None]:
-        """What the salvage calls before each unit of work: raises
-        :class:`SalvageStopped` once the lease is near its end, or when ``stop()`` (an
-        operator's Ctrl-C)."""
+        """What the salvage calls before each unit of work, from a thread of its own:
+        raises :class:`SalvageStopped` when ``stop()`` (an operator's Ctrl-C), once the
+        lease is near its end, or once it is no longer held (an operator ended it by
+        hand), which is asked of Temporal at most once every
+        :data:`~mqgather.constants.SALVAGE_LEASE_RECHECK_SECONDS`."""
 
         def check() -> None:
             if stop():
@@ -69,10 +82,40 @@ class Lease:
                     f"stopped: its lease ({self.id}) was about to lapse, when another "
                     "salvage could start"
                 )
+            elif (gone := self._gone()) is not None:
+                self.stopped = f"stopped: its lease ({self.id}) {gone}"
             if self.stopped is not None:
                 raise SalvageStopped(f"salvage of {self.workflow_id} {self.stopped}")
 
         return check
+
+    def taken(self, run: WorkflowHandle[Any, Any]) -> None:
+        """Record the lease's run in Temporal, held from the running event loop."""
+        self._held = (run, asyncio.get_running_loop())
+        self._seen_at = time.monotonic()
+
+    def _gone(self) -> str | None:
+        """Why the lease is no longer held, when Temporal says so (asked from the
+        salvage's thread, on the client's event loop); None while it is."""
+        if self._held is None or time.monotonic() - self._seen_at < SALVAGE_LEASE_RECHECK_SECONDS:
+            return None
+        handle, loop = self._held
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop()
+            return None  # on the client's own loop, which the answer would wait for
+        try:
+            status = (
+                asyncio.run_coroutine_threadsafe(handle.describe(), loop)
+                .result(SALVAGE_LEASE_RECHECK_TIMEOUT_SECONDS)
+                .status
+            )
+        except (RPCError, TimeoutError) as exc:
+            return f"could not be confirmed with Temporal ({str(exc) or 'no answer'})"
+        if status != WorkflowExecutionStatus.RUNNING:
+            name = status.name.lower().replace("_", " ") if status else "gone"
+            return f"was ended meanwhile ({name}), when another salvage could start"
+        self._seen_at = time.monotonic()
+        return None
 
 
 @contextlib.asynccontextmanager
@@ -100,6 +143,8 @@ async def salvage_lease(
         )
     except WorkflowAlreadyStartedError:
         raise await _held(client, lease) from None
+    # Its own run: a lease taken anew after this one lapsed is another salvage's.
+    lease.taken(client.get_workflow_handle(lease.id, run_id=handle.result_run_id))
     try:
         yield lease
     finally:

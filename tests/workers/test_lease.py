@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from mqgather.constants import SALVAGE_LEASE_MARGIN_SECONDS
+from tests.harness import until
 from workers.lease import Lease, SalvageStopped, lease_id
 
 
@@ -30,3 +33,25 @@ def test_a_lease_with_time_left_lets_its_salvage_go_on_until_asked_to_stop():
 
 def test_a_lease_is_named_after_the_workflow_it_guards():
     assert lease_id("collect:c:France") == "salvage:collect:c:France"
+
+
+async def test_a_salvage_stops_once_its_lease_was_ended_by_hand(temporal_env):
+    """An operator terminates a running salvage's lease (from the UI, say): another
+    salvage could now start, so this one stops before its next unit of work."""
+    from workers.lease import salvage_lease
+
+    client = temporal_env.client
+    async with salvage_lease(client, "gather:ended-by-hand:00") as lease:
+        check = lease.checker()
+        await asyncio.to_thread(check)  # held
+        await client.get_workflow_handle(lease.id).terminate(reason="looked stuck")
+
+        async def stopped() -> str | None:
+            try:
+                await asyncio.to_thread(check)
+            except SalvageStopped as exc:
+                return str(exc)
+            return None
+
+        said = await until(stopped, bool)
+    assert "its lease (salvage:gather:ended-by-hand:00) was ended meanwhile (terminated)" in said
