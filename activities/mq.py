@@ -56,7 +56,7 @@ from mqgather.names import (
 )
 from mqgather.routing import Destination, queue_for
 from mqgather.runtime import telemetry
-from mqgather.runtime.attempts import OneAtATime
+from mqgather.runtime.attempts import OneAtATime, check_in_time
 from mqgather.runtime.budget import ByteBudget
 from workflows import redelivery
 from workflows.models import (
@@ -239,7 +239,7 @@ class MQActivities:
             self.attempts.hold(owner, EARLIER_ATTEMPT_WAIT_SECONDS),
             self.budget.hold(held, HELD_BUDGET_WAIT_SECONDS),
         ):
-            self._run_unit(reading)
+            self._run_unit(owner, reading)
 
     def close(self) -> None:
         """Close this thread's MQ connection, if it has one."""
@@ -272,12 +272,15 @@ class MQActivities:
         attempt of ``owner``'s (a gather's or a collector's) runs in this worker: its
         ledger look and its commit then cannot interleave with another's."""
         with self.attempts.hold(owner, EARLIER_ATTEMPT_WAIT_SECONDS):
-            self._run_unit(work)
+            self._run_unit(owner, work)
 
-    def _run_unit(self, work: Callable[[Transport], None]) -> None:
+    def _run_unit(self, owner: str, work: Callable[[Transport], None]) -> None:
         transport = self._transport()
         try:
             work(transport)
+            if activity.in_activity():  # salvage runs the same work outside one
+                info = activity.info()
+                check_in_time(owner, info.started_time, info.start_to_close_timeout)
             transport.commit()
         except BaseException as exc:
             try:

@@ -138,3 +138,9 @@ SALVAGE_LEASE_MARGIN_SECONDS = 60.0
 #: it by hand), between two units of work; and how long it waits for the answer.
 SALVAGE_LEASE_RECHECK_SECONDS = 1.0
 SALVAGE_LEASE_RECHECK_TIMEOUT_SECONDS = 10.0
+#: How long one attempt of a gather's or a collector's MQ work (a local activity) may
+#: run: past it the attempt is retried, and it backs out instead of committing.
+MQ_ATTEMPT_SECONDS = 60.0
+#: What salvage waits past that after a run that ended with MQ work under way, so that
+#: an attempt whose commit began just before its end has finished it.
+SALVAGE_AFTER_ATTEMPT_SECONDS = 5.0

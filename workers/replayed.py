@@ -18,6 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -33,7 +34,7 @@ from workflows.collector import CollectorWorkflow
 from workflows.gather import GatherWorkflow
 from workflows.models import GatherInput, GatherResult
 
-T = TypeVar("T")
+T = TypeVar("T", bound=BaseModel)
 
 #: A workflow task's own events: after the last completed task, none handed anything on.
 _TASK = frozenset({
@@ -178,4 +179,19 @@ async def replayed_answer(handle: WorkflowHandle[Any, Any], result_type: type[T]
         raise MQGatherError(
             f"{handle.id}: its history did not replay against this release's code ({why})"
         )
+    if getattr(answer, "mq_work", False) and not task_began_after_last(history.events):
+        # The MQ work the handed-over task begins no worker ever began: none is under way.
+        answer = answer.model_copy(update={"mq_work": False})
     return answer
+
+
+def task_began_after_last(events: Sequence[HistoryEvent]) -> bool:
+    """Whether a worker began a workflow task after the last one completed: its MQ work
+    may then be under way still (a task kept open while a local activity runs is one)."""
+    started = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+    for event in reversed(events):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return False
+        if event.event_type == started:
+            return True
+    return False

@@ -20,11 +20,13 @@ back on the collector's input queue as it came, once, and the destination's coll
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -40,6 +42,7 @@ from bridge.mq.hold import HeldReplyError
 from bridge.mq.ledger import ledger_key
 from bridge.mq.models import PutOptions, format_id
 from bridge.mq.transport import Transport
+from mqgather.constants import MQ_ATTEMPT_SECONDS, SALVAGE_AFTER_ATTEMPT_SECONDS
 from mqgather.errors import MQGatherError
 from mqgather.names import (
     AGGREGATE_NAME,
@@ -62,7 +65,7 @@ STOPPED = "left: the salvage stopped"
 #: How long a worker has to replay the gather and answer.
 QUERY_SECONDS = 30.0
 
-T = TypeVar("T")
+T = TypeVar("T", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ async def unplaced_runs(
             continue  # past the ledger's memory: not replayed only to be left
         found = await _asked(client.get_workflow_handle(handle.id, run_id=run_id),
                              UnplacedReplies, status)  # fmt: skip
+        attempts_over(handle.id, found.mq_work, closed)
         hours = found.aggregate.ledger_hours
         if not _remembered(hours, closed):
             if run_id != latest.run_id:
@@ -197,6 +201,27 @@ async def ended_gathers(
         if aggregate is None or _of_aggregate(run.id, aggregate):
             ids.setdefault(run.id, None)
     return [client.get_workflow_handle(gid) for gid in ids]
+
+
+def attempts_over(workflow_id: str, mq_work: bool, closed: datetime | None) -> None:
+    """Refuse a run that ended with MQ work under way until no attempt of it can commit:
+    one still in a worker commits within its timeout, or backs out
+    (:func:`~mqgather.runtime.attempts.check_in_time`).
+
+    Raises:
+        MQGatherError: it ended too recently; the message says when to try again.
+    """
+    if not mq_work or closed is None:
+        return
+    over = closed + timedelta(seconds=MQ_ATTEMPT_SECONDS + SALVAGE_AFTER_ATTEMPT_SECONDS)
+    left = (over - datetime.now(UTC)).total_seconds()
+    if left > 0:
+        raise MQGatherError(
+            f"{workflow_id} ended {(datetime.now(UTC) - closed).total_seconds():.0f} s ago "
+            "with its MQ work under way: an attempt still running in a worker commits "
+            f"within its {MQ_ATTEMPT_SECONDS:.0f} s, or backs out; run salvage again in "
+            f"{math.ceil(left)} s"
+        )
 
 
 def _of_aggregate(gid: str, aggregate: str) -> bool:
@@ -301,6 +326,7 @@ async def collector_unplaced(
             continue
         handle = client.get_workflow_handle(workflow_id, run_id=run.run_id)
         found = await _asked(handle, UnplacedItems, run.status)
+        attempts_over(workflow_id, found.mq_work, run.close_time)
         if force or _remembered(found.collector.ledger_hours, run.close_time):
             runs.found.append(found)
         else:

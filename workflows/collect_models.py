@@ -119,6 +119,11 @@ class UnplacedItems(BaseModel):
     collector: CollectorSpec
     destination: str
     batches: list[UnplacedBatch] = Field(default_factory=list)
+    mq_work: bool = Field(
+        default=False,
+        description="an attempt of a batch's PUT was under way when the run ended: it may "
+        "yet commit until its timeout",
+    )
 
 
 class BatchFacts(BaseModel):

@@ -21,6 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from mqgather import names
+    from mqgather.constants import MQ_ATTEMPT_SECONDS
     from workflows import collect_logic as logic
     from workflows import settling
     from workflows.collect_models import (
@@ -41,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
 PUT_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=2
 )
-PUT_TIMEOUT = timedelta(seconds=60)
+PUT_TIMEOUT = timedelta(seconds=MQ_ATTEMPT_SECONDS)
 #: A batch's delay counts from the bridge's receipt of its first message, not from the
 #: workflow task that took it in. Collectors recorded before replay as they ran.
 PATCH_DELAY_FROM_ARRIVAL = "delay-from-arrival"
@@ -60,6 +61,8 @@ class CollectorWorkflow:
         self._wake = False
         # History length when the latest PUT started (see ``_settled``).
         self._put_started = -1
+        # Whether an attempt of a batch's PUT is under way (for salvage, ``unplaced``).
+        self._putting = False
 
     @workflow.signal(name=names.SIGNAL_COLLECT)
     def collect(self, signal: CollectInput) -> None:
@@ -95,7 +98,7 @@ class CollectorWorkflow:
             batches.append(UnplacedBatch(number=self.s.open.number, items=self.s.open.items))
         return UnplacedItems(workflow_id=self.id, run_id=workflow.info().run_id,
                              collector=self.spec, destination=self.destination,
-                             batches=batches)  # fmt: skip
+                             batches=batches, mq_work=self._putting)  # fmt: skip
 
     @workflow.update(name=names.UPDATE_RELEASE)
     def release(self, inp: ReleaseBatchInput) -> ReleaseBatchResult:
@@ -157,6 +160,7 @@ class CollectorWorkflow:
         )
         while True:
             self._put_started = settling.work_started()
+            self._putting = True
             try:
                 result = await workflow.execute_local_activity(
                     names.ACTIVITY_PUT_BATCH,
@@ -166,6 +170,7 @@ class CollectorWorkflow:
                     retry_policy=PUT_RETRY,
                 )
             except (ActivityError, ApplicationError) as exc:
+                self._putting = False
                 cause = exc.cause if isinstance(exc, ActivityError) and exc.cause else exc
                 delay = logic.put_failed(self.s, str(cause), workflow.now())
                 workflow.logger.warning(
@@ -175,6 +180,7 @@ class CollectorWorkflow:
                 self._publish()
                 await workflow.sleep(delay)
                 continue
+            self._putting = False
             logic.put_done(self.s, batch.facts())
             if result.reset_behind:
                 self.s.after_reset = False

@@ -21,6 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from mqgather import names
+    from mqgather.constants import MQ_ATTEMPT_SECONDS
     from workflows import legs, logic, settling
     from workflows.models import (
         CancelInput,
@@ -53,7 +54,7 @@ ACTIVITY_RETRY = RetryPolicy(
 )
 # The MQ work takes milliseconds, so it runs as local activities: no activity task round
 # trips through the server. Still at-least-once; the ledger makes each PUT happen once.
-ACTIVITY_TIMEOUT = timedelta(seconds=60)
+ACTIVITY_TIMEOUT = timedelta(seconds=MQ_ATTEMPT_SECONDS)
 #: Re-requests of lost legs (a command the gather did not issue before): recorded as a
 #: patch marker the first time a gather makes one.
 PATCH_REREQUEST = "rerequest-lost-legs"
@@ -105,6 +106,8 @@ class GatherWorkflow:
         self._wake = False
         # History length when the latest MQ work started (see ``_settled``).
         self._work_started = -1
+        # Whether an attempt of MQ work is under way (for salvage, ``unplaced``).
+        self._in_mq_work = False
 
     @workflow.signal(name=names.SIGNAL_EXPECT)
     def expect(self, reg: Registration) -> None:
@@ -158,7 +161,8 @@ class GatherWorkflow:
         s = self.s
         legs = [reply for replies in s.received.values() for reply in replies]
         return UnplacedReplies(gather_id=self.id, aggregate=self.spec, outbox=s.outbox,
-                               legs=legs, waiting=s.held, chain=s.chain)  # fmt: skip
+                               legs=legs, waiting=s.held, chain=s.chain,
+                               mq_work=self._in_mq_work)  # fmt: skip
 
     def _operated(self, result: UpdateResult) -> UpdateResult:
         """Wake the run loop when an operator's change was applied."""
@@ -414,6 +418,7 @@ class GatherWorkflow:
         in ``status`` and the UI, and the workflow waits on a durable timer."""
         while True:
             self._work_started = settling.work_started()
+            self._in_mq_work = True
             try:
                 result = await workflow.execute_local_activity(
                     activity,
@@ -423,6 +428,7 @@ class GatherWorkflow:
                     retry_policy=ACTIVITY_RETRY,
                 )
             except (ActivityError, ApplicationError) as exc:
+                self._in_mq_work = False
                 # A local activity's failure arrives unwrapped, as the ApplicationError.
                 cause = exc.cause if isinstance(exc, ActivityError) and exc.cause else exc
                 delay = logic.attempt_failed(self.s, work, str(cause), workflow.now())
@@ -434,6 +440,7 @@ class GatherWorkflow:
                 self._publish()
                 await workflow.sleep(delay)
                 continue
+            self._in_mq_work = False
             if logic.attempt_succeeded(self.s):
                 self._publish()
             return result

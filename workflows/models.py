@@ -410,6 +410,11 @@ class UnplacedReplies(BaseModel):
     legs: list[Reply] = Field(default_factory=list, description="in the legs, for a final")
     waiting: list[Reply] = Field(default_factory=list, description="for a registration")
     chain: str = _chain()
+    mq_work: bool = Field(
+        default=False,
+        description="an attempt of its MQ work was under way when the run ended: it may yet "
+        "commit until its timeout",
+    )
 
 
 class ReceivedLeg(BaseModel):

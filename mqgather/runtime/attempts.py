@@ -6,6 +6,10 @@ lock held long) leaves the first attempt inside its unit of work when the second
 starts. Each looks on the ledger before the other commits, so each would PUT. An
 attempt therefore waits for the earlier one's unit of work to end; the ledger then
 tells it what was committed.
+
+An attempt whose MQ call returns after its timeout has been retried already, maybe in
+another worker or by an operator's salvage: it backs out instead of committing
+(:func:`check_in_time`), so that past its timeout no attempt commits.
 """
 
 from __future__ import annotations
@@ -13,12 +17,32 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 
 from mqgather.errors import MQGatherError
 
 
 class EarlierAttemptRunning(MQGatherError):
     """An earlier attempt of the same MQ work still runs in this process; retried."""
+
+
+class AttemptOutlived(MQGatherError):
+    """An attempt reached its commit after its timeout, and backed out."""
+
+
+def check_in_time(owner: str, started: datetime, timeout: timedelta | None) -> None:
+    """Before a commit: raise :class:`AttemptOutlived` once the attempt of ``owner``'s
+    MQ work that started at ``started`` has run ``timeout`` or longer (None: no limit)."""
+    if timeout is None:
+        return
+    late = datetime.now(UTC) - started - timeout
+    if late >= timedelta(0):
+        raise AttemptOutlived(
+            f"an attempt of the MQ work of {owner} reached its commit "
+            f"{late.total_seconds():.0f} s after its {timeout.total_seconds():.0f} s "
+            "timeout, when a later attempt (or a salvage) may run: it backed out, and the "
+            "work is done once by whichever commits within its time"
+        )
 
 
 class OneAtATime:

@@ -8,13 +8,12 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from temporalio.testing import ActivityEnvironment
-
 from activities.batch import CollectorActivities, batch_key
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.names import PROP_REASON
+from tests.activities.environment import attempt_env
 from tests.activities.test_mq import drain, overlapping_attempts
 from tests.harness import prepare_queues
 from workflows.collect_models import ClosedBatch, Item, PutBatchInput
@@ -40,7 +39,7 @@ def test_a_retried_batch_put_after_the_batch_was_consumed_puts_nothing(tmp_path:
     path = tmp_path / "qm.db"
     prepare_queues(path, ["OUT"])
     acts = CollectorActivities(lambda: LocalQueueManager(path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     inp = batch_input([message(1, b'{"a":1}'), message(2, b"[2]")])
     env.run(acts.put_batch, inp)
     with LocalQueueManager(path) as consumer:
@@ -60,7 +59,7 @@ def test_a_batch_put_retried_while_the_last_attempt_is_stalled_in_its_commit_is_
     inp = batch_input([message(1, b'{"a":1}'), message(2, b"[2]")])
     first, second = overlapping_attempts(
         path, CollectorActivities,
-        lambda acts: ActivityEnvironment().run(acts.put_batch, inp), inp.workflow_id,
+        lambda acts: attempt_env().run(acts.put_batch, inp), inp.workflow_id,
     )  # fmt: skip
     with LocalQueueManager(path) as consumer:
         assert [m.msg_id for m in drain(consumer, "OUT")] == [batch_key(inp)]
@@ -74,7 +73,7 @@ def test_after_a_reset_a_batch_puts_only_what_the_batches_before_did_not(tmp_pat
     path = tmp_path / "qm.db"
     prepare_queues(path, ["OUT"])
     acts = CollectorActivities(lambda: LocalQueueManager(path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     m = [message(n, f"[{n}]".encode()) for n in range(1, 6)]
     second = batch_input([m[2]])
     env.run(acts.put_batch, batch_input(m[:2]))
@@ -101,7 +100,7 @@ def test_after_a_reset_a_batch_with_nothing_new_reports_no_batch(tmp_path: Path)
     path = tmp_path / "qm.db"
     prepare_queues(path, ["OUT"])
     acts = CollectorActivities(lambda: LocalQueueManager(path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     m = [message(n, f"[{n}]".encode()) for n in range(1, 4)]
     env.run(acts.put_batch, batch_input(m[:2]))
     after = batch_input(m[:3]).model_copy(update={"after_reset": True})
@@ -122,7 +121,7 @@ def test_ebcdic_is_read_in_its_ccsid_and_invalid_utf8_goes_to_the_failure_queue(
     acts = CollectorActivities(lambda: LocalQueueManager(path))
     ebcdic = message(1, "<Test>Hola</Test>".encode("cp037"), ccsid=37)
     broken = message(2, b"<Test>\xff\xfe</Test>")
-    ActivityEnvironment().run(acts.put_batch, batch_input([ebcdic, broken], fmt="xml"))
+    attempt_env().run(acts.put_batch, batch_input([ebcdic, broken], fmt="xml"))
     with LocalQueueManager(path) as qm:
         (batch,) = drain(qm, "OUT")
         (failed,) = drain(qm, SPEC.failure_queue)
@@ -139,9 +138,7 @@ def test_bodies_that_are_not_strict_json_are_batched_as_text_and_the_batch_is_pu
     acts = CollectorActivities(lambda: LocalQueueManager(path))
     odd = [b'{"x": NaN}', b"[Infinity]", b"1e999", b"[" * 100_000 + b"]" * 100_000]
     bodies = [b'{"ok": 1.5}', *odd]
-    ActivityEnvironment().run(
-        acts.put_batch, batch_input([message(n, b) for n, b in enumerate(bodies, 1)])
-    )
+    attempt_env().run(acts.put_batch, batch_input([message(n, b) for n, b in enumerate(bodies, 1)]))
     with LocalQueueManager(path) as qm:
         (batch,) = drain(qm, "OUT")
 
@@ -158,7 +155,7 @@ def test_a_message_that_shares_its_msg_id_with_unreadable_text_is_still_batched(
     acts = CollectorActivities(lambda: LocalQueueManager(path))
     good = message(7, b"<Test>Hola</Test>")
     broken = message(7, b"<Test>\xff\xfe</Test>")  # the same MsgId, set by the application
-    ActivityEnvironment().run(acts.put_batch, batch_input([good, broken], fmt="xml"))
+    attempt_env().run(acts.put_batch, batch_input([good, broken], fmt="xml"))
     with LocalQueueManager(path) as qm:
         (batch,) = drain(qm, "OUT")
         (failed,) = drain(qm, SPEC.failure_queue)

@@ -40,7 +40,8 @@ from bridge.mq.models import (
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import DEAD_LETTER_QUEUE, MAX_EXPIRY_TENTHS
 from mqgather.routing import Destination
-from mqgather.runtime.attempts import EarlierAttemptRunning
+from mqgather.runtime.attempts import AttemptOutlived, EarlierAttemptRunning
+from tests.activities.environment import attempt_env
 from tests.harness import prepare_queues
 from workflows.models import (
     HeldBody,
@@ -134,11 +135,29 @@ def overlapping_attempts(
     return results
 
 
+def test_an_attempt_that_reaches_its_commit_past_its_timeout_backs_out(qm_path):
+    """Its MQ calls returned only after its 60 s (a stalled queue manager): its retry may
+    have run meanwhile in another worker, or a salvage, so it commits nothing; the
+    attempt in time PUTs, once."""
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    started = datetime.now(UTC) - timedelta(seconds=61)
+    with pytest.raises(AttemptOutlived, match=f"MQ work of {GATHER} reached its commit"):
+        attempt_env(started).run(acts.put_response, response_input(spec))
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, "ORDER.RESPONSE") == []
+        assert not ledger.done(qm, spec.ledger_queue, response_msg_id(GATHER, "COMPLETE"))
+    assert attempt_env().run(acts.put_response, response_input(spec)).outcome == "COMPLETE"
+    with LocalQueueManager(qm_path) as qm:
+        responses = drain(qm, "ORDER.RESPONSE")
+    assert [m.msg_id for m in responses] == [response_msg_id(GATHER, "COMPLETE")]
+
+
 def test_an_attempt_retried_while_the_last_is_stalled_in_its_commit_puts_nothing(qm_path):
     spec = AggregateSpec(name="t", legs=(LEG,))
     first, second = overlapping_attempts(
         qm_path, MQActivities,
-        lambda acts: ActivityEnvironment().run(acts.put_response, response_input(spec)),
+        lambda acts: attempt_env().run(acts.put_response, response_input(spec)),
         GATHER,
     )  # fmt: skip
     with LocalQueueManager(qm_path) as qm:
@@ -155,13 +174,11 @@ def test_an_attempt_that_waits_too_long_for_the_stalled_one_is_retried_and_puts_
     items = [Routed(kind=Destination.LATE, reply=reply(7), reason="late")]
     inp = RouteInput(aggregate=spec, gather_id=GATHER, items=items)
     first, second = overlapping_attempts(
-        qm_path, MQActivities, lambda acts: ActivityEnvironment().run(acts.route_replies, inp),
+        qm_path, MQActivities, lambda acts: attempt_env().run(acts.route_replies, inp),
         GATHER, second_gives_up=True,
     )  # fmt: skip
     assert isinstance(second, EarlierAttemptRunning) and GATHER in str(second)
-    again = ActivityEnvironment().run(
-        MQActivities(lambda: LocalQueueManager(qm_path)).route_replies, inp
-    )
+    again = attempt_env().run(MQActivities(lambda: LocalQueueManager(qm_path)).route_replies, inp)
     with LocalQueueManager(qm_path) as qm:
         late = drain(qm, "GATHER.LATE")
     assert [m.msg_id for m in late] == [bytes([7]) * 24]
@@ -171,7 +188,7 @@ def test_an_attempt_that_waits_too_long_for_the_stalled_one_is_retried_and_puts_
 def test_a_retried_put_after_the_response_was_consumed_puts_nothing(qm_path):
     spec = AggregateSpec(name="t", legs=(LEG,))
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     first = env.run(acts.put_response, response_input(spec))
     with LocalQueueManager(qm_path) as requester:
         taken = drain(requester, "ORDER.RESPONSE")  # the requester is quick
@@ -187,7 +204,7 @@ def test_a_gather_under_an_id_used_before_keeps_a_ledger_of_its_own(qm_path):
     each chain has its own markers, so the second is answered, and once."""
     spec = AggregateSpec(name="t", legs=(LEG,))
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     first = env.run(acts.put_response, response_input(spec, chain="run-1"))
     second = env.run(acts.put_response, response_input(spec, chain="run-2", legs=[
         ReceivedLeg(leg=LEG, replies=[reply(2)])]))  # fmt: skip
@@ -207,7 +224,7 @@ def test_after_a_reset_the_earlier_final_stands_and_what_it_did_not_carry_goes_l
     stock_leg = LegSpec(name="STOCK", sequence=20)
     spec = AggregateSpec(name="t", legs=(LEG, stock_leg))
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     credit = ReceivedLeg(leg=LEG, replies=[reply(1)])
     stock = ReceivedLeg(leg=stock_leg, replies=[reply(2).model_copy(update={"leg": "STOCK"})])
     env.run(acts.put_response, response_input(spec, outcome="TIMEOUT", legs=[credit],
@@ -227,7 +244,7 @@ def test_a_reply_the_final_carried_is_never_forwarded_after_it(qm_path):
     counts the first, which the final carried, a duplicate: that one stays where it is."""
     spec = AggregateSpec(name="t", legs=(LEG,), duplicates="last")
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     env.run(acts.put_response, response_input(spec))  # the final carried reply 1
     items = [Routed(kind=Destination.DUPLICATE, reply=reply(n), reason="duplicate")
              for n in (1, 2)]  # fmt: skip
@@ -247,7 +264,7 @@ def test_a_final_an_earlier_release_marked_without_its_replies_is_still_put_once
         ledger.mark(qm, spec.ledger_queue, marked, "an earlier release's response", 1)
         qm.commit()
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    result = ActivityEnvironment().run(acts.put_response, response_input(spec))
+    result = attempt_env().run(acts.put_response, response_input(spec))
     with LocalQueueManager(qm_path) as qm:
         assert drain(qm, "ORDER.RESPONSE") == [] and drain(qm, "GATHER.LATE") == []
     assert result.outcome == "COMPLETE" and result.error == ""
@@ -256,7 +273,7 @@ def test_a_final_an_earlier_release_marked_without_its_replies_is_still_put_once
 def test_the_response_is_a_reply_though_it_names_the_requesters_reply_queue(qm_path):
     spec = AggregateSpec(name="t", legs=(LEG,), destination="replyToQueue")
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    ActivityEnvironment().run(acts.put_response, response_input(spec, reply_to_q="ORDER.RESPONSE"))
+    attempt_env().run(acts.put_response, response_input(spec, reply_to_q="ORDER.RESPONSE"))
     with LocalQueueManager(qm_path) as requester:
         (response,) = drain(requester, "ORDER.RESPONSE")
     assert (response.message_type, response.reply_to_q) == (MQMT_REPLY, "ORDER.RESPONSE")
@@ -270,7 +287,7 @@ def test_a_full_ledger_backs_the_put_out_and_the_retry_puts_once_there_is_room(q
         qm.put(spec.ledger_queue, MQMessage(body=b"an older marker"))
         qm.commit()
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     with pytest.raises(QueueFull, match="MQRC_Q_FULL"):
         env.run(acts.put_response, response_input(spec))
     with LocalQueueManager(qm_path) as qm:
@@ -289,7 +306,7 @@ def test_a_retried_forward_after_the_copy_was_consumed_forwards_nothing(qm_path)
     items = [Routed(kind=Destination.LATE, reply=reply(7), reason="late"),
              Routed(kind=Destination.DUPLICATE, reply=reply(8), reason="dup")]  # fmt: skip
     inp = RouteInput(aggregate=spec, gather_id=GATHER, items=items)
-    env = ActivityEnvironment()
+    env = attempt_env()
     env.run(acts.route_replies, inp)
     with LocalQueueManager(qm_path) as consumer:
         late, dup = drain(consumer, "GATHER.LATE"), drain(consumer, "GATHER.DUPLICATE")
@@ -325,7 +342,7 @@ def test_routing_held_replies_that_share_ids_fits_maxumsgs_in_smaller_units(qm_p
         for name in ("A", "B", "C")
     ]  # fmt: skip
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    ActivityEnvironment().run(acts.route_replies, RouteInput(aggregate=spec, gather_id=GATHER,
+    attempt_env().run(acts.route_replies, RouteInput(aggregate=spec, gather_id=GATHER,
                                                              items=items))  # fmt: skip
     with LocalQueueManager(qm_path) as qm:
         late = drain(qm, "GATHER.LATE")
@@ -339,7 +356,7 @@ def test_an_undeliverable_response_is_retried_then_dead_lettered(qm_path):
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
     # A ReplyToQMgr that names this queue manager is a queue of its own.
     inp = response_input(spec, reply_to_q="NO.SUCH.Q", reply_to_qmgr="MQGATHER")
-    env = ActivityEnvironment()
+    env = attempt_env()
     for attempt in (1, 2):
         env.info = dataclasses.replace(env.info, attempt=attempt)
         with pytest.raises(Exception, match="MQRC_UNKNOWN_OBJECT_NAME"):
@@ -374,7 +391,7 @@ def test_a_put_disabled_response_queue_is_retried_then_dead_lettered_naming_it(q
         attrs = qm.inquire("ORDER.RESPONSE")
         qm.define(attrs.model_copy(update={"put": "disabled"}), replace=True)
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     with pytest.raises(QueueInhibited, match="MQRC_PUT_INHIBITED"):
         env.run(acts.put_response, response_input(spec))
     env.info = dataclasses.replace(env.info, attempt=2)
@@ -392,7 +409,7 @@ def test_a_destination_list_delivers_where_it_can_and_dead_letters_the_rest(qm_p
                          destination_list=("ORDER.RESPONSE", "GONE.Q"),
                          delivery_attempts=1)  # fmt: skip
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    result = ActivityEnvironment().run(acts.put_response, response_input(spec))
+    result = attempt_env().run(acts.put_response, response_input(spec))
     with LocalQueueManager(qm_path) as qm:
         delivered, dead = drain(qm, "ORDER.RESPONSE"), drain(qm, DEAD_LETTER_QUEUE)
     assert result.outcome == "FAILED" and "GONE.Q" in result.error
@@ -413,7 +430,7 @@ def test_a_response_past_maxumsgs_is_retried_whole_not_dead_lettered(qm_path):
             admin.define(QueueAttributes(name=queue, maxdepth=10))
         admin.set_max_uncommitted(5)
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     with pytest.raises(SyncpointLimitReached, match=r"MAXUMSGS\(5\).*ALTER QMGR MAXUMSGS"):
         env.run(acts.put_response, response_input(spec))
     with LocalQueueManager(qm_path) as qm:
@@ -446,7 +463,7 @@ def test_a_response_lives_as_long_as_its_requester_asked_and_no_longer():
 def test_a_response_carries_the_requests_msg_id_when_asked_and_is_still_put_once(qm_path):
     spec = AggregateSpec(name="t", legs=(LEG,))
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    env = ActivityEnvironment()
+    env = attempt_env()
     asked = response_input(spec, reply_terms=ReplyTerms(msg_id=b"R" * 24))
     first = env.run(acts.put_response, asked)
     with LocalQueueManager(qm_path) as requester:
@@ -477,7 +494,7 @@ def test_a_forward_an_earlier_release_recorded_by_msg_id_alone_is_not_put_again(
         ledger.mark(qm, spec.ledger_queue, before, "an earlier release's forward", 1)
         qm.commit()
     items = [Routed(kind=Destination.LATE, reply=late, reason="late")]
-    ActivityEnvironment().run(acts.route_replies, RouteInput(aggregate=spec, gather_id=GATHER,
+    attempt_env().run(acts.route_replies, RouteInput(aggregate=spec, gather_id=GATHER,
                                                              items=items))  # fmt: skip
     with LocalQueueManager(qm_path) as consumer:
         assert drain(consumer, "GATHER.LATE") == []
@@ -494,7 +511,7 @@ def test_a_response_for_a_requester_on_another_queue_manager_waits_on_the_route_
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
     inp = response_input(spec, reply_to_q="APP.REPLY", reply_to_qmgr="QM9",
                          request_msg_id=b"Q" * 24)  # fmt: skip
-    result = ActivityEnvironment().run(acts.put_response, inp)
+    result = attempt_env().run(acts.put_response, inp)
     with LocalQueueManager(qm_path) as qm:
         here, waiting = drain(qm, "APP.REPLY"), drain(qm, "QM9")
     assert here == [] and (result.outcome, result.queues) == ("COMPLETE", ["APP.REPLY@QM9"])
@@ -526,7 +543,7 @@ def test_a_response_for_a_requester_on_another_queue_manager_never_lands_on_a_qu
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
     inp = response_input(spec, reply_to_q="APP.REPLY", reply_to_qmgr=qmgr,
                          reply_terms=ReplyTerms(notify=MQRO_NAN))  # fmt: skip
-    env = ActivityEnvironment()
+    env = attempt_env()
     with pytest.raises(Exception, match=reason):
         env.run(acts.put_response, inp)
     env.info = dataclasses.replace(env.info, attempt=2)
@@ -582,7 +599,7 @@ def with_requester(qm_path: Path) -> tuple[AggregateSpec, MQActivities, Activity
     with LocalQueueManager(qm_path) as qm:
         qm.define(QueueAttributes(name="APP.REPLY"))
     spec = AggregateSpec(name="t", legs=(LEG,))
-    return spec, MQActivities(lambda: LocalQueueManager(qm_path)), ActivityEnvironment()
+    return spec, MQActivities(lambda: LocalQueueManager(qm_path)), attempt_env()
 
 
 def test_a_negative_action_notification_is_put_once_beside_the_partial_result(qm_path):
@@ -606,7 +623,7 @@ def test_an_undeliverable_notification_is_dead_lettered_and_the_outcome_stands(q
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
     timed_out = response_input(spec, outcome="TIMEOUT", reply_to_q="GONE.Q",
                                reply_terms=ReplyTerms(notify=MQRO_NAN))  # fmt: skip
-    result = ActivityEnvironment().run(acts.put_response, timed_out)
+    result = attempt_env().run(acts.put_response, timed_out)
     with LocalQueueManager(qm_path) as qm:
         partial, dead = drain(qm, "GATHER.TIMEOUT"), drain(qm, DEAD_LETTER_QUEUE)
     assert result.outcome == "TIMEOUT" and len(partial) == 1

@@ -9,11 +9,13 @@ import dataclasses
 import json
 import math
 import re
+import threading
 from datetime import UTC, datetime
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 
+from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec
 from mqgather.names import PROP_REASON
@@ -651,10 +653,10 @@ async def test_a_flood_and_a_megabyte_reply_are_salvaged_whole_and_once(
         stock = p.reply(spec, sent.correl_id, "STOCK", big)
 
         async def drained() -> bool:  # the bridge took every reply, for the history
-            return p.empty(spec.reply_queue)
+            # STOCK came last: held, its batch committed, every batch before it too.
+            return p.empty(spec.reply_queue) and not p.empty(spec.hold_queue)
 
         await until(drained, bool, timeout=120)
-        assert not p.empty(spec.hold_queue)
         await handle.terminate(reason="flooded while the workers were down")
         done = await _salvage(p, spec, sent.correl_id, connect=connect)
         late = {m.msg_id: m for m in _taken(p, "GATHER.LATE")}
@@ -666,3 +668,56 @@ async def test_a_flood_and_a_megabyte_reply_are_salvaged_whole_and_once(
     assert late[stock.msg_id].body == big and late[credits[0].msg_id].body == b'{"n":0}'
     assert duplicates == {m.msg_id: m.body for m in credits[1:]}
     assert len(again) == flood + 1 and "sent" not in {r["verdict"] for r in again}
+
+
+class _ResponseStalls(LocalQueueManager):
+    """The worker's queue manager: a unit of work that PUTs a response does not commit
+    until released (a queue manager that stalls mid-PUT)."""
+
+    def __init__(self, path, committing: threading.Event, release: threading.Event) -> None:
+        super().__init__(path)
+        self._committing, self._release, self._responding = committing, release, False
+
+    def put(self, queue, message, options=None, **kw):
+        self._responding |= queue == "ORDER.RESPONSE"
+        return super().put(queue, message, options, **kw)
+
+    def commit(self) -> None:
+        if self._responding:
+            self._responding = False
+            self._committing.set()
+            assert self._release.wait(60)
+        super().commit()
+
+
+async def test_a_gather_ended_with_its_put_under_way_is_salvaged_only_once_it_cannot_commit(
+    temporal_env, tmp_path
+):
+    """Terminated while its merge and PUT hang in a worker: that attempt may yet commit
+    the response with every reply in it, so salvage refuses to send them elsewhere
+    until the attempt's timeout is over (past it, the attempt backs out), and says when
+    to run again."""
+    spec = AggregateSpec(name="salvage-putting", legs=THREE_LEGS, timeout_seconds=300)
+    committing, release = threading.Event(), threading.Event()
+
+    def stalls(path):
+        return lambda: _ResponseStalls(path, committing, release)
+
+    async with pipeline(temporal_env.client, tmp_path, [spec], transport=stalls) as p:
+        sent = await p.scatter(spec)
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, sent.correl_id, leg, b"{}")
+        assert await asyncio.to_thread(committing.wait, 30)
+        handle = p.handle(spec, sent.correl_id)
+        await handle.terminate(reason="stuck in its PUT")
+        try:
+            refused = await cli(p.client, "salvage", f"hex:{sent.correl_id.hex()}",
+                                "--aggregate", spec.name, "--mq", f"local:{p.path}")  # fmt: skip
+            assert all(p.empty(q) for q in QUEUES)
+        finally:
+            release.set()
+        response = await p.wait_message("ORDER.RESPONSE")  # it committed, within its time
+    assert refused.returncode != 0 and b"Traceback" not in refused.stderr
+    said = refused.stderr.decode()
+    assert "with its MQ work under way" in said and "run salvage again in" in said
+    assert json.loads(response.body)["state"] == "COMPLETE"

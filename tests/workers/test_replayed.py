@@ -91,3 +91,17 @@ def test_what_events_after_the_cut_name_among_themselves_follows_them():
 def test_a_run_its_own_last_task_closed_is_left_as_it_is():
     events = history(START, SCHEDULED, STARTED, COMPLETED, E.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED)
     assert with_last_task(events) == events
+
+
+def test_mq_work_may_be_under_way_only_where_a_worker_began_a_task_after_the_last():
+    from workers.replayed import task_began_after_last
+
+    # A worker ran a task when the run was terminated (its local activity may run on).
+    assert task_began_after_last(history(START, SCHEDULED, STARTED, SIGNALED, TERMINATED))
+    # That worker lost Temporal: its task timed out, its activity may still run.
+    assert task_began_after_last(history(START, SCHEDULED, STARTED, COMPLETED, SCHEDULED,
+                                         STARTED, E.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+                                         SCHEDULED, TERMINATED))  # fmt: skip
+    # The workers were down: what the last task hands over no worker began.
+    assert not task_began_after_last(history(START, SCHEDULED, STARTED, COMPLETED, SIGNALED,
+                                             SCHEDULED, TERMINATED))  # fmt: skip

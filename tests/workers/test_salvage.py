@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from activities.mq import placed, response_msg_id
 from bridge.mq import ledger
 from bridge.mq.local_qm import LocalQueueManager
@@ -148,3 +150,16 @@ def test_a_collector_salvage_that_stops_midway_leaves_the_rest_for_the_next(tmp_
     assert [m.verdict for m in second] == [f"put back on {spec.input_queue} before", "sent"]
     with LocalQueueManager(path) as qm:
         assert qm.inquire(spec.input_queue).curdepth == 2
+
+
+def test_a_run_ended_with_its_mq_work_under_way_waits_until_no_attempt_can_commit():
+    from datetime import timedelta
+
+    from mqgather.errors import MQGatherError
+    from workers.salvage import attempts_over
+
+    now = datetime.now(UTC)
+    attempts_over("gather:s:00", True, now - timedelta(seconds=66))  # over
+    attempts_over("gather:s:00", False, now)  # nothing under way
+    with pytest.raises(MQGatherError, match=r"ended 10 s ago .* run salvage again in 5[45] s"):
+        attempts_over("gather:s:00", True, now - timedelta(seconds=10))

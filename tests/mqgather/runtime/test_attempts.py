@@ -75,3 +75,15 @@ def test_an_error_inside_releases_the_key():
     with turns.hold("gather:a", wait_s=0.05):
         pass
     assert turns.users("gather:a") == 0
+
+
+def test_an_attempt_commits_only_within_its_timeout():
+    from datetime import UTC, datetime, timedelta
+
+    from mqgather.runtime.attempts import AttemptOutlived, check_in_time
+
+    now, minute = datetime.now(UTC), timedelta(seconds=60)
+    check_in_time("gather:a:00", now - timedelta(seconds=59), minute)
+    check_in_time("gather:a:00", now - timedelta(days=1), None)  # no limit
+    with pytest.raises(AttemptOutlived, match=r"gather:a:00 reached its commit \d+ s after"):
+        check_in_time("gather:a:00", now - timedelta(seconds=61), minute)
