@@ -88,6 +88,21 @@ def _collector_salvage(c, destination: str) -> tuple[str, ...]:
     return ("collector", "salvage", c.spec.name, destination, "--mq", f"local:{c.path}", "--json")
 
 
+async def _collector_terminated_holding_a(c):
+    """France's collector, its open batch holding order A, terminated by hand and listed
+    so; its handle."""
+    from tests.collecting import order
+    from workflows.collect_models import collector_id
+
+    c.rule("France", "CMAOUT.FR", max_messages=3, max_delay_seconds=300)
+    c.send("France", order("A"))
+    await until(lambda: c.status("France"), lambda s: s.open_messages == 1, timeout=30)
+    handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+    await _terminated(handle, "by hand")
+    await _listed_as_terminated(c.client, handle)
+    return handle
+
+
 def _taken(p, queue: str) -> list[MQMessage]:
     taken = []
     while not p.empty(queue):
@@ -505,16 +520,10 @@ async def test_a_collector_run_past_the_ledgers_memory_is_put_back_only_when_for
     temporal_env, tmp_path
 ):
     from tests.collecting import SPEC, collecting, order
-    from workflows.collect_models import collector_id
 
     spec = SPEC.model_copy(update={"ledger_hours": 0.0005})  # 1.8 s
     async with collecting(temporal_env.client, tmp_path, spec=spec) as c:
-        c.rule("France", "CMAOUT.FR", max_messages=3, max_delay_seconds=300)
-        c.send("France", order("A"))
-        await until(lambda: c.status("France"), lambda s: s.open_messages == 1, timeout=30)
-        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
-        await _terminated(handle, "by hand")
-        await _listed_as_terminated(c.client, handle)
+        handle = await _collector_terminated_holding_a(c)
         ended = (await handle.describe()).close_time
         assert ended is not None
 
@@ -603,17 +612,11 @@ async def test_the_lease_of_a_salvage_killed_midway_lapses(temporal_env, tmp_pat
 
 
 async def test_one_salvage_of_a_collector_at_a_time(temporal_env, tmp_path):
-    from tests.collecting import collecting, order
+    from tests.collecting import collecting
     from workers.lease import salvage_lease
-    from workflows.collect_models import collector_id
 
     async with collecting(temporal_env.client, tmp_path) as c:
-        c.rule("France", "CMAOUT.FR", max_messages=3, max_delay_seconds=300)
-        c.send("France", order("A"))
-        await until(lambda: c.status("France"), lambda s: s.open_messages == 1, timeout=30)
-        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
-        await _terminated(handle, "by hand")
-        await _listed_as_terminated(c.client, handle)
+        handle = await _collector_terminated_holding_a(c)
         async with salvage_lease(c.client, handle.id):
             refused = await cli(c.client, *_collector_salvage(c, "France"))
             assert c.depth(c.spec.input_queue) == 0
