@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 from bridge.collect import CollectorBridge
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
+from bridge.mq.transport import Transport
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.runtime.rules import RuleStore
 from tests.harness import prepare_queues
@@ -91,11 +92,12 @@ async def collecting(
     rules_db: str | None = None,
     extra_queues: tuple[str, ...] = (),
     maxumsgs: int | None = None,
+    worker_qm: Callable[[Path], Transport] = LocalQueueManager,
 ) -> AsyncIterator[Collecting]:
     """A collector with a worker (of ``version``, when given) and, unless told otherwise,
     its bridge; its name is made unique, since collector workflows never end. Its rules
     are in a fresh SQLite file unless ``rules_db`` names a database; ``maxumsgs`` sets
-    the queue manager's MAXUMSGS."""
+    the queue manager's MAXUMSGS; ``worker_qm(path)`` opens the worker's connections."""
     path = tmp_path / "qm.db"
     # Collector workflows never end: a name of its own keeps each test's apart.
     spec = spec.model_copy(
@@ -111,9 +113,7 @@ async def collecting(
         if maxumsgs is not None:
             qm.set_max_uncommitted(maxumsgs)
     task_queue = f"collect-{uuid.uuid4().hex[:10]}"
-    worker = build_worker(
-        client, lambda: LocalQueueManager(path), task_queue=task_queue, version=version
-    )
+    worker = build_worker(client, lambda: worker_qm(path), task_queue=task_queue, version=version)
     c = Collecting(client, path, spec, task_queue, worker)
     if run_bridge:
         c.start_bridge()

@@ -673,16 +673,18 @@ async def test_a_flood_and_a_megabyte_reply_are_salvaged_whole_and_once(
     assert len(again) == flood + 1 and "sent" not in {r["verdict"] for r in again}
 
 
-class _ResponseStalls(LocalQueueManager):
-    """The worker's queue manager: a unit of work that PUTs a response does not commit
+class _PutStalls(LocalQueueManager):
+    """The worker's queue manager: a unit of work that PUTs to ``QUEUE`` does not commit
     until released (a queue manager that stalls mid-PUT)."""
+
+    QUEUE = "ORDER.RESPONSE"
 
     def __init__(self, path, committing: threading.Event, release: threading.Event) -> None:
         super().__init__(path)
         self._committing, self._release, self._responding = committing, release, False
 
     def put(self, queue, message, options=None, **kw):
-        self._responding |= queue == "ORDER.RESPONSE"
+        self._responding |= queue == self.QUEUE
         return super().put(queue, message, options, **kw)
 
     def commit(self) -> None:
@@ -704,7 +706,7 @@ async def test_a_gather_ended_with_its_put_under_way_is_salvaged_only_once_it_ca
     committing, release = threading.Event(), threading.Event()
 
     def stalls(path):
-        return lambda: _ResponseStalls(path, committing, release)
+        return lambda: _PutStalls(path, committing, release)
 
     async with pipeline(temporal_env.client, tmp_path, [spec], transport=stalls) as p:
         sent = await p.scatter(spec)
@@ -724,3 +726,38 @@ async def test_a_gather_ended_with_its_put_under_way_is_salvaged_only_once_it_ca
     said = refused.stderr.decode()
     assert "with its MQ work under way" in said and "run salvage again in" in said
     assert json.loads(response.body)["state"] == "COMPLETE"
+
+
+async def test_a_collector_ended_with_its_put_under_way_is_salvaged_only_once_it_cannot_commit(
+    temporal_env, tmp_path
+):
+    """Terminated while a batch's PUT hangs in a worker: that attempt may yet commit the
+    batch, so collector salvage puts nothing back until the attempt's timeout is over."""
+    from tests.collecting import collecting, order
+    from workflows.collect_models import collector_id
+
+    committing, release = threading.Event(), threading.Event()
+
+    class BatchStalls(_PutStalls):
+        QUEUE = "CMAOUT.FR"
+
+    def stalls(path):
+        return BatchStalls(path, committing, release)
+
+    async with collecting(temporal_env.client, tmp_path, worker_qm=stalls) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=1, max_delay_seconds=300)
+        c.send("France", order("A"))
+        assert await asyncio.to_thread(committing.wait, 30)
+        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+        await handle.terminate(reason="stuck in its PUT")
+        await _listed_as_terminated(c.client, handle)
+        try:
+            refused = await cli(c.client, *_collector_salvage(c, "France"))
+            assert c.depth(c.spec.input_queue) == 0
+        finally:
+            release.set()
+        batch = await c.take("CMAOUT.FR")  # it committed, within its time
+    assert refused.returncode != 0 and b"Traceback" not in refused.stderr
+    said = refused.stderr.decode()
+    assert "with its MQ work under way" in said and "run salvage again in" in said
+    assert "<Test>A</Test>" in batch.body.decode()
