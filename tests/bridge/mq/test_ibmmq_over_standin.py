@@ -449,6 +449,27 @@ def test_a_message_whose_property_mq_cannot_convert_goes_aside_with_it_intact(tm
     assert "note" not in elsewhere and elsewhere["leg"] == "TAX" and "gone" in elsewhere
 
 
+def test_a_dead_letter_put_back_keeps_a_property_mq_cannot_convert(tmp_path, adapter):
+    """`mqgather queues retry` over IBM MQ: the message goes where it was going with the
+    property no one could read, as MQ held it."""
+    from bridge.mq.deadletters import retry_dead_letters
+    from bridge.mq.dlh import dead_letter
+
+    t = adapter()
+    for name in ("DLQ", "APP.REPLY"):
+        t.define(QueueAttributes(name=name))
+    letter = dead_letter(MQMessage(body=b"{}", properties={"leg": "TAX", **UNCONVERTIBLE}),
+                         2053, "APP.REPLY", t.qmgr_name, "mqgather")  # fmt: skip
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        qm.put("DLQ", letter, PutOptions(syncpoint=False, set_all_context=True))
+    report = retry_dead_letters(t, "DLQ")
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        back = qm.get("APP.REPLY", syncpoint=False)
+    assert [r.fate for r in report.chosen] == ["put"]
+    assert {k: back.properties[k] for k in UNCONVERTIBLE} == UNCONVERTIBLE
+    assert (back.body, back.properties["leg"]) == (b"{}", "TAX")
+
+
 def test_the_library_fails_on_such_a_value_without_conversion_too(tmp_path, adapter):
     """Why the adapter cannot simply read it unconverted: the C layer decodes strictly."""
     t = adapter()
