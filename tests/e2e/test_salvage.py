@@ -673,6 +673,13 @@ async def test_a_flood_and_a_megabyte_reply_are_salvaged_whole_and_once(
     assert len(again) == flood + 1 and "sent" not in {r["verdict"] for r in again}
 
 
+def _told_to_wait_for_its_mq_work(out) -> None:
+    """Salvage refused, saying why and when to run again."""
+    assert out.returncode != 0 and b"Traceback" not in out.stderr
+    said = out.stderr.decode()
+    assert "with its MQ work under way" in said and "run salvage again in" in said
+
+
 class _PutStalls(LocalQueueManager):
     """The worker's queue manager: a unit of work that PUTs to ``QUEUE`` does not commit
     until released (a queue manager that stalls mid-PUT)."""
@@ -722,9 +729,7 @@ async def test_a_gather_ended_with_its_put_under_way_is_salvaged_only_once_it_ca
         finally:
             release.set()
         response = await p.wait_message("ORDER.RESPONSE")  # it committed, within its time
-    assert refused.returncode != 0 and b"Traceback" not in refused.stderr
-    said = refused.stderr.decode()
-    assert "with its MQ work under way" in said and "run salvage again in" in said
+    _told_to_wait_for_its_mq_work(refused)
     assert json.loads(response.body)["state"] == "COMPLETE"
 
 
@@ -757,7 +762,5 @@ async def test_a_collector_ended_with_its_put_under_way_is_salvaged_only_once_it
         finally:
             release.set()
         batch = await c.take("CMAOUT.FR")  # it committed, within its time
-    assert refused.returncode != 0 and b"Traceback" not in refused.stderr
-    said = refused.stderr.decode()
-    assert "with its MQ work under way" in said and "run salvage again in" in said
+    _told_to_wait_for_its_mq_work(refused)
     assert "<Test>A</Test>" in batch.body.decode()
