@@ -373,6 +373,9 @@ def MQDISC(hconn: int) -> tuple[int, int]:
     finally:
         for hobj in list(conn.objects):
             _close_object(conn, hobj)
+        # Its message handles go with it (MQDLTMH called implicitly).
+        for hmsg in [h for h, handle in _handles.items() if handle.hconn == hconn]:
+            del _handles[hmsg]
         conn.qm.close()
         conn.peek.close()
     return CC_OK, 0
@@ -920,9 +923,17 @@ def MQCRTMH(hconn: int, cmho: bytes) -> tuple[Any, ...]:
     return hmsg, CC_OK, 0
 
 
+def _own_handle(hconn: int, hmsg: int) -> _Handle | None:
+    """The message handle ``hmsg`` when ``hconn`` made it: a handle serves the connection
+    that created it only (MQRC_HMSG_ERROR on another's)."""
+    handle = _handles.get(hmsg)
+    return handle if handle is not None and handle.hconn == hconn else None
+
+
 def MQDLTMH(hconn: int, hmsg: int, dmho: bytes) -> tuple[int, int]:
-    if _handles.pop(hmsg, None) is None:
+    if _own_handle(hconn, hmsg) is None:
         return CC_FAILED, RC["HMSG_ERROR"]
+    del _handles[hmsg]
     return CC_OK, 0
 
 
@@ -977,7 +988,7 @@ def MQSETMP(
     value: Any,
     value_length: int,
 ) -> tuple[int, int]:
-    handle = _handles.get(hmsg)
+    handle = _own_handle(hconn, hmsg)
     conn = _conn(hconn)
     if handle is None or conn is None:
         return CC_FAILED, RC["HMSG_ERROR"]
@@ -1033,7 +1044,7 @@ def _type_of(value: Any) -> int:
 def MQINQMP(
     hconn: int, hmsg: int, impo_bytes: bytes, name: bytes, pd: bytes, kind: int, value_length: int
 ) -> tuple[Any, ...]:
-    handle = _handles.get(hmsg)
+    handle = _own_handle(hconn, hmsg)
     conn = _conn(hconn)
     if handle is None or conn is None:
         return None, 0, "", CC_FAILED, RC["HMSG_ERROR"]
@@ -1100,7 +1111,7 @@ def MQINQMP(
 
 
 def MQDLTMP(hconn: int, hmsg: int, dmpo: bytes, name: bytes) -> tuple[int, int]:
-    handle = _handles.get(hmsg)
+    handle = _own_handle(hconn, hmsg)
     if handle is None:
         return CC_FAILED, RC["HMSG_ERROR"]
     key = name.decode().removeprefix("usr.")

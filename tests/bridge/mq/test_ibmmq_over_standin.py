@@ -470,6 +470,26 @@ def test_a_dead_letter_put_back_keeps_a_property_mq_cannot_convert(tmp_path, ada
     assert (back.body, back.properties["leg"]) == (b"{}", "TAX")
 
 
+def test_a_message_handle_serves_the_connection_that_made_it_only(adapter):
+    """As in MQ: another connection's MQSETMP, MQINQMP, MQDLTMP or MQDLTMH on it fails
+    with MQRC_HMSG_ERROR (2460), which is why the adapter keeps a got message's handle
+    by a token of its own, never by the handle's number."""
+    mine, other = adapter(), adapter()
+    mq = sys.modules["ibmmq"]
+    handle = mq.MessageHandle(mine.qmgr)
+    borrowed = mq.MessageHandle(other.qmgr, dup_handle=handle.msg_handle)
+    calls = (lambda: borrowed.properties.set("leg", "TAX"),
+             lambda: borrowed.properties.get("leg"),
+             lambda: borrowed.properties.dlt("leg"),
+             lambda: borrowed.dlt())  # fmt: skip
+    for call in calls:
+        with pytest.raises(mq.MQMIError) as refused:
+            call()
+        assert refused.value.reason == mq.CMQC.MQRC_HMSG_ERROR
+    handle.properties.set("leg", "TAX")
+    handle.dlt()
+
+
 def test_the_library_fails_on_such_a_value_without_conversion_too(tmp_path, adapter):
     """Why the adapter cannot simply read it unconverted: the C layer decodes strictly."""
     t = adapter()
