@@ -144,3 +144,5 @@ MQ_ATTEMPT_SECONDS = 60.0
 #: What salvage waits past that after a run that ended with MQ work under way, so that
 #: an attempt whose commit began just before its end has finished it.
 SALVAGE_AFTER_ATTEMPT_SECONDS = 5.0
+#: How often a salvage tells on stderr how far it has come.
+SALVAGE_PROGRESS_SECONDS = 2.0

@@ -22,6 +22,7 @@ from mqgather.cli.options import (
     salvage_summary,
     show_fields,
     task_queue_option,
+    with_progress,
 )
 from mqgather.cli.processes import metrics_port_option, serve_bridge
 from mqgather.collector_config import FORMATS, CollectorSpec
@@ -277,10 +278,10 @@ def salvage(
         workflow_id = collector_id(name, destination)
         async with leased(client, workflow_id, take=not dry_run) as lease:
             runs = await collector_unplaced(client, workflow_id, force=force)
+            check = with_progress(lease.checker(stop.is_set), destination)
             for found in runs.found:
                 done += await asyncio.to_thread(salvage_items, found, connector(mq),
-                                                send=not dry_run,
-                                                before_each=lease.checker(stop.is_set))  # fmt: skip
+                                                send=not dry_run, before_each=check)  # fmt: skip
             lease.sent = sum(m.verdict == "sent" for m in done)
         return done, runs.forgotten, lease.stopped
 

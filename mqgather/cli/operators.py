@@ -26,6 +26,7 @@ from mqgather.cli.options import (
     salvage_options,
     salvage_summary,
     show_fields,
+    with_progress,
 )
 from mqgather.config import load_config
 from mqgather.constants import DEFAULT_LEDGER_HOURS, MAX_WAIT_SECONDS
@@ -379,11 +380,12 @@ def salvage(
             try:
                 async with leased(client, handle.id, take=not dry_run) as lease:
                     runs = await unplaced_runs(client, handle, force=force)
+                    check = with_progress(lease.checker(stop.is_set), handle.id)
                     rows = []
                     for ended in runs:
                         rows += await asyncio.to_thread(
                             send_unplaced, ended.found, connector(mq), send=not dry_run,
-                            run_id=ended.run_id, before_each=lease.checker(stop.is_set),
+                            run_id=ended.run_id, before_each=check,
                         )  # fmt: skip
                     lease.sent = sum(r.verdict == "sent" for r in rows)
             except MQGatherError as exc:

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ from rich.table import Table
 
 from bridge.mq.connect import check_mq_url, open_transport
 from bridge.mq.transport import Transport
-from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_MQ
+from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_MQ, SALVAGE_PROGRESS_SECONDS
 from mqgather.errors import ConfigError, MQGatherError
 from mqgather.names import ENV_CONFIG, ENV_DEPLOYMENT, ENV_MQ, TASK_QUEUE
 
@@ -188,6 +189,27 @@ def salvage_options(force_help: str, done: str, one: str) -> Callable[[F], F]:
         return click.option("--force", is_flag=True, help=force_help)(fn)
 
     return decorate
+
+
+def with_progress(
+    check: Callable[[], None], what: str, every: float = SALVAGE_PROGRESS_SECONDS
+) -> Callable[[], None]:
+    """``check`` (what a salvage calls before each message it sends), telling on stderr
+    how many it has come to, at most once every ``every`` seconds: a long salvage (a
+    flood, a slow channel) shows it is going."""
+    began = last = time.monotonic()
+    count = 0
+
+    def checked() -> None:
+        nonlocal last, count
+        check()
+        count += 1
+        now = time.monotonic()
+        if now - last >= every:
+            last = now
+            click.echo(f"{what}: sending message {count} ({now - began:.0f} s)", err=True)
+
+    return checked
 
 
 def salvage_summary(head: str, verdicts: list[str], dry_run: bool, done: str) -> None:
