@@ -349,7 +349,7 @@ def salvage_items(
     spec, queue = found.collector, found.collector.input_queue
     transport = connect()
     out = []
-    stopped = False
+    turns = _Turns(send, before_each)
     try:
         for batch in found.batches:
             put = put_before(transport, spec.ledger_queue, found.workflow_id, batch.number).put
@@ -360,12 +360,8 @@ def salvage_items(
                     verdict = f"put in batch {batch.number}"
                 elif ledger.done(transport, spec.ledger_queue, key):
                     verdict = f"put back on {queue} before"
-                elif not send:
-                    verdict = "to send"
-                elif stopped or (stopped := _stops(before_each)):
-                    verdict = STOPPED
                 else:
-                    verdict = _put_back(transport, found, item, key)
+                    verdict = turns.verdict(lambda: _put_back(transport, found, item, key))  # noqa: B023 - called in this iteration
                 out.append(SalvagedItem(found.run_id, batch.number,
                                         format_id(item.message.msg_id), item.body_bytes(),
                                         item.held is not None, queue, verdict))  # fmt: skip
@@ -374,13 +370,25 @@ def salvage_items(
     return out
 
 
-def _stops(before_each: Callable[[], None]) -> bool:
-    """Whether the salvage stops here (``before_each`` raised SalvageStopped)."""
-    try:
-        before_each()
-    except SalvageStopped:
-        return True
-    return False
+class _Turns:
+    """What a salvage does with each message that is in no place: with ``send``, sends
+    it while ``before_each`` lets the salvage go on; once that raises
+    :class:`~workers.lease.SalvageStopped`, leaves it and every later one."""
+
+    def __init__(self, send: bool, before_each: Callable[[], None]) -> None:
+        self._send, self._before_each = send, before_each
+        self._stopped = False
+
+    def verdict(self, act: Callable[[], str]) -> str:
+        """``act()``'s verdict; "to send" in a dry run; :data:`STOPPED` once stopped."""
+        if not self._send:
+            return "to send"
+        if not self._stopped:
+            try:
+                self._before_each()
+            except SalvageStopped:
+                self._stopped = True
+        return STOPPED if self._stopped else act()
 
 
 def _put_back(transport: Transport, found: UnplacedItems, item: Item, key: bytes) -> str:
@@ -429,21 +437,17 @@ def salvage(
     finally:
         transport.close()
     out = []
-    stopped = False
+    turns = _Turns(send, before_each)
     try:
         for (item, _), already in zip(items, where, strict=True):
             reply, queue = item.reply, queue_for(found.aggregate, item.kind)
-            verdict = already
-            if not verdict and not queue and reply.held is None:
+            if already:
+                verdict = already
+            elif not queue and reply.held is None:
                 verdict = "a duplicate the aggregate discards"
-            elif verdict:
-                pass
-            elif not send:
-                verdict = "to send"
-            elif stopped or (stopped := _stops(before_each)):
-                verdict = STOPPED
             else:
-                verdict = _send(acts, found, (queue, reply, item.reason))
+                routed = (queue, reply, item.reason)
+                verdict = turns.verdict(lambda: _send(acts, found, routed))  # noqa: B023 - called in this iteration
             out.append(SalvagedReply(format_id(reply.message.msg_id), reply.leg or "",
                                      reply.size, reply.held is not None, queue, verdict,
                                      run_id))  # fmt: skip

@@ -160,6 +160,8 @@ class CollectorWorkflow:
         )
         while True:
             self._put_started = settling.work_started()
+            # Cleared when the attempt is known to have ended; a cancellation leaves its
+            # thread running, so it stays set (not a `finally`).
             self._putting = True
             try:
                 result = await workflow.execute_local_activity(

@@ -418,6 +418,8 @@ class GatherWorkflow:
         in ``status`` and the UI, and the workflow waits on a durable timer."""
         while True:
             self._work_started = settling.work_started()
+            # Cleared when the attempt is known to have ended; a cancellation leaves its
+            # thread running, so it stays set (not a `finally`).
             self._in_mq_work = True
             try:
                 result = await workflow.execute_local_activity(

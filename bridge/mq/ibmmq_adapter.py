@@ -583,7 +583,7 @@ class IBMMQTransport(Transport):
         pmo = self.mq.PMO(Options=pmo_opts, Version=C.MQPMO_VERSION_3)
         handle = None
         try:
-            kept = self._kept.get(message.mq_handle) if message.mq_handle else None
+            kept = self._kept.get(message.kept_handle) if message.kept_handle else None
             if kept is not None:
                 # The handle the message was got with: MQ copies every property it holds,
                 # those that could not be read included, as it holds them.
@@ -712,7 +712,7 @@ class IBMMQTransport(Transport):
             backout_count=int(md.BackoutCount),
             properties=properties,
             unreadable="; ".join(problems),
-            mq_handle=kept,
+            kept_handle=kept,
             body=bytes(body),
         )
 

@@ -336,7 +336,7 @@ class MQMessage(BaseModel):
     #: kept (by the IBM MQ adapter) when some could not be read, until the unit of work
     #: ends: put again on that connection, the message carries them all as MQ holds
     #: them, the unreadable ones included. 0: none. Not sent on.
-    mq_handle: int = Field(default=0, exclude=True)
+    kept_handle: int = Field(default=0, exclude=True)
     body: bytes = b""
 
     @field_validator("msg_id", "correl_id", "group_id", mode="before")

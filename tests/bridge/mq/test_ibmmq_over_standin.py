@@ -432,7 +432,7 @@ def test_a_message_whose_property_mq_cannot_convert_goes_aside_with_it_intact(tm
         qm.put("ODD3", odd, PutOptions(syncpoint=False))
         qm.put("ODD3", odd, PutOptions(syncpoint=False))
     first, second = t.get("ODD3"), t.get("ODD3")
-    assert first.mq_handle and second.mq_handle and first.mq_handle != second.mq_handle
+    assert first.kept_handle and second.kept_handle and first.kept_handle != second.kept_handle
     trimmed = first.model_copy(update={"properties": {
         k: v for k, v in first.properties.items() if k != "gone"}})  # fmt: skip
     forward(t, "ASIDE", trimmed, "unreadable property", "ODD3")
