@@ -43,6 +43,7 @@ from mqgather.constants import (
     EARLIER_ATTEMPT_WAIT_SECONDS,
     HELD_BUDGET_WAIT_SECONDS,
     MB,
+    TASK_CONFIRM_AFTER_SECONDS,
 )
 from mqgather.names import (
     APPL_NAME,
@@ -56,7 +57,7 @@ from mqgather.names import (
 )
 from mqgather.routing import Destination, queue_for
 from mqgather.runtime import telemetry
-from mqgather.runtime.attempts import OneAtATime, check_in_time
+from mqgather.runtime.attempts import OneAtATime, check_in_time, confirm_task
 from mqgather.runtime.budget import ByteBudget
 from workflows import redelivery
 from workflows.models import (
@@ -216,9 +217,22 @@ class MQActivities:
     """The activities that PUT; each worker thread keeps its own MQ connection."""
 
     def __init__(
-        self, connect: Callable[[], Transport], held_bytes: int = DEFAULT_HELD_MB * MB
+        self,
+        connect: Callable[[], Transport],
+        held_bytes: int = DEFAULT_HELD_MB * MB,
+        task_lost: Callable[[str, str], str | None] | None = None,
     ) -> None:
+        """Activities over the MQ connections ``connect`` opens.
+
+        Args:
+            connect: Opens one MQ connection.
+            held_bytes: Held-reply bytes read into memory at once.
+            task_lost: For a local activity's attempt slow enough to have lost its
+                workflow task: why its worker no longer holds the task of (workflow id,
+                run id), or None. Without it, such an attempt commits unasked.
+        """
         self._connect = connect
+        self._task_lost = task_lost
         self._local = threading.local()
         self.budget = ByteBudget(held_bytes)
         self.attempts = OneAtATime()
@@ -279,8 +293,7 @@ class MQActivities:
         try:
             work(transport)
             if activity.in_activity():  # salvage runs the same work outside one
-                info = activity.info()
-                check_in_time(owner, info.started_time, info.start_to_close_timeout)
+                self._still_in_time(owner, activity.info())
             transport.commit()
         except BaseException as exc:
             try:
@@ -296,6 +309,15 @@ class MQActivities:
                     "is raised (ALTER QMGR MAXUMSGS)"
                 ) from exc
             raise
+
+    def _still_in_time(self, owner: str, info: activity.Info) -> None:
+        """Raise unless this attempt may commit: within its timeout and, for a local
+        activity slow enough to have lost its workflow task, with the task held."""
+        check_in_time(owner, info.started_time, info.start_to_close_timeout)
+        if not info.is_local or self._task_lost is None:
+            return  # the server retries an activity only past the timeout just checked
+        if (datetime.now(UTC) - info.started_time).total_seconds() >= TASK_CONFIRM_AFTER_SECONDS:
+            confirm_task(owner, self._task_lost(info.workflow_id or "", info.workflow_run_id or ""))
 
     @activity.defn(name=names.ACTIVITY_PUT_RESPONSE)
     def put_response(self, inp: PutResponseInput) -> PutResponseResult:

@@ -141,6 +141,13 @@ SALVAGE_LEASE_RECHECK_TIMEOUT_SECONDS = 10.0
 #: How long one attempt of a gather's or a collector's MQ work (a local activity) may
 #: run: past it the attempt is retried, and it backs out instead of committing.
 MQ_ATTEMPT_SECONDS = 60.0
+#: A local activity's attempt that reaches its commit this long after its start first
+#: confirms with Temporal that its worker still holds the workflow task it runs in.
+#: Sooner, it cannot have lost it: the SDK renews a workflow task at 80 % of its 10 s
+#: timeout, so the task lasts at least 2 s past any moment its worker holds it.
+TASK_CONFIRM_AFTER_SECONDS = 1.0
+#: How long that confirmation waits for Temporal's answer; without one, it backs out.
+TASK_CONFIRM_TIMEOUT_SECONDS = 10.0
 #: What salvage waits past that after a run that ended with MQ work under way, so that
 #: an attempt whose commit began just before its end has finished it.
 SALVAGE_AFTER_ATTEMPT_SECONDS = 5.0

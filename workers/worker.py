@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +27,7 @@ from mqgather.constants import (
 )
 from mqgather.errors import MQGatherError
 from mqgather.names import TASK_QUEUE
+from workers.tasks import TaskWatch
 from workflows.collector import AutoUpgradeCollectorWorkflow, CollectorWorkflow
 from workflows.gather import GatherWorkflow
 
@@ -84,8 +86,11 @@ def build_worker(
         held_mb: Held-reply bytes (MB) the activities read into memory at once; about
             twice this is the worker's peak for them. 0: no limit.
     """
+    # Its own identity, so that a workflow task it started is told from another worker's
+    # in the history even within one process (see workers/tasks.py).
+    watch = TaskWatch(client, f"{client.identity}/{secrets.token_hex(3)}")
     # One class serves gathers and collectors: each activity thread keeps one connection.
-    acts = CollectorActivities(connect, held_mb * MB)
+    acts = CollectorActivities(connect, held_mb * MB, task_lost=watch.lost)
     deployment = None
     if version is not None:
         # Pinned: a gather finishes on the code it started with, so no version ever
@@ -106,6 +111,7 @@ def build_worker(
         deployment_config=deployment,
         max_cached_workflows=max_cached_gathers,
         workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
+        identity=watch.identity,
     )
 
 

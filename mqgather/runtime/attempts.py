@@ -10,14 +10,23 @@ tells it what was committed.
 An attempt whose MQ call returns after its timeout has been retried already, maybe in
 another worker or by an operator's salvage: it backs out instead of committing
 (:func:`check_in_time`), so that past its timeout no attempt commits.
+
+A local activity runs inside its worker's workflow task, which another worker takes
+over once the task times out (its worker cut off from Temporal, say, while an MQ call
+hangs). An attempt slow enough for that first confirms that its worker still holds the
+task, and backs out if not (:func:`task_lost`): the worker that took over runs the MQ
+work itself.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 
 from mqgather.errors import MQGatherError
 
@@ -28,6 +37,63 @@ class EarlierAttemptRunning(MQGatherError):
 
 class AttemptOutlived(MQGatherError):
     """An attempt reached its commit after its timeout, and backed out."""
+
+
+class AttemptLostTask(MQGatherError):
+    """A local activity's attempt reached its commit when its worker no longer held (or
+    could not confirm it held) the workflow task it ran in, and backed out."""
+
+
+#: A workflow task that ended without its worker's completion: another may take it.
+_TASK_ENDED = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT: "timed out",
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED: "failed",
+}
+_RUN_ENDED = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+}
+
+
+def task_lost(newest_first: Iterable[HistoryEvent], identity: str) -> str | None:
+    """Why the worker named ``identity`` no longer holds its run's workflow task, from
+    the run's history read newest first; None while it does.
+
+    It holds the task when the newest workflow task started is its own and nothing after
+    it ended that task or the run. A task its worker completed to keep it alive while a
+    local activity runs is followed by the next task started, its own again.
+    """
+    for event in newest_first:
+        kind = event.event_type
+        when = event.event_time.ToDatetime(UTC).strftime("%H:%M:%S")
+        if kind in _RUN_ENDED:
+            name = EventType.Name(kind).removeprefix("EVENT_TYPE_WORKFLOW_EXECUTION_")
+            return f"its run ended ({name.lower().replace('_', ' ')}) at {when}"
+        if kind in _TASK_ENDED:
+            return (
+                f"its workflow task {_TASK_ENDED[kind]} at {when}, when another worker may take it"
+            )
+        if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            taker = event.workflow_task_started_event_attributes.identity
+            if taker == identity:
+                return None
+            return f"worker {taker!r} took its workflow task at {when}"
+    return "its history holds no workflow task started"
+
+
+def confirm_task(owner: str, lost: str | None) -> None:
+    """Before a commit: raise :class:`AttemptLostTask` when ``lost`` says why the attempt
+    of ``owner``'s MQ work can no longer be sure its worker holds the workflow task."""
+    if lost is not None:
+        raise AttemptLostTask(
+            f"an attempt of the MQ work of {owner} reached its commit when its worker could "
+            f"not be sure it still held the workflow task: {lost}. It backed out; the work "
+            "is done once, by whichever worker holds the task"
+        )
 
 
 def check_in_time(owner: str, started: datetime, timeout: timedelta | None) -> None:

@@ -40,7 +40,7 @@ from bridge.mq.models import (
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import DEAD_LETTER_QUEUE, MAX_EXPIRY_TENTHS
 from mqgather.routing import Destination
-from mqgather.runtime.attempts import AttemptOutlived, EarlierAttemptRunning
+from mqgather.runtime.attempts import AttemptLostTask, AttemptOutlived, EarlierAttemptRunning
 from tests.activities.environment import attempt_env
 from tests.harness import prepare_queues
 from workflows.models import (
@@ -151,6 +151,46 @@ def test_an_attempt_that_reaches_its_commit_past_its_timeout_backs_out(qm_path):
     with LocalQueueManager(qm_path) as qm:
         responses = drain(qm, "ORDER.RESPONSE")
     assert [m.msg_id for m in responses] == [response_msg_id(GATHER, "COMPLETE")]
+
+
+def route_input(n: int) -> RouteInput:
+    """One late reply routed for ``GATHER``."""
+    items = [Routed(kind=Destination.LATE, reply=reply(n), reason="late")]
+    return RouteInput(aggregate=AggregateSpec(name="t", legs=(LEG,)), gather_id=GATHER, items=items)
+
+
+def test_a_slow_local_attempt_commits_only_while_its_worker_holds_the_workflow_task(qm_path):
+    """Past a second, an attempt asks whether its worker still holds the task it runs in:
+    another worker that took the task over runs the MQ work itself, so this one backs
+    out. Quicker attempts do not ask."""
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    asked: list[tuple[str, str]] = []
+    answer: list[str | None] = ["worker 'b' took its workflow task at 10:00:07"]
+
+    def task_lost(workflow_id: str, run_id: str) -> str | None:
+        asked.append((workflow_id, run_id))
+        return answer[0]
+
+    acts = MQActivities(lambda: LocalQueueManager(qm_path), task_lost=task_lost)
+    assert attempt_env().run(acts.route_replies, route_input(7)) == 1  # quick: not asked
+    assert asked == []
+    slow = attempt_env(datetime.now(UTC) - timedelta(seconds=2))
+    with pytest.raises(AttemptLostTask, match=rf"MQ work of {GATHER} .* worker 'b' took"):
+        slow.run(acts.put_response, response_input(spec))
+    assert asked == [(slow.info.workflow_id, slow.info.workflow_run_id)]
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, "ORDER.RESPONSE") == []
+        assert not ledger.done(qm, spec.ledger_queue, response_msg_id(GATHER, "COMPLETE"))
+    answer[0] = None  # held: the slow attempt commits
+    assert slow.run(acts.put_response, response_input(spec)).outcome == "COMPLETE"
+    with LocalQueueManager(qm_path) as qm:
+        assert len(drain(qm, "ORDER.RESPONSE")) == 1
+    # An activity the server schedules is retried only past its timeout: never asked.
+    remote = attempt_env(datetime.now(UTC) - timedelta(seconds=2))
+    remote.info = dataclasses.replace(remote.info, is_local=False)
+    answer[0] = "never asked"
+    assert remote.run(acts.route_replies, route_input(8)) == 1
+    assert len(asked) == 2
 
 
 def test_an_attempt_retried_while_the_last_is_stalled_in_its_commit_puts_nothing(qm_path):

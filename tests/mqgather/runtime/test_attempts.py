@@ -4,10 +4,19 @@ before it that still runs."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 
 import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 
-from mqgather.runtime.attempts import EarlierAttemptRunning, OneAtATime
+from mqgather.runtime.attempts import (
+    AttemptLostTask,
+    EarlierAttemptRunning,
+    OneAtATime,
+    confirm_task,
+    task_lost,
+)
 from tests.mqgather.runtime.test_budget import holding
 
 
@@ -87,3 +96,60 @@ def test_an_attempt_commits_only_within_its_timeout():
     check_in_time("gather:a:00", now - timedelta(days=1), None)  # no limit
     with pytest.raises(AttemptOutlived, match=r"gather:a:00 reached its commit \d+ s after"):
         check_in_time("gather:a:00", now - timedelta(seconds=61), minute)
+
+
+def _event(kind: EventType.ValueType, identity: str = "") -> HistoryEvent:
+    event = HistoryEvent(event_type=kind)
+    event.event_time.FromDatetime(datetime(2026, 11, 29, 10, 0, 7, tzinfo=UTC))
+    if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+        event.workflow_task_started_event_attributes.identity = identity
+    return event
+
+
+_SIGNALLED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+_SCHEDULED = EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
+_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+
+
+@pytest.mark.parametrize(
+    "newest_first",
+    [
+        [_event(_STARTED, "me")],
+        # A signal that came while the task runs is written at once.
+        [_event(_SIGNALLED), _event(_STARTED, "me")],
+        # The task completed to keep it alive while a local activity runs, then the next.
+        [_event(_STARTED, "me"), _event(_SCHEDULED), _event(_COMPLETED), _event(_STARTED, "me")],
+        [_event(_SCHEDULED), _event(_COMPLETED), _event(_STARTED, "me")],
+    ],
+)
+def test_a_worker_holds_the_task_it_started_last_while_nothing_ended_it(newest_first):
+    assert task_lost(newest_first, "me") is None
+
+
+@pytest.mark.parametrize(
+    ("newest_first", "why"),
+    [
+        ([_event(EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT), _event(_STARTED, "me")],
+         "its workflow task timed out at 10:00:07, when another worker may take it"),
+        ([_event(EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED), _event(_STARTED, "me")],
+         "its workflow task failed at 10:00:07"),
+        ([_event(_STARTED, "other"), _event(_SCHEDULED),
+          _event(EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT), _event(_STARTED, "me")],
+         "worker 'other' took its workflow task at 10:00:07"),
+        ([_event(_COMPLETED), _event(_STARTED, "other")], "worker 'other' took"),
+        ([_event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED), _event(_COMPLETED),
+          _event(_STARTED, "me")], "its run ended (completed) at 10:00:07"),
+        ([_event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED), _event(_STARTED, "me")],
+         "its run ended (terminated)"),
+        ([_event(_SIGNALLED)], "its history holds no workflow task started"),
+    ],
+)  # fmt: skip
+def test_a_worker_has_lost_the_task_another_took_or_that_ended(newest_first, why):
+    assert why in (task_lost(newest_first, "me") or "")
+
+
+def test_an_attempt_that_cannot_be_sure_of_its_task_is_told_why_and_backs_out():
+    confirm_task("gather:a", None)
+    with pytest.raises(AttemptLostTask, match=r"MQ work of gather:a .* worker 'b' took"):
+        confirm_task("gather:a", "worker 'b' took its workflow task at 10:00:07")
