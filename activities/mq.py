@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import get_args
 
 from temporalio import activity
@@ -70,6 +70,9 @@ from workflows.models import (
     RouteInput,
     SendRequestInput,
 )
+
+#: A local attempt that ran this long asks whether its worker still holds its task.
+_CONFIRM_TASK_AFTER = timedelta(seconds=TASK_CONFIRM_AFTER_SECONDS)
 
 
 def response_msg_id(gather: str, outcome: str) -> bytes:
@@ -313,10 +316,9 @@ class MQActivities:
     def _still_in_time(self, owner: str, info: activity.Info) -> None:
         """Raise unless this attempt may commit: within its timeout and, for a local
         activity slow enough to have lost its workflow task, with the task held."""
-        check_in_time(owner, info.started_time, info.start_to_close_timeout)
-        if not info.is_local or self._task_lost is None:
-            return  # the server retries an activity only past the timeout just checked
-        if (datetime.now(UTC) - info.started_time).total_seconds() >= TASK_CONFIRM_AFTER_SECONDS:
+        ran = check_in_time(owner, info.started_time, info.start_to_close_timeout)
+        # An activity the server schedules is retried only past the timeout just checked.
+        if ran >= _CONFIRM_TASK_AFTER and info.is_local and self._task_lost is not None:
             confirm_task(owner, self._task_lost(info.workflow_id or "", info.workflow_run_id or ""))
 
     @activity.defn(name=names.ACTIVITY_PUT_RESPONSE)

@@ -96,19 +96,23 @@ def confirm_task(owner: str, lost: str | None) -> None:
         )
 
 
-def check_in_time(owner: str, started: datetime, timeout: timedelta | None) -> None:
+def check_in_time(owner: str, started: datetime, timeout: timedelta | None) -> timedelta:
     """Before a commit: raise :class:`AttemptOutlived` once the attempt of ``owner``'s
-    MQ work that started at ``started`` has run ``timeout`` or longer (None: no limit)."""
-    if timeout is None:
-        return
-    late = datetime.now(UTC) - started - timeout
-    if late >= timedelta(0):
+    MQ work that started at ``started`` has run ``timeout`` or longer (None: no limit).
+
+    Returns:
+        How long the attempt has run.
+    """
+    ran = datetime.now(UTC) - started
+    if timeout is not None and ran >= timeout:
         raise AttemptOutlived(
             f"an attempt of the MQ work of {owner} reached its commit "
-            f"{late.total_seconds():.0f} s after its {timeout.total_seconds():.0f} s "
-            "timeout, when a later attempt (or a salvage) may run: it backed out, and the "
-            "work is done once by whichever commits within its time"
+            f"{(ran - timeout).total_seconds():.0f} s after its "
+            f"{timeout.total_seconds():.0f} s timeout, when a later attempt (or a salvage) "
+            "may run: it backed out, and the work is done once by whichever commits within "
+            "its time"
         )
+    return ran
 
 
 class OneAtATime:
