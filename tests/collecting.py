@@ -93,11 +93,13 @@ async def collecting(
     extra_queues: tuple[str, ...] = (),
     maxumsgs: int | None = None,
     worker_qm: Callable[[Path], Transport] = LocalQueueManager,
+    worker_client=None,
 ) -> AsyncIterator[Collecting]:
     """A collector with a worker (of ``version``, when given) and, unless told otherwise,
     its bridge; its name is made unique, since collector workflows never end. Its rules
     are in a fresh SQLite file unless ``rules_db`` names a database; ``maxumsgs`` sets
-    the queue manager's MAXUMSGS; ``worker_qm(path)`` opens the worker's connections."""
+    the queue manager's MAXUMSGS; ``worker_qm(path)`` opens the worker's connections,
+    and the worker reaches Temporal through ``worker_client`` (default: ``client``)."""
     path = tmp_path / "qm.db"
     # Collector workflows never end: a name of its own keeps each test's apart.
     spec = spec.model_copy(
@@ -113,7 +115,8 @@ async def collecting(
         if maxumsgs is not None:
             qm.set_max_uncommitted(maxumsgs)
     task_queue = f"collect-{uuid.uuid4().hex[:10]}"
-    worker = build_worker(client, lambda: worker_qm(path), task_queue=task_queue, version=version)
+    worker = build_worker(worker_client or client, lambda: worker_qm(path), task_queue=task_queue,
+                          version=version)  # fmt: skip
     c = Collecting(client, path, spec, task_queue, worker)
     if run_bridge:
         c.start_bridge()

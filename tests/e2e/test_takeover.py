@@ -1,15 +1,19 @@
 """A worker cut off from Temporal while its MQ call hangs: another worker takes the gather
-over and PUTs its response; the first worker's call then returns, and its attempt backs
-out instead of committing a second response."""
+(or the collector) over and PUTs; the first worker's call then returns, and its attempt
+backs out instead of committing a second time."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
 
 from bridge.mq.local_qm import LocalQueueManager
 from mqgather.config import AggregateSpec
@@ -19,20 +23,18 @@ from workers.worker import build_worker
 
 
 class _PutHangs(LocalQueueManager):
-    """A queue manager whose PUT to ``ORDER.RESPONSE`` hangs until released; it tells how
-    the unit of work then ended."""
+    """A queue manager whose first PUT to ``queue`` hangs until released; it tells how the
+    unit of work then ended."""
 
-    def __init__(self, path, putting: threading.Event, release: threading.Event,
-                 ended: list[str]) -> None:  # fmt: skip
+    def __init__(self, path: Path, queue: str, hung: Hung) -> None:
         super().__init__(path)
-        self._putting, self._release, self._ended = putting, release, ended
-        self._responding = False
+        self._queue, self._hung, self._putting = queue, hung, False
 
     def put(self, queue, message, options=None, **kw):
-        if queue == "ORDER.RESPONSE" and not self._putting.is_set():
-            self._responding = True
-            self._putting.set()
-            assert self._release.wait(120)
+        if queue == self._queue and not self._hung.putting.is_set():
+            self._putting = True
+            self._hung.putting.set()
+            assert self._hung.release.wait(120)
         return super().put(queue, message, options, **kw)
 
     def commit(self) -> None:
@@ -44,50 +46,112 @@ class _PutHangs(LocalQueueManager):
         self._end("backed out")
 
     def _end(self, how: str) -> None:
-        if self._responding:
-            self._responding = False
-            self._ended.append(how)
+        if self._putting:
+            self._putting = False
+            self._hung.ended.append(how)
 
 
-async def test_a_worker_that_lost_its_workflow_task_mid_put_backs_out_after_another_puts(
+class Hung:
+    """The first worker: its client goes through a relay the test cuts, and its PUT to
+    ``queue`` hangs until released."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        self.putting, self.release = threading.Event(), threading.Event()
+        self.ended: list[str] = []
+
+    def transport(self, path: Path) -> LocalQueueManager:
+        return _PutHangs(path, self.queue, self)
+
+
+@contextlib.asynccontextmanager
+async def cut_off_client(client: Client) -> AsyncIterator[tuple[Client, Relay]]:
+    """A client of the same server through a relay the test can cut."""
+    relay = Relay(*client.service_client.config.target_host.rsplit(":", 1))
+    through = await Client.connect(await relay.start(), data_converter=pydantic_data_converter)
+    try:
+        yield through, relay
+    finally:
+        relay.mend()  # for the first worker to stop
+        await relay.close()
+
+
+async def taken_over(
+    hung: Hung,
+    relay: Relay,
+    second: Callable[[], Worker],
+    put_by_the_second: Callable[[], Awaitable[object]],
+) -> None:
+    """Once the first worker hangs in its PUT: cut it off from Temporal, run ``second``
+    until it has put (``put_by_the_second``), then let the first worker's call return."""
+    assert await asyncio.to_thread(hung.putting.wait, 30)
+    relay.cut()  # the first worker's network to Temporal goes; its MQ call hangs on
+    try:
+        async with second():
+            await put_by_the_second()
+            relay.mend()
+            hung.release.set()  # the hung call returns, within the attempt's minute
+            await _until(lambda: hung.ended, 30)
+    finally:
+        hung.release.set()
+
+
+async def test_a_worker_that_lost_its_gathers_task_mid_put_backs_out_after_another_puts(
     temporal_env, tmp_path
 ):
     spec = AggregateSpec(name="takeover", legs=THREE_LEGS, timeout_seconds=300)
-    putting, release, ended = threading.Event(), threading.Event(), []
-    relay = Relay(*temporal_env.client.service_client.config.target_host.rsplit(":", 1))
-    cut_client = await Client.connect(await relay.start(), data_converter=pydantic_data_converter)
-    async with pipeline(temporal_env.client, tmp_path, [spec], run_worker=False) as p:
-        first = build_worker(
-            cut_client, lambda: _PutHangs(p.path, putting, release, ended),
-            task_queue=p.task_queue,
-        )  # fmt: skip
-        first_running = asyncio.create_task(first.run())
-        second = None
-        try:
+    hung = Hung("ORDER.RESPONSE")
+    async with (
+        cut_off_client(temporal_env.client) as (through, relay),
+        pipeline(temporal_env.client, tmp_path, [spec], run_worker=False) as p,
+    ):
+        first = build_worker(through, lambda: hung.transport(p.path), task_queue=p.task_queue)
+        async with first:
             sent = await p.scatter(spec)
             for leg in ("CREDIT", "STOCK", "TAX"):
                 p.reply(spec, sent.correl_id, leg, json.dumps({leg: 1}).encode())
-            assert await asyncio.to_thread(putting.wait, 30)
-            relay.cut()  # the first worker's network to Temporal goes; its MQ call hangs on
-            second = build_worker(temporal_env.client, p.connect, task_queue=p.task_queue)
-            second_running = asyncio.create_task(second.run())
-            response = await p.wait_message("ORDER.RESPONSE", timeout=90)
-            result = await p.result(spec, sent.correl_id)
-            relay.mend()
-            release.set()  # the hung call returns, within the attempt's minute
-            await _until(lambda: ended, 30)
+            responses = []
+
+            async def response() -> None:
+                responses.append(await p.wait_message("ORDER.RESPONSE", timeout=90))
+
+            await taken_over(
+                hung, relay,
+                lambda: build_worker(p.client, p.connect, task_queue=p.task_queue),
+                response,
+            )  # fmt: skip
             assert p.empty("ORDER.RESPONSE")  # no second response
-            assert ended == ["backed out"]
-            assert result.state == json.loads(response.body)["state"] == "COMPLETE"
-        finally:
-            release.set()
-            relay.mend()
-            await first.shutdown()
-            await asyncio.gather(first_running, return_exceptions=True)
-            if second is not None:
-                await second.shutdown()
-                await asyncio.gather(second_running, return_exceptions=True)
-            await relay.close()
+            assert hung.ended == ["backed out"]
+            result = await p.result(spec, sent.correl_id)
+            assert result.state == json.loads(responses[0].body)["state"] == "COMPLETE"
+
+
+async def test_a_worker_that_lost_its_collectors_task_mid_put_backs_out_after_another_puts(
+    temporal_env, tmp_path
+):
+    from tests.collecting import collecting, order
+
+    hung = Hung("CMAOUT.FR")
+    async with (
+        cut_off_client(temporal_env.client) as (through, relay),
+        collecting(temporal_env.client, tmp_path, worker_qm=hung.transport,
+                   worker_client=through) as c,
+    ):  # fmt: skip
+        c.rule("France", "CMAOUT.FR", max_messages=1)
+        c.send("France", order("A"))
+        batches = []
+
+        async def batch() -> None:
+            batches.append(await c.take("CMAOUT.FR", timeout=90))
+
+        await taken_over(
+            hung, relay,
+            lambda: build_worker(c.client, c.connect, task_queue=c.task_queue),
+            batch,
+        )  # fmt: skip
+        assert c.depth("CMAOUT.FR") == 0  # no second batch
+        assert hung.ended == ["backed out"]
+        assert b"<Test>A</Test>" in batches[0].body
 
 
 async def _until(check, timeout: float) -> None:
