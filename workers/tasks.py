@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from concurrent.futures import CancelledError
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.history.v1 import HistoryEvent
@@ -43,12 +44,19 @@ class TaskWatch:
         other than the event loop's, which answers."""
         if self._loop is None:
             return "the worker was built outside an event loop, so Temporal cannot be asked"
-        asking = asyncio.run_coroutine_threadsafe(self._lost(workflow_id, run_id), self._loop)
+        asking_now = self._lost(workflow_id, run_id)
+        try:
+            asking = asyncio.run_coroutine_threadsafe(asking_now, self._loop)
+        except RuntimeError:  # the loop has closed: the worker stopped
+            asking_now.close()
+            return "the worker has stopped, so Temporal cannot be asked"
         try:
             return asking.result(TASK_CONFIRM_TIMEOUT_SECONDS)
         except TimeoutError:
             asking.cancel()
             return f"Temporal did not answer within {TASK_CONFIRM_TIMEOUT_SECONDS:g} s"
+        except CancelledError:
+            return "the worker stopped while Temporal was asked"
         except RPCError as exc:
             return f"Temporal could not be asked ({exc})"
 

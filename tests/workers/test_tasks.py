@@ -42,3 +42,14 @@ async def test_a_worker_holds_a_waiting_gathers_task_until_another_takes_it_or_i
 def test_a_watch_made_outside_an_event_loop_cannot_confirm_a_task(temporal_env):
     watch = TaskWatch(temporal_env.client, "me")
     assert "outside an event loop" in (watch.lost("gather:a", "r") or "")
+
+
+def test_a_watch_whose_worker_stopped_cannot_confirm_a_task(temporal_env):
+    loop = asyncio.new_event_loop()
+    watch = loop.run_until_complete(_watch(temporal_env.client))
+    loop.close()
+    assert watch.lost("gather:a", "r") == "the worker has stopped, so Temporal cannot be asked"
+
+
+async def _watch(client) -> TaskWatch:
+    return TaskWatch(client, "me")
