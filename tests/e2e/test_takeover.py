@@ -16,6 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from bridge.mq.local_qm import LocalQueueManager
+from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec
 from tests.harness import THREE_LEGS, pipeline
 from tests.relay import Relay
@@ -77,23 +78,21 @@ async def cut_off_client(client: Client) -> AsyncIterator[tuple[Client, Relay]]:
 
 
 async def taken_over(
-    hung: Hung,
-    relay: Relay,
-    second: Callable[[], Worker],
-    put_by_the_second: Callable[[], Awaitable[object]],
-) -> None:
+    hung: Hung, relay: Relay, second: Callable[[], Worker], take: Callable[[], Awaitable[MQMessage]]
+) -> MQMessage:
     """Once the first worker hangs in its PUT: cut it off from Temporal, run ``second``
-    until it has put (``put_by_the_second``), then let the first worker's call return."""
+    until what it put is taken (``take``), then let the first worker's call return."""
     assert await asyncio.to_thread(hung.putting.wait, 30)
     relay.cut()  # the first worker's network to Temporal goes; its MQ call hangs on
     try:
         async with second():
-            await put_by_the_second()
+            taken = await take()
             relay.mend()
             hung.release.set()  # the hung call returns, within the attempt's minute
             await _until(lambda: hung.ended, 30)
     finally:
         hung.release.set()
+    return taken
 
 
 async def test_a_worker_that_lost_its_gathers_task_mid_put_backs_out_after_another_puts(
@@ -110,20 +109,15 @@ async def test_a_worker_that_lost_its_gathers_task_mid_put_backs_out_after_anoth
             sent = await p.scatter(spec)
             for leg in ("CREDIT", "STOCK", "TAX"):
                 p.reply(spec, sent.correl_id, leg, json.dumps({leg: 1}).encode())
-            responses = []
-
-            async def response() -> None:
-                responses.append(await p.wait_message("ORDER.RESPONSE", timeout=90))
-
-            await taken_over(
+            response = await taken_over(
                 hung, relay,
                 lambda: build_worker(p.client, p.connect, task_queue=p.task_queue),
-                response,
+                lambda: p.wait_message("ORDER.RESPONSE", timeout=90),
             )  # fmt: skip
             assert p.empty("ORDER.RESPONSE")  # no second response
             assert hung.ended == ["backed out"]
             result = await p.result(spec, sent.correl_id)
-            assert result.state == json.loads(responses[0].body)["state"] == "COMPLETE"
+            assert result.state == json.loads(response.body)["state"] == "COMPLETE"
 
 
 async def test_a_worker_that_lost_its_collectors_task_mid_put_backs_out_after_another_puts(
@@ -139,19 +133,14 @@ async def test_a_worker_that_lost_its_collectors_task_mid_put_backs_out_after_an
     ):  # fmt: skip
         c.rule("France", "CMAOUT.FR", max_messages=1)
         c.send("France", order("A"))
-        batches = []
-
-        async def batch() -> None:
-            batches.append(await c.take("CMAOUT.FR", timeout=90))
-
-        await taken_over(
+        batch = await taken_over(
             hung, relay,
             lambda: build_worker(c.client, c.connect, task_queue=c.task_queue),
-            batch,
+            lambda: c.take("CMAOUT.FR", timeout=90),
         )  # fmt: skip
         assert c.depth("CMAOUT.FR") == 0  # no second batch
         assert hung.ended == ["backed out"]
-        assert b"<Test>A</Test>" in batches[0].body
+        assert b"<Test>A</Test>" in batch.body
 
 
 async def _until(check, timeout: float) -> None:
