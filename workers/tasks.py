@@ -23,7 +23,7 @@ from mqgather.constants import TASK_CONFIRM_TIMEOUT_SECONDS
 from mqgather.runtime.attempts import task_lost
 
 #: Events read per page, newest first; the task's start is nearly always on the first.
-_PAGE = 50
+PAGE = 50
 
 
 class TaskWatch:
@@ -71,7 +71,7 @@ class TaskWatch:
         request = GetWorkflowExecutionHistoryReverseRequest(
             namespace=self._client.namespace,
             execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
-            maximum_page_size=_PAGE,
+            maximum_page_size=PAGE,
         )
         service = self._client.workflow_service
         while True:

@@ -7,7 +7,7 @@ import asyncio
 
 from mqgather.config import AggregateSpec
 from tests.harness import THREE_LEGS, pipeline, status, until
-from workers.tasks import TaskWatch
+from workers.tasks import PAGE, TaskWatch
 from workers.worker import build_worker
 
 
@@ -37,6 +37,26 @@ async def test_a_worker_holds_a_waiting_gathers_task_until_another_takes_it_or_i
         assert ended is not None and ended.startswith("its run ended (completed) at ")
         missing = await asyncio.to_thread(ours.lost, "gather:none", run_id)
         assert missing is not None and missing.startswith("Temporal could not be asked")
+
+
+async def test_the_newest_task_is_found_behind_pages_of_later_events(temporal_env, tmp_path):
+    """A flood of signals after its worker's last task: the history is read back page by
+    page until that task's start."""
+    spec = AggregateSpec(name="tasks-flood", legs=THREE_LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_worker=False) as p:
+        worker = build_worker(p.client, p.connect, task_queue=p.task_queue)
+        async with worker:
+            sent = await p.scatter(spec)
+            handle = p.handle(spec, sent.correl_id)
+            await until(lambda: status(handle), lambda s: s.state == "OPEN")
+        for n in range(3 * PAGE):  # no worker takes them: each stays an event of its own
+            await handle.signal(f"unheard-{n}")
+        run_id = (await handle.describe()).run_id
+        ours = TaskWatch(p.client, worker.config()["identity"] or "")
+        assert await asyncio.to_thread(ours.lost, handle.id, run_id) is None
+        taken = await asyncio.to_thread(TaskWatch(p.client, "elsewhere").lost, handle.id, run_id)
+        assert taken is not None and "took its workflow task" in taken
+        await handle.terminate(reason="test over")
 
 
 def test_a_watch_made_outside_an_event_loop_cannot_confirm_a_task(temporal_env):
