@@ -69,20 +69,24 @@ def task_lost(newest_first: Iterable[HistoryEvent], identity: str) -> str | None
     """
     for event in newest_first:
         kind = event.event_type
-        when = event.event_time.ToDatetime(UTC).strftime("%H:%M:%S")
         if kind in _RUN_ENDED:
             name = EventType.Name(kind).removeprefix("EVENT_TYPE_WORKFLOW_EXECUTION_")
-            return f"its run ended ({name.lower().replace('_', ' ')}) at {when}"
+            return f"its run ended ({name.lower().replace('_', ' ')}) at {_at(event)}"
         if kind in _TASK_ENDED:
             return (
-                f"its workflow task {_TASK_ENDED[kind]} at {when}, when another worker may take it"
+                f"its workflow task {_TASK_ENDED[kind]} at {_at(event)}, when another worker "
+                "may take it"
             )
         if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
             taker = event.workflow_task_started_event_attributes.identity
             if taker == identity:
                 return None
-            return f"worker {taker!r} took its workflow task at {when}"
+            return f"worker {taker!r} took its workflow task at {_at(event)}"
     return "its history holds no workflow task started"
+
+
+def _at(event: HistoryEvent) -> str:
+    return event.event_time.ToDatetime(UTC).strftime("%H:%M:%S")
 
 
 def confirm_task(owner: str, lost: str | None) -> None:
