@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +46,8 @@ from bench.trivial import TrivialLocalWorkflow, nothing
 from bridge.mq.admin import setup_queues
 from bridge.mq.connect import open_transport
 from mqgather.config import parse_config
-from mqgather.constants import MQ_ATTEMPT_SECONDS
 from mqgather.runtime.codec import converter_from_env
+from tests.activities.environment import attempt_env
 from workflows.gather import GatherWorkflow
 from workflows.models import PutResponseInput
 
@@ -138,12 +136,7 @@ def activity_cpu(inputs: Sequence[PutResponseInput], n: int) -> float:
     payloads = [converter.to_payloads([inp])[0] for inp in inputs]
     # An attempt that started now, with a gather's timeout: the test default started in
     # 1970 with 1 s, past which every commit backs out.
-    env = ActivityEnvironment()
-    env.info = dataclasses.replace(
-        env.info,
-        started_time=datetime.now(UTC),
-        start_to_close_timeout=timedelta(seconds=MQ_ATTEMPT_SECONDS),
-    )
+    env = attempt_env()
     with tempfile.TemporaryDirectory() as tmp:
         url = f"local:{tmp}/qm.db"
         qm = open_transport(url)
