@@ -125,7 +125,7 @@ async def drained_cpu(qm: LocalQueueManager, pid: int, queue: str, prefix: str, 
     """ms of CPU ``pid`` spends per gather taking ``n`` gathers' replies off ``queue``."""
     before = await idle(pid)
     put_gathers(qm, prefix, n, LEGS, queue)
-    while qm.inquire(queue).curdepth:  # another connection's gets count once committed
+    while qm.inquire(queue).curdepth:  # the bridge took them; idle() waits for its commit
         await asyncio.sleep(IDLE_LOOK_SECONDS)
     return 1000 * (await idle(pid) - before) / n
 

@@ -115,7 +115,7 @@ OPENING_FILE = "opening"
 # Message states.
 _AVAILABLE = 0
 _PUT_PENDING = 1  # put under syncpoint, not yet committed
-_GOT_PENDING = 2  # got under syncpoint, not yet committed
+_GOT_PENDING = 2  # got under syncpoint, not yet committed (2 in the schema's triggers)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS qmgr (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -181,12 +181,33 @@ CREATE INDEX IF NOT EXISTS messages_group_order
 CREATE INDEX IF NOT EXISTS messages_owner ON messages (owner) WHERE owner IS NOT NULL;
 CREATE INDEX IF NOT EXISTS messages_expiry ON messages (expiry_at) WHERE expiry_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS connections (conn_id TEXT PRIMARY KEY, pid INTEGER, started REAL);
+-- CURDEPTH as MQ keeps it: up on a put (an uncommitted one too, counted below by
+-- uncommitted_puts until its row is written at commit) and on the backout of a get; down
+-- on a get (an uncommitted one too) and on the backout of a put. State 2 is got under
+-- syncpoint. Files from before kept got messages in CURDEPTH until commit (depth_down).
 CREATE TRIGGER IF NOT EXISTS depth_up AFTER INSERT ON messages BEGIN
     UPDATE queues SET curdepth = curdepth + 1 WHERE name = NEW.queue;
 END;
-CREATE TRIGGER IF NOT EXISTS depth_down AFTER DELETE ON messages BEGIN
+DROP TRIGGER IF EXISTS depth_down;
+CREATE TRIGGER IF NOT EXISTS depth_gone AFTER DELETE ON messages WHEN OLD.state != 2 BEGIN
     UPDATE queues SET curdepth = curdepth - 1 WHERE name = OLD.queue;
 END;
+CREATE TRIGGER IF NOT EXISTS depth_got AFTER UPDATE OF state ON messages
+WHEN OLD.state != 2 AND NEW.state = 2 BEGIN
+    UPDATE queues SET curdepth = curdepth - 1 WHERE name = NEW.queue;
+END;
+CREATE TRIGGER IF NOT EXISTS depth_back AFTER UPDATE OF state ON messages
+WHEN OLD.state = 2 AND NEW.state != 2 BEGIN
+    UPDATE queues SET curdepth = curdepth + 1 WHERE name = NEW.queue;
+END;
+-- Puts of open units of work, per connection and queue: in CURDEPTH (and so against
+-- MAXDEPTH) for every connection, as on MQ, though their rows are written at commit.
+CREATE TABLE IF NOT EXISTS uncommitted_puts (
+    conn_id TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (conn_id, queue)
+) WITHOUT ROWID;
 -- Large bodies live apart from their message's row (which then holds X''): a get under
 -- syncpoint rewrites the row's state without rewriting megabytes, and a body, the only
 -- column here, is written in place by incremental blob I/O.
@@ -403,9 +424,19 @@ class LocalQueueManager(Transport):
             self._db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
+            # A file from before CURDEPTH left out got messages and counted none put.
+            recount = self._db.execute(
+                "SELECT (SELECT COUNT(*) FROM sqlite_master WHERE name = 'queues') "
+                "AND NOT (SELECT COUNT(*) FROM sqlite_master WHERE name = 'depth_got')"
+            ).fetchone()[0]
             # executescript commits any open transaction, so the script carries its own.
             self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
             with self._write() as db:
+                if recount:
+                    db.execute(
+                        "UPDATE queues SET curdepth = (SELECT COUNT(*) FROM messages m "
+                        f"WHERE m.queue = queues.name AND m.state != {_GOT_PENDING})"
+                    )
                 have = {r[1] for r in db.execute("PRAGMA table_info(messages)")}
                 for column, definition in _ADDED_COLUMNS.items():
                     if column not in have:
@@ -561,6 +592,7 @@ class LocalQueueManager(Transport):
                 "WHERE owner = ? AND state = ?",
                 (_AVAILABLE, owner, _GOT_PENDING),
             )
+        LocalQueueManager._let_go(db, owner)
 
     @staticmethod
     def _queue_row(db: sqlite3.Connection, queue: str) -> tuple[Any, ...]:
@@ -661,24 +693,25 @@ class LocalQueueManager(Transport):
             return self._confirmation(db, stored, reports.MQFB_COA)
 
         if opts.syncpoint:
-            # Checked now, written by commit: the unit of work holds no lock meanwhile.
+            # Checked and counted in CURDEPTH now, written by commit: the unit of work
+            # holds no lock meanwhile.
+            def hold(db: sqlite3.Connection) -> tuple[str, tuple[Any, ...]] | None:
+                room = self._room(db)
+                if room < 1:
+                    raise self._limit_reached(f"putting to queue {target!r}")
+                self._check_put(db, target, landed)
+                self._hold(db, target)
+                report = arrival(db)
+                if report is not None:
+                    if room < 2:
+                        # MQ counts the COA it generates in the unit of work too.
+                        raise self._limit_reached(f"putting to queue {target!r} with a COA")
+                    self._hold(db, report[0])
+                return report
+
             with self._lock:
-                try:
-                    room = self._room(self._db)
-                    if room < 1:
-                        raise self._limit_reached(f"putting to queue {target!r}")
-                    self._check_put(self._db, target, landed, self._pending(target))
-                    self._puts.append((target, row))
-                    try:
-                        report = arrival(self._db)
-                        if report is not None and room < 2:
-                            # MQ counts the COA it generates in the unit of work too.
-                            raise self._limit_reached(f"putting to queue {target!r} with a COA")
-                    except (MQError, sqlite3.Error):
-                        self._puts.pop()
-                        raise
-                except sqlite3.Error as exc:
-                    raise _translate(exc, self.path) from exc
+                report = self._call(hold)
+                self._puts.append((target, row))
                 self._uncommitted += 1
                 if report is not None:
                     self._puts.append(report)
@@ -687,7 +720,7 @@ class LocalQueueManager(Transport):
             return stored
 
         def op(db: sqlite3.Connection) -> None:
-            self._check_put(db, target, landed, 0)
+            self._check_put(db, target, landed)
             _insert(db, [row])
             report = arrival(db)
             if report is not None:
@@ -739,9 +772,26 @@ class LocalQueueManager(Transport):
             }
         )
 
-    def _pending(self, queue: str) -> int:
-        """Puts to ``queue`` the open unit of work holds, not yet on it."""
-        return sum(1 for q, _ in self._puts if q == queue)
+    def _hold(self, db: sqlite3.Connection, queue: str) -> None:
+        """Count a put of the open unit of work in ``queue``'s CURDEPTH until it ends."""
+        db.execute("UPDATE queues SET curdepth = curdepth + 1 WHERE name = ?", (queue,))
+        db.execute(
+            "INSERT INTO uncommitted_puts VALUES (?, ?, 1) "
+            "ON CONFLICT (conn_id, queue) DO UPDATE SET count = count + 1",
+            (self.conn_id, queue),
+        )
+
+    @staticmethod
+    def _let_go(db: sqlite3.Connection, owner: str) -> None:
+        """Take a unit of work's puts out of CURDEPTH as it ends: committed, their rows
+        count now; backed out, they are gone."""
+        db.execute(
+            "UPDATE queues SET curdepth = curdepth - (SELECT u.count FROM uncommitted_puts u "
+            "WHERE u.conn_id = ? AND u.queue = queues.name) "
+            "WHERE name IN (SELECT queue FROM uncommitted_puts WHERE conn_id = ?)",
+            (owner, owner),
+        )
+        db.execute("DELETE FROM uncommitted_puts WHERE conn_id = ?", (owner,))
 
     def _confirmation(
         self, db: sqlite3.Connection, about: MQMessage, feedback: int
@@ -764,7 +814,7 @@ class LocalQueueManager(Transport):
             if qmgr:
                 target = self._route(db, qmgr)
                 landed = self._behind_xqh(report, to, qmgr)
-            self._check_put(db, target, landed, self._pending(target))
+            self._check_put(db, target, landed)
         except MQError as exc:
             deadq = self._read_deadq(db)
             if not deadq:
@@ -772,7 +822,7 @@ class LocalQueueManager(Transport):
             target = deadq
             landed = dead_letter(report, exc.code, to, qmgr or self.qmgr_name, report.put_appl_name)
             try:
-                self._check_put(db, target, landed, self._pending(target))
+                self._check_put(db, target, landed)
             except MQError:
                 return None
         return target, self._row(target, landed)
@@ -870,12 +920,10 @@ class LocalQueueManager(Transport):
         row = db.execute("SELECT value FROM qmgr WHERE key = 'maxumsgs'").fetchone()
         return int(row[0]) if row else DEFAULT_MAXUMSGS
 
-    def _check_put(
-        self, db: sqlite3.Connection, queue: str, message: MQMessage, pending: int
-    ) -> None:
+    def _check_put(self, db: sqlite3.Connection, queue: str, message: MQMessage) -> None:
         """What MQ checks on a put once the queue is known: its descriptor, its length
-        against the queue's MAXMSGL, and the queue's depth (``pending``: puts of the open
-        unit of work not yet counted)."""
+        against the queue's MAXMSGL, and the queue's depth (CURDEPTH, which counts every
+        connection's uncommitted puts and leaves out messages got under syncpoint)."""
         row = self._queue_row(db, queue)
         if row[_PUT] == "disabled":
             raise QueueInhibited(f"queue {queue!r} is PUT(DISABLED)")
@@ -887,7 +935,7 @@ class LocalQueueManager(Transport):
         size = len(message.body)
         if size > maxmsgl:
             raise MessageTooBig(f"{size} bytes exceed MAXMSGL({maxmsgl}) of queue {queue!r}")
-        if curdepth + pending >= maxdepth:
+        if curdepth >= maxdepth:
             raise QueueFull(f"queue {queue!r} is at MAXDEPTH({maxdepth})")
 
     @staticmethod
@@ -1160,6 +1208,7 @@ class LocalQueueManager(Transport):
                 if report is None:
                     continue
                 if syncpoint:
+                    self._hold(db, report[0])
                     self._puts.append(report)
                     self._uncommitted += 1
                 else:
@@ -1266,6 +1315,8 @@ class LocalQueueManager(Transport):
             def op(db: sqlite3.Connection) -> None:
                 if self._got_pending:
                     self._end_uow(db, self.conn_id, commit=True)
+                else:
+                    self._let_go(db, self.conn_id)
                 if self._puts:
                     _insert(db, [row for _, row in self._puts])
 
@@ -1276,13 +1327,14 @@ class LocalQueueManager(Transport):
 
     def backout(self) -> None:
         with self._lock:
+            held = bool(self._puts)
             self._puts.clear()
             self._uncommitted = 0
             if self._uow_groups is not None:
                 # A group got or put in this unit of work starts over, as after MQBACK.
                 self._get_groups, self._put_groups = self._uow_groups
                 self._uow_groups = None
-            if not self._got_pending:
+            if not (self._got_pending or held):
                 return
             self._call(lambda db: self._end_uow(db, self.conn_id, commit=False))
             self._got_pending = False

@@ -95,6 +95,8 @@ def test_sigkill_inside_unit_of_work_is_backed_out(qm_path):
     assert ready.wait(30)
     with pytest.raises(NoMessageAvailable):
         qm.get("IN")  # still owned by the child
+    # CURDEPTH as MQ keeps it: the child's get out, its put in.
+    assert (qm.inquire("IN").curdepth, qm.inquire("OUT").curdepth) == (0, 1)
     os.kill(child.pid, signal.SIGKILL)
     child.join(10)
     # Recovery happens within RECOVERY_INTERVAL of our next call: wait a little longer.
@@ -237,3 +239,32 @@ def test_connections_opening_a_new_queue_manager_at_once_all_open(tmp_path):
         for thread in threads:
             thread.join()
     assert failures == []
+
+
+def test_an_older_file_counts_curdepth_as_mq_does(tmp_path):
+    """A file whose CURDEPTH still held messages got under syncpoint is counted again
+    when it is opened."""
+    import sqlite3
+
+    path = tmp_path / "qm.db"
+    with LocalQueueManager(path) as qm:
+        qm.define(QueueAttributes(name="Q"))
+        for body in (b"1", b"2"):
+            qm.put("Q", MQMessage(body=body), PutOptions(syncpoint=False))
+    with sqlite3.connect(path) as db:
+        for trigger in ("depth_gone", "depth_got", "depth_back"):
+            db.execute(f"DROP TRIGGER {trigger}")
+        db.execute(
+            "CREATE TRIGGER depth_down AFTER DELETE ON messages BEGIN "
+            "UPDATE queues SET curdepth = curdepth - 1 WHERE name = OLD.queue; END"
+        )
+        db.execute("UPDATE queues SET curdepth = 7 WHERE name = 'Q'")
+    with LocalQueueManager(path) as qm, LocalQueueManager(path) as other:
+        assert qm.inquire("Q").curdepth == 2
+        qm.get("Q")
+        assert other.inquire("Q").curdepth == 1
+        qm.commit()
+        assert other.inquire("Q").curdepth == 1
+    with sqlite3.connect(path) as db:
+        names = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    assert "depth_down" not in names and {"depth_gone", "depth_got"} <= names

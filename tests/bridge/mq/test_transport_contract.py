@@ -175,6 +175,71 @@ def test_maxdepth_gives_q_full(connect, make_queue):
     qm.commit()
 
 
+def test_curdepth_counts_uncommitted_puts_and_leaves_out_uncommitted_gets(connect, make_queue):
+    """CURDEPTH goes up on a put and down on a get as each is made, in a unit of work or
+    not, and back on a backout, as MQ keeps it; the messages themselves wait for the
+    commit."""
+    a, b = connect(), connect()
+    q = make_queue(a)
+    a.put(q, MQMessage(body=b"one"))
+    a.put(q, MQMessage(body=b"two"))
+    assert b.inquire(q).curdepth == 2
+    with pytest.raises(NoMessageAvailable):
+        b.get(q)
+    a.backout()
+    assert b.inquire(q).curdepth == 0
+    a.put(q, MQMessage(body=b"one"))
+    a.commit()
+    assert b.inquire(q).curdepth == 1
+    assert b.get(q).body == b"one"
+    assert a.inquire(q).curdepth == 0
+    b.backout()
+    assert a.inquire(q).curdepth == 1
+    b.get(q)
+    b.commit()
+    assert a.inquire(q).curdepth == 0
+
+
+def test_another_connections_uncommitted_puts_fill_the_queue(connect, make_queue):
+    a, b = connect(), connect()
+    q = make_queue(a, maxdepth=2)
+    a.put(q, MQMessage(body=b"1"))
+    a.put(q, MQMessage(body=b"2"))
+    for options in (PutOptions(syncpoint=True), PutOptions(syncpoint=False)):
+        with pytest.raises(QueueFull) as info:
+            b.put(q, MQMessage(body=b"3"), options)
+        assert info.value.code == 2053
+    a.backout()
+    b.put(q, MQMessage(body=b"3"), PutOptions(syncpoint=False))
+    assert b.inquire(q).curdepth == 1
+
+
+def test_a_connections_own_uncommitted_puts_count_outside_syncpoint(connect, make_queue):
+    qm = connect()
+    q = make_queue(qm, maxdepth=1)
+    qm.put(q, MQMessage(body=b"1"))
+    with pytest.raises(QueueFull):
+        qm.put(q, MQMessage(body=b"2"), PutOptions(syncpoint=False))
+    qm.commit()
+    assert qm.inquire(q).curdepth == 1
+
+
+def test_a_get_under_syncpoint_makes_room_and_its_backout_may_pass_maxdepth(connect, make_queue):
+    """MQ leaves an uncommitted get out of CURDEPTH, so a put may take its place; backed
+    out, the message returns and the queue holds more than MAXDEPTH."""
+    a, b = connect(), connect()
+    q = make_queue(a, maxdepth=1)
+    a.put(q, MQMessage(body=b"first"), PutOptions(syncpoint=False))
+    assert a.get(q).body == b"first"
+    b.put(q, MQMessage(body=b"second"), PutOptions(syncpoint=False))
+    a.backout()
+    assert b.inquire(q).curdepth == 2
+    with pytest.raises(QueueFull):
+        b.put(q, MQMessage(body=b"third"), PutOptions(syncpoint=False))
+    assert [a.get(q).body, a.get(q).body] == [b"first", b"second"]
+    a.commit()
+
+
 def test_maxmsgl_gives_msg_too_big(connect, make_queue):
     qm = connect()
     q = make_queue(qm, maxmsgl=10)
@@ -262,8 +327,13 @@ def test_coa_and_cod_are_confirmed_once_each_to_the_reply_to_queue(connect, make
                      priority=4, persistence=0)  # fmt: skip
     sender.put(q, sent)
     sender.backout()
+    assert qm.inquire(replies).curdepth == 0
     put = sender.put(q, sent)
-    assert qm.inquire(replies).curdepth == 0  # in the put's unit of work
+    # In the put's unit of work: counted in CURDEPTH, as every uncommitted put is, but
+    # not there to get.
+    assert qm.inquire(replies).curdepth == 1
+    with pytest.raises(NoMessageAvailable):
+        qm.get(replies, syncpoint=False)
     sender.commit()
     coa = qm.get(replies, syncpoint=False)
     assert (coa.msg_type, coa.feedback, coa.body) == (MQMT_REPORT, reports.MQFB_COA, body[:100])
@@ -276,7 +346,9 @@ def test_coa_and_cod_are_confirmed_once_each_to_the_reply_to_queue(connect, make
     qm.backout()
     assert qm.inquire(replies).curdepth == 0
     got = qm.get(q)
-    assert qm.inquire(replies).curdepth == 0
+    assert qm.inquire(replies).curdepth == 1  # the COD, in the get's unit of work
+    with pytest.raises(NoMessageAvailable):
+        connect().get(replies, syncpoint=False)
     qm.commit()
     cod = qm.get(replies, syncpoint=False)
     assert (cod.feedback, cod.body, cod.correl_id) == (reports.MQFB_COD, b"", sent.correl_id)
