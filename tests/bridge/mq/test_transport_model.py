@@ -1,0 +1,201 @@
+"""Every transport against a model of MQ's queue semantics, by random sequences of calls.
+
+Two connections put, get, browse, commit, back out, inquire and reconnect on one small
+queue; after every call the queue manager must agree with the model: what a get or a
+browse returns (priority, then arrival; CorrelId matched), what is refused
+(MQRC_NO_MSG_AVAILABLE, MQRC_Q_FULL), CURDEPTH, and BackoutCount. At the end every
+committed message is taken off once, none twice and none missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from bridge.mq.errors import NoMessageAvailable, QueueFull
+from bridge.mq.models import Match, MQMessage, PutOptions, parse_id
+
+MAXDEPTH = 4
+CONNECTIONS = (0, 1)
+CORREL_IDS = (parse_id("C-0"), parse_id("C-1"))
+
+
+@dataclass
+class Held:
+    """A message as the model keeps it."""
+
+    body: bytes
+    priority: int
+    correl_id: bytes
+    #: Order of the put, and of its commit (None until committed).
+    put_seq: int
+    commit_seq: int | None = None
+    backout_count: int = 0
+    #: The connection whose unit of work got it, not yet committed.
+    got_by: int | None = None
+
+
+@dataclass
+class Model:
+    """MQ's rules for one queue."""
+
+    messages: list[Held] = field(default_factory=list)
+    #: Uncommitted puts per connection, in put order.
+    puts: dict[int, list[Held]] = field(default_factory=lambda: {c: [] for c in CONNECTIONS})
+    seq: int = 0
+
+    def depth(self) -> int:
+        """CURDEPTH: committed messages not got under syncpoint, and every uncommitted put."""
+        return sum(m.got_by is None for m in self.messages) + sum(map(len, self.puts.values()))
+
+    def eligible(self, correl_id: bytes | None) -> list[Held]:
+        return [
+            m
+            for m in self.messages
+            if m.got_by is None and (correl_id is None or m.correl_id == correl_id)
+        ]
+
+    def firsts(self, correl_id: bytes | None) -> set[bytes]:
+        """The messages a get may return: the highest priority, the first to arrive.
+
+        Where a message put under syncpoint takes its place among those of the same
+        priority (at its put, or at its commit) MQ does not document, so either is taken.
+        """
+        found = self.eligible(correl_id)
+        if not found:
+            return set()
+        top = max(m.priority for m in found)
+        first = [m for m in found if m.priority == top]
+        by_commit = min(first, key=lambda m: (m.commit_seq or 0, m.put_seq))
+        by_put = min(first, key=lambda m: m.put_seq)
+        return {by_commit.body, by_put.body}
+
+    def end(self, conn: int, commit: bool) -> None:
+        for m in self.puts[conn]:
+            if commit:
+                self.seq += 1
+                m.commit_seq = self.seq
+                self.messages.append(m)
+        self.puts[conn] = []
+        for m in list(self.messages):
+            if m.got_by == conn:
+                if commit:
+                    self.messages.remove(m)
+                else:
+                    m.got_by = None
+                    m.backout_count += 1
+
+
+def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
+    class Queue(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conns = [connect() for _ in CONNECTIONS]
+            self.queue = make_queue(self.conns[0], maxdepth=MAXDEPTH)
+            self.model = Model()
+            self.next_body = 0
+
+        @rule(
+            conn=st.sampled_from(CONNECTIONS),
+            priority=st.sampled_from((0, 5)),
+            correl=st.sampled_from(CORREL_IDS),
+            syncpoint=st.booleans(),
+        )
+        def put(self, conn: int, priority: int, correl: bytes, syncpoint: bool) -> None:
+            self.next_body += 1
+            self.model.seq += 1
+            held = Held(f"m{self.next_body}".encode(), priority, correl, self.model.seq)
+            message = MQMessage(body=held.body, priority=priority, correl_id=correl)
+            if self.model.depth() >= MAXDEPTH:
+                with pytest.raises(QueueFull):
+                    self.conns[conn].put(self.queue, message, PutOptions(syncpoint=syncpoint))
+                return
+            self.conns[conn].put(self.queue, message, PutOptions(syncpoint=syncpoint))
+            if syncpoint:
+                self.model.puts[conn].append(held)
+            else:
+                held.commit_seq = self.model.seq
+                self.model.messages.append(held)
+
+        @rule(
+            conn=st.sampled_from(CONNECTIONS),
+            correl=st.none() | st.sampled_from(CORREL_IDS),
+            syncpoint=st.booleans(),
+            browse=st.booleans(),
+        )
+        def get(self, conn: int, correl: bytes | None, syncpoint: bool, browse: bool) -> None:
+            match = None if correl is None else Match(correl_id=correl)
+            expected = self.model.firsts(correl)
+            qm = self.conns[conn]
+            if not expected:
+                with pytest.raises(NoMessageAvailable):
+                    qm.get(self.queue, match=match, syncpoint=syncpoint,
+                           browse="first" if browse else None)  # fmt: skip
+                return
+            got = qm.get(
+                self.queue, match=match, syncpoint=syncpoint, browse="first" if browse else None
+            )
+            assert got.body in expected
+            held = next(m for m in self.model.messages if m.body == got.body)
+            assert (got.priority, got.correl_id) == (held.priority, held.correl_id)
+            assert got.backout_count == held.backout_count
+            if browse:
+                return
+            if syncpoint:
+                held.got_by = conn
+            else:
+                self.model.messages.remove(held)
+
+        @rule(conn=st.sampled_from(CONNECTIONS))
+        def commit(self, conn: int) -> None:
+            self.conns[conn].commit()
+            self.model.end(conn, commit=True)
+
+        @rule(conn=st.sampled_from(CONNECTIONS))
+        def backout(self, conn: int) -> None:
+            self.conns[conn].backout()
+            self.model.end(conn, commit=False)
+
+        @rule(conn=st.sampled_from(CONNECTIONS))
+        def reconnect(self, conn: int) -> None:
+            """Closing a connection backs out its unit of work."""
+            self.conns[conn].close()
+            self.conns[conn] = connect()
+            self.model.end(conn, commit=False)
+
+        @invariant()
+        def depth_agrees(self) -> None:
+            for qm in self.conns:
+                assert qm.inquire(self.queue).curdepth == self.model.depth()
+
+        def teardown(self) -> None:
+            for conn in CONNECTIONS:
+                self.conns[conn].backout()
+                self.model.end(conn, commit=False)
+            left = []
+            while True:
+                try:
+                    left.append(self.conns[0].get(self.queue, syncpoint=False).body)
+                except NoMessageAvailable:
+                    break
+            assert sorted(left) == sorted(m.body for m in self.model.messages)
+            for qm in self.conns:
+                qm.close()
+
+    return Queue
+
+
+def test_the_queue_manager_keeps_mqs_rules(connect, make_queue) -> None:
+    run_state_machine_as_test(
+        _machine(connect, make_queue),
+        settings=settings(
+            max_examples=60,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        ),
+    )
