@@ -1,9 +1,10 @@
 """Every transport against a model of MQ's queue semantics, by random sequences of calls.
 
 Two connections put, get, browse, commit, back out, inquire and reconnect on one small
-queue; after every call the queue manager must agree with the model: what a get or a
-browse returns (priority, then arrival; CorrelId matched), what is refused
-(MQRC_NO_MSG_AVAILABLE, MQRC_Q_FULL), CURDEPTH, and BackoutCount. At the end every
+queue, while its PUT and GET are enabled and disabled; after every call the queue manager
+must agree with the model: what a get or a browse returns (priority, then arrival;
+CorrelId matched), what is refused (MQRC_NO_MSG_AVAILABLE, MQRC_Q_FULL,
+MQRC_PUT_INHIBITED, MQRC_GET_INHIBITED), CURDEPTH, and BackoutCount. At the end every
 committed message is taken off once, none twice and none missing.
 """
 
@@ -16,8 +17,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from bridge.mq.errors import NoMessageAvailable, QueueFull
-from bridge.mq.models import Match, MQMessage, PutOptions, parse_id
+from bridge.mq.errors import NoMessageAvailable, QueueFull, QueueInhibited
+from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes, parse_id
 
 MAXDEPTH = 4
 CONNECTIONS = (0, 1)
@@ -47,6 +48,8 @@ class Model:
     #: Uncommitted puts per connection, in put order.
     puts: dict[int, list[Held]] = field(default_factory=lambda: {c: [] for c in CONNECTIONS})
     seq: int = 0
+    put_inhibited: bool = False
+    get_inhibited: bool = False
 
     def depth(self) -> int:
         """CURDEPTH: committed messages not got under syncpoint, and every uncommitted put."""
@@ -110,8 +113,15 @@ def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
             self.model.seq += 1
             held = Held(f"m{self.next_body}".encode(), priority, correl, self.model.seq)
             message = MQMessage(body=held.body, priority=priority, correl_id=correl)
-            if self.model.depth() >= MAXDEPTH:
-                with pytest.raises(QueueFull):
+            refused = (
+                QueueInhibited
+                if self.model.put_inhibited
+                else QueueFull
+                if self.model.depth() >= MAXDEPTH
+                else None
+            )
+            if refused is not None:
+                with pytest.raises(refused):
                     self.conns[conn].put(self.queue, message, PutOptions(syncpoint=syncpoint))
                 return
             self.conns[conn].put(self.queue, message, PutOptions(syncpoint=syncpoint))
@@ -131,8 +141,9 @@ def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
             match = None if correl is None else Match(correl_id=correl)
             expected = self.model.firsts(correl)
             qm = self.conns[conn]
-            if not expected:
-                with pytest.raises(NoMessageAvailable):
+            if self.model.get_inhibited or not expected:
+                refused = QueueInhibited if self.model.get_inhibited else NoMessageAvailable
+                with pytest.raises(refused):
                     qm.get(self.queue, match=match, syncpoint=syncpoint,
                            browse="first" if browse else None)  # fmt: skip
                 return
@@ -160,6 +171,21 @@ def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
             self.conns[conn].backout()
             self.model.end(conn, commit=False)
 
+        @rule(put=st.booleans(), get=st.booleans())
+        def inhibit(self, put: bool, get: bool) -> None:
+            """PUT and GET switched while units of work are open: what they did before
+            still commits or backs out."""
+            self.conns[1].define(
+                QueueAttributes(
+                    name=self.queue,
+                    maxdepth=MAXDEPTH,
+                    put="disabled" if put else "enabled",
+                    get="disabled" if get else "enabled",
+                ),
+                replace=True,
+            )
+            self.model.put_inhibited, self.model.get_inhibited = put, get
+
         @rule(conn=st.sampled_from(CONNECTIONS))
         def reconnect(self, conn: int) -> None:
             """Closing a connection backs out its unit of work."""
@@ -173,6 +199,7 @@ def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
                 assert qm.inquire(self.queue).curdepth == self.model.depth()
 
         def teardown(self) -> None:
+            self.inhibit(put=False, get=False)
             for conn in CONNECTIONS:
                 self.conns[conn].backout()
                 self.model.end(conn, commit=False)
