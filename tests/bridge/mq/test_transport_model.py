@@ -161,6 +161,21 @@ def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
             else:
                 self.model.messages.remove(held)
 
+        @rule(conn=st.sampled_from(CONNECTIONS), most=st.integers(1, 3))
+        def get_batch(self, conn: int, most: int) -> None:
+            """The bridge's get: up to ``most`` under syncpoint, in get order."""
+            if self.model.get_inhibited:
+                with pytest.raises(QueueInhibited):
+                    self.conns[conn].get_batch(self.queue, most)
+                return
+            batch = self.conns[conn].get_batch(self.queue, most)
+            assert len(batch) == min(most, len(self.model.eligible(None)))
+            for got in batch:
+                assert got.body in self.model.firsts(None)
+                held = next(m for m in self.model.messages if m.body == got.body)
+                assert got.backout_count == held.backout_count
+                held.got_by = conn
+
         @rule(conn=st.sampled_from(CONNECTIONS))
         def commit(self, conn: int) -> None:
             self.conns[conn].commit()
