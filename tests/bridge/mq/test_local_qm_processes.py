@@ -58,6 +58,29 @@ def _drain(path: str, queue: str, count: int, results) -> None:
     results.put(bodies)
 
 
+def _churn(path: str, queue: str, seed: int, steps: int, done) -> None:
+    """Random puts, gets, commits and backouts on ``queue``; the last unit of work is
+    left open (the process is killed, or exits without a commit)."""
+    import random
+
+    rng = random.Random(seed)
+    qm = LocalQueueManager(path)
+    for i in range(steps):
+        syncpoint = rng.random() < 0.7
+        try:
+            if rng.random() < 0.55:
+                qm.put(queue, MQMessage(body=f"{seed}-{i}".encode()),
+                       PutOptions(syncpoint=syncpoint))  # fmt: skip
+            else:
+                qm.get(queue, syncpoint=syncpoint)
+        except MQError:
+            pass  # MQRC_Q_FULL or MQRC_NO_MSG_AVAILABLE, as the queue stands
+        if rng.random() < 0.2:
+            (qm.commit if rng.random() < 0.6 else qm.backout)()
+    done.set()
+    time.sleep(600)  # killed, its unit of work open
+
+
 @pytest.fixture
 def qm_path(tmp_path: Path) -> str:
     return str(tmp_path / "qm.db")
@@ -178,6 +201,43 @@ def test_two_processes_share_a_queue_without_duplicates_or_loss(qm_path):
     assert not first & second
     assert first | second == sent
     assert qm.inquire("BULK").curdepth == 0
+    qm.close()
+
+
+def test_curdepth_does_not_drift_with_processes_that_back_out_commit_and_die(qm_path):
+    """CURDEPTH is a count kept as puts and gets are made; one that drifted would call an
+    empty queue full. After three processes churn a small queue and are killed inside
+    their units of work, it is again the number of messages there."""
+    qm = _define(qm_path, "CHURN", maxdepth=40)
+    done = [CTX.Event() for _ in range(3)]
+    children = [
+        CTX.Process(target=_churn, args=(qm_path, "CHURN", seed, 400, done[seed]))
+        for seed in range(3)
+    ]
+    for child in children:
+        child.start()
+    try:
+        for event in done:
+            assert event.wait(120)
+        assert qm.inquire("CHURN").curdepth <= 40 + 3 * 400  # before the kills
+    finally:
+        for child in children:
+            os.kill(child.pid, signal.SIGKILL)
+            child.join(10)
+    fresh = LocalQueueManager(qm_path)  # recovers the dead units of work at once
+    depth = fresh.inquire("CHURN").curdepth
+    left = 0
+    while True:
+        try:
+            fresh.get("CHURN", syncpoint=False)
+        except NoMessageAvailable:
+            break
+        left += 1
+    assert depth == left
+    assert fresh.inquire("CHURN").curdepth == 0
+    for _ in range(40):  # the whole MAXDEPTH is free again
+        fresh.put("CHURN", MQMessage(body=b"x"), PutOptions(syncpoint=False))
+    fresh.close()
     qm.close()
 
 
