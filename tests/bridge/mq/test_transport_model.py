@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from bridge.mq.errors import NoMessageAvailable, QueueFull, QueueInhibited
-from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes, parse_id
+from bridge.mq.models import Match, MQMessage, MsgFlags, PutOptions, QueueAttributes, parse_id
 
 MAXDEPTH = 4
 CONNECTIONS = (0, 1)
@@ -234,6 +234,156 @@ def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
 def test_the_queue_manager_keeps_mqs_rules(connect, make_queue) -> None:
     run_state_machine_as_test(
         _machine(connect, make_queue),
+        settings=settings(
+            max_examples=60,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        ),
+    )
+
+
+# ------------------------------------------------------------------ logical groups
+
+#: Messages per group.
+GROUP_SIZE = 3
+IN_GROUP, LAST_IN_GROUP = int(MsgFlags.MSG_IN_GROUP), int(MsgFlags.LAST_MSG_IN_GROUP)
+
+
+@dataclass
+class Placed:
+    """A message on the queue, as the group model keeps it."""
+
+    body: bytes
+    priority: int
+    arrival: int
+    #: Its group (None for a message in no group), number, and whether it is the last.
+    group: str | None = None
+    seq: int = 1
+    last: bool = False
+
+
+@dataclass
+class Groups:
+    """MQ's rules for getting in logical order from one queue."""
+
+    messages: list[Placed] = field(default_factory=list)
+    #: Per connection, the group it is inside and the number it gets next.
+    inside: dict[int, tuple[str, int] | None] = field(
+        default_factory=lambda: dict.fromkeys(CONNECTIONS)
+    )
+    #: Numbers already put, per group.
+    put: dict[str, set[int]] = field(default_factory=dict)
+    arrivals: int = 0
+
+    def complete(self, group: str) -> bool:
+        return {m.seq for m in self.messages if m.group == group} == set(range(1, GROUP_SIZE + 1))
+
+    def next_for(self, conn: int, all_available: bool) -> Placed | None:
+        """The message a get in logical order returns, or None."""
+        position = self.inside[conn]
+        if position is not None:
+            group, seq = position
+            return next((m for m in self.messages if (m.group, m.seq) == (group, seq)), None)
+        starts = [
+            m
+            for m in self.messages
+            if m.group is None or (m.seq == 1 and (not all_available or self.complete(m.group)))
+        ]
+        if not starts:
+            return None
+        return min(starts, key=lambda m: (-m.priority, m.arrival))
+
+    def take(self, conn: int, message: Placed) -> None:
+        self.messages.remove(message)
+        if message.group is None or message.last:
+            self.inside[conn] = None
+        else:
+            self.inside[conn] = (message.group, message.seq + 1)
+
+
+def _groups_machine(connect, make_queue) -> type[RuleBasedStateMachine]:
+    class GroupQueue(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conns = [connect() for _ in CONNECTIONS]
+            self.queue = make_queue(self.conns[0])
+            self.model = Groups()
+            self.next_body = 0
+
+        @rule(
+            group=st.none() | st.sampled_from(("G-A", "G-B", "G-C")),
+            seq=st.integers(1, GROUP_SIZE),
+            priority=st.sampled_from((0, 5)),
+        )
+        def put(self, group: str | None, seq: int, priority: int) -> None:
+            """A message in no group, or one of a group's, in any order (physical order)."""
+            self.next_body += 1
+            self.model.arrivals += 1
+            body = f"m{self.next_body}".encode()
+            if group is None:
+                self.conns[1].put(self.queue, MQMessage(body=body, priority=priority),
+                                  PutOptions(syncpoint=False))  # fmt: skip
+                self.model.messages.append(Placed(body, priority, self.model.arrivals))
+                return
+            if seq in self.model.put.setdefault(group, set()):
+                return  # each number of a group is put once
+            self.model.put[group].add(seq)
+            last = seq == GROUP_SIZE
+            self.conns[1].put(
+                self.queue,
+                MQMessage(
+                    body=body,
+                    priority=priority,
+                    group_id=parse_id(group),
+                    msg_seq_number=seq,
+                    msg_flags=IN_GROUP | (LAST_IN_GROUP if last else 0),
+                ),
+                PutOptions(syncpoint=False),
+            )
+            self.model.messages.append(
+                Placed(body, priority, self.model.arrivals, group, seq, last)
+            )
+
+        @rule(conn=st.sampled_from(CONNECTIONS))
+        def get(self, conn: int) -> None:
+            """Connection 0 gets whole groups only (all messages available), 1 any."""
+            all_available = conn == 0
+            expected = self.model.next_for(conn, all_available)
+            qm = self.conns[conn]
+            if expected is None:
+                with pytest.raises(NoMessageAvailable):
+                    qm.get(self.queue, logical_order=True, all_available=all_available,
+                           syncpoint=False)  # fmt: skip
+                return
+            got = qm.get(
+                self.queue, logical_order=True, all_available=all_available, syncpoint=False
+            )
+            assert got.body == expected.body
+            status = (
+                "not-in-group"
+                if expected.group is None
+                else "last-in-group"
+                if expected.last
+                else "in-group"
+            )
+            assert (got.group_status, got.msg_seq_number) == (status, expected.seq)
+            self.model.take(conn, expected)
+
+        @invariant()
+        def depth_agrees(self) -> None:
+            assert self.conns[0].inquire(self.queue).curdepth == len(self.model.messages)
+
+        def teardown(self) -> None:
+            for qm in self.conns:
+                qm.close()
+
+    return GroupQueue
+
+
+def test_gets_in_logical_order_keep_mqs_group_rules(connect, make_queue) -> None:
+    run_state_machine_as_test(
+        _groups_machine(connect, make_queue),
         settings=settings(
             max_examples=60,
             stateful_step_count=40,
