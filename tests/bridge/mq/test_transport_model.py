@@ -261,6 +261,9 @@ class Placed:
     group: str | None = None
     seq: int = 1
     last: bool = False
+    backout_count: int = 0
+    #: The connection whose unit of work got it, not yet committed.
+    got_by: int | None = None
 
 
 @dataclass
@@ -272,34 +275,57 @@ class Groups:
     inside: dict[int, tuple[str, int] | None] = field(
         default_factory=lambda: dict.fromkeys(CONNECTIONS)
     )
+    #: Per connection, where it stood when its unit of work began (a backout returns it
+    #: there); absent while it has none open.
+    began: dict[int, tuple[str, int] | None] = field(default_factory=dict)
     #: Numbers already put, per group.
     put: dict[str, set[int]] = field(default_factory=dict)
     arrivals: int = 0
 
+    def there(self) -> list[Placed]:
+        return [m for m in self.messages if m.got_by is None]
+
     def complete(self, group: str) -> bool:
-        return {m.seq for m in self.messages if m.group == group} == set(range(1, GROUP_SIZE + 1))
+        return {m.seq for m in self.there() if m.group == group} == set(range(1, GROUP_SIZE + 1))
 
     def next_for(self, conn: int, all_available: bool) -> Placed | None:
         """The message a get in logical order returns, or None."""
         position = self.inside[conn]
         if position is not None:
             group, seq = position
-            return next((m for m in self.messages if (m.group, m.seq) == (group, seq)), None)
+            return next((m for m in self.there() if (m.group, m.seq) == (group, seq)), None)
         starts = [
             m
-            for m in self.messages
+            for m in self.there()
             if m.group is None or (m.seq == 1 and (not all_available or self.complete(m.group)))
         ]
         if not starts:
             return None
         return min(starts, key=lambda m: (-m.priority, m.arrival))
 
-    def take(self, conn: int, message: Placed) -> None:
-        self.messages.remove(message)
+    def take(self, conn: int, message: Placed, syncpoint: bool) -> None:
+        if syncpoint:
+            self.began.setdefault(conn, self.inside[conn])
+            message.got_by = conn
+        else:
+            self.messages.remove(message)
         if message.group is None or message.last:
             self.inside[conn] = None
         else:
             self.inside[conn] = (message.group, message.seq + 1)
+
+    def end(self, conn: int, commit: bool) -> None:
+        for m in list(self.messages):
+            if m.got_by == conn:
+                if commit:
+                    self.messages.remove(m)
+                else:
+                    m.got_by = None
+                    m.backout_count += 1
+        if conn in self.began:
+            began = self.began.pop(conn)
+            if not commit:
+                self.inside[conn] = began
 
 
 def _groups_machine(connect, make_queue) -> type[RuleBasedStateMachine]:
@@ -347,19 +373,20 @@ def _groups_machine(connect, make_queue) -> type[RuleBasedStateMachine]:
 
         @rule(conn=st.sampled_from(CONNECTIONS))
         def get(self, conn: int) -> None:
-            """Connection 0 gets whole groups only (all messages available), 1 any."""
-            all_available = conn == 0
+            """Connection 0 gets whole groups only (all messages available), outside
+            syncpoint; 1 gets them as they come, under syncpoint."""
+            all_available, syncpoint = conn == 0, conn == 1
             expected = self.model.next_for(conn, all_available)
             qm = self.conns[conn]
             if expected is None:
                 with pytest.raises(NoMessageAvailable):
                     qm.get(self.queue, logical_order=True, all_available=all_available,
-                           syncpoint=False)  # fmt: skip
+                           syncpoint=syncpoint)  # fmt: skip
                 return
             got = qm.get(
-                self.queue, logical_order=True, all_available=all_available, syncpoint=False
+                self.queue, logical_order=True, all_available=all_available, syncpoint=syncpoint
             )
-            assert got.body == expected.body
+            assert (got.body, got.backout_count) == (expected.body, expected.backout_count)
             status = (
                 "not-in-group"
                 if expected.group is None
@@ -368,11 +395,17 @@ def _groups_machine(connect, make_queue) -> type[RuleBasedStateMachine]:
                 else "in-group"
             )
             assert (got.group_status, got.msg_seq_number) == (status, expected.seq)
-            self.model.take(conn, expected)
+            self.model.take(conn, expected, syncpoint)
+
+        @rule(commit=st.booleans())
+        def end(self, commit: bool) -> None:
+            """Connection 1 commits, or backs out and starts its group over."""
+            (self.conns[1].commit if commit else self.conns[1].backout)()
+            self.model.end(1, commit)
 
         @invariant()
         def depth_agrees(self) -> None:
-            assert self.conns[0].inquire(self.queue).curdepth == len(self.model.messages)
+            assert self.conns[0].inquire(self.queue).curdepth == len(self.model.there())
 
         def teardown(self) -> None:
             for qm in self.conns:
