@@ -1,4 +1,5 @@
-"""Every transport against a model of MQ's queue semantics, by random sequences of calls.
+"""Every transport against a model of MQ's queue semantics, by random sequences of calls
+and random messages.
 
 Two connections put, get, browse, commit, back out, inquire and reconnect on one small
 queue, while its PUT and GET are enabled and disabled; after every call the queue manager
@@ -10,10 +11,11 @@ committed message is taken off once, none twice and none missing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -424,3 +426,47 @@ def test_gets_in_logical_order_keep_mqs_group_rules(connect, make_queue) -> None
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         ),
     )
+
+
+# ------------------------------------------------------------------ message properties
+
+_NAMES = st.from_regex(r"x[a-z0-9]{0,12}", fullmatch=True)
+_VALUES = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats()
+    | st.text(max_size=40)
+    | st.binary(max_size=40)
+)
+
+
+def _same(got: object, sent: object, booleans_as_int: bool) -> bool:
+    if isinstance(sent, bool) and booleans_as_int:
+        return got == int(sent) and type(got) is int
+    if isinstance(sent, float) and math.isnan(sent):
+        return isinstance(got, float) and math.isnan(got)
+    if isinstance(sent, float):
+        return (
+            type(got) is float and math.copysign(1, got) == math.copysign(1, sent) and got == sent
+        )
+    return type(got) is type(sent) and got == sent
+
+
+def test_any_properties_come_back_as_they_were_put(connect, make_queue) -> None:
+    """Property values of every type and edge (int64's ends, NaN, infinities, -0.0, NUL
+    in a string, empty bytes), through a put and a get, typed as they went in."""
+    qm = connect()
+    q = make_queue(qm)
+
+    @settings(max_examples=80, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+    @given(st.dictionaries(_NAMES, _VALUES, max_size=6))
+    def round_trip(props: dict[str, object]) -> None:
+        qm.put(q, MQMessage(body=b"p", properties=props), PutOptions(syncpoint=False))
+        got = qm.get(q, syncpoint=False).properties
+        assert got.keys() == props.keys()
+        for name, sent in props.items():
+            assert _same(got[name], sent, qm.booleans_read_as_int), (name, sent, got[name])
+
+    round_trip()
