@@ -470,3 +470,46 @@ def test_any_properties_come_back_as_they_were_put(connect, make_queue) -> None:
             assert _same(got[name], sent, qm.booleans_read_as_int), (name, sent, got[name])
 
     round_trip()
+
+
+# ------------------------------------------------------------------ the descriptor
+
+_ID = st.binary(min_size=24, max_size=24)
+_NAME = st.from_regex(r"[A-Z][A-Z0-9._]{0,20}", fullmatch=True)
+
+
+@st.composite
+def _descriptors(draw: st.DrawFn) -> MQMessage:
+    return MQMessage(
+        body=draw(st.binary(max_size=64)),
+        msg_id=draw(_ID.filter(lambda b: b != bytes(24))),
+        correl_id=draw(_ID),
+        format=draw(st.sampled_from(("", "MQSTR", "MQHRF2", "APPFMT"))),
+        coded_char_set_id=draw(st.sampled_from((1208, 819, 37, 500, 1047, 850))),
+        encoding=draw(st.sampled_from((273, 546, 785))),
+        persistence=draw(st.sampled_from((0, 1))),
+        priority=draw(st.integers(0, 9)),
+        reply_to_q=draw(st.just("") | _NAME),
+        reply_to_qmgr=draw(st.just("") | _NAME),
+    )
+
+
+def test_any_descriptor_comes_back_as_it_was_put(connect, make_queue) -> None:
+    """Random MsgIds and CorrelIds (NULs and blanks at their ends too), formats, character
+    sets, encodings, persistence, priorities and reply-to names, through a put and a get;
+    a blank ReplyToQMgr comes back as the queue manager's name, as MQ stores it."""
+    qm = connect()
+    q = make_queue(qm)
+
+    @settings(max_examples=60, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+    @given(_descriptors())
+    def round_trip(sent: MQMessage) -> None:
+        qm.put(q, sent, PutOptions(syncpoint=False))
+        got = qm.get(q, syncpoint=False)
+        for name in ("body", "msg_id", "correl_id", "format", "coded_char_set_id",
+                     "encoding", "persistence", "priority", "reply_to_q"):  # fmt: skip
+            assert getattr(got, name) == getattr(sent, name), name
+        assert got.reply_to_qmgr == (sent.reply_to_qmgr or qm.qmgr_name)
+
+    round_trip()
