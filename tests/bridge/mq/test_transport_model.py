@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,8 +24,27 @@ from bridge.mq.errors import NoMessageAvailable, QueueFull, QueueInhibited
 from bridge.mq.models import Match, MQMessage, MsgFlags, PutOptions, QueueAttributes, parse_id
 
 MAXDEPTH = 4
+#: Random sequences of calls per state machine, and calls per sequence.
+MACHINES = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 CONNECTIONS = (0, 1)
 CORREL_IDS = (parse_id("C-0"), parse_id("C-1"))
+
+
+def _end_gets(messages: list[Any], conn: int, commit: bool) -> None:
+    """A unit of work's gets end: committed, its messages are gone; backed out, they are
+    back where they were with BackoutCount + 1."""
+    for m in list(messages):
+        if m.got_by == conn:
+            if commit:
+                messages.remove(m)
+            else:
+                m.got_by = None
+                m.backout_count += 1
 
 
 @dataclass
@@ -86,13 +106,7 @@ class Model:
                 m.commit_seq = self.seq
                 self.messages.append(m)
         self.puts[conn] = []
-        for m in list(self.messages):
-            if m.got_by == conn:
-                if commit:
-                    self.messages.remove(m)
-                else:
-                    m.got_by = None
-                    m.backout_count += 1
+        _end_gets(self.messages, conn, commit)
 
 
 def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
@@ -233,18 +247,6 @@ def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
     return Queue
 
 
-def test_the_queue_manager_keeps_mqs_rules(connect, make_queue) -> None:
-    run_state_machine_as_test(
-        _machine(connect, make_queue),
-        settings=settings(
-            max_examples=60,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-        ),
-    )
-
-
 # ------------------------------------------------------------------ logical groups
 
 #: Messages per group.
@@ -317,13 +319,7 @@ class Groups:
             self.inside[conn] = (message.group, message.seq + 1)
 
     def end(self, conn: int, commit: bool) -> None:
-        for m in list(self.messages):
-            if m.got_by == conn:
-                if commit:
-                    self.messages.remove(m)
-                else:
-                    m.got_by = None
-                    m.backout_count += 1
+        _end_gets(self.messages, conn, commit)
         if conn in self.began:
             began = self.began.pop(conn)
             if not commit:
@@ -416,16 +412,11 @@ def _groups_machine(connect, make_queue) -> type[RuleBasedStateMachine]:
     return GroupQueue
 
 
-def test_gets_in_logical_order_keep_mqs_group_rules(connect, make_queue) -> None:
-    run_state_machine_as_test(
-        _groups_machine(connect, make_queue),
-        settings=settings(
-            max_examples=60,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-        ),
-    )
+@pytest.mark.parametrize(
+    "machine", [_machine, _groups_machine], ids=["units-of-work", "logical-groups"]
+)
+def test_the_queue_manager_keeps_mqs_rules(machine, connect, make_queue) -> None:
+    run_state_machine_as_test(machine(connect, make_queue), settings=MACHINES)
 
 
 # ------------------------------------------------------------------ message properties
