@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -432,6 +432,15 @@ _VALUES = (
 )
 
 
+#: The edges, always tried: int64's ends, float's specials and -0.0, a NUL inside a
+#: string, empty text and bytes.
+_EDGES = {
+    "xmax": 2**63 - 1, "xmin": -(2**63), "xnegzero": -0.0, "xnan": math.nan,
+    "xinf": math.inf, "xneginf": -math.inf, "xtiny": 5e-324, "xnul": "a\x00b",
+    "xempty": "", "xnobytes": b"", "xtrue": True, "xnone": None,
+}  # fmt: skip
+
+
 def _same(got: object, sent: object, booleans_as_int: bool) -> bool:
     if isinstance(sent, bool) and booleans_as_int:
         return got == int(sent) and type(got) is int
@@ -453,6 +462,7 @@ def test_any_properties_come_back_as_they_were_put(connect, make_queue) -> None:
     @settings(max_examples=80, deadline=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
     @given(st.dictionaries(_NAMES, _VALUES, max_size=6))
+    @example(_EDGES)
     def round_trip(props: dict[str, object]) -> None:
         qm.put(q, MQMessage(body=b"p", properties=props), PutOptions(syncpoint=False))
         got = qm.get(q, syncpoint=False).properties
@@ -495,6 +505,8 @@ def test_any_descriptor_comes_back_as_it_was_put(connect, make_queue) -> None:
     @settings(max_examples=60, deadline=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
     @given(_descriptors())
+    @example(MQMessage(body=b"", msg_id=b"ID" + bytes(22), correl_id=b"C" + b" " * 23,
+                       reply_to_q="Q.", reply_to_qmgr="QM_1"))  # fmt: skip
     def round_trip(sent: MQMessage) -> None:
         qm.put(q, sent, PutOptions(syncpoint=False))
         got = qm.get(q, syncpoint=False)
