@@ -180,7 +180,7 @@ def _batch_messages(
 class CollectorActivities(MQActivities):
     """The collector's PUT; each worker thread keeps its own MQ connection."""
 
-    @activity.defn(name=names.ACTIVITY_PUT_BATCH)
+    @activity.defn(name=names.ACTIVITY_PUT_BATCH, no_thread_cancel_exception=True)
     def put_batch(self, inp: PutBatchInput) -> PutBatchResult:
         """PUT one closed batch and its ledger marker in one unit of work, once."""
         batch, rule, spec = inp.batch, inp.batch.rule, inp.collector

@@ -57,7 +57,12 @@ from mqgather.names import (
 )
 from mqgather.routing import Destination, queue_for
 from mqgather.runtime import telemetry
-from mqgather.runtime.attempts import OneAtATime, check_in_time, confirm_task
+from mqgather.runtime.attempts import (
+    OneAtATime,
+    check_in_time,
+    check_not_cancelled,
+    confirm_task,
+)
 from mqgather.runtime.budget import ByteBudget
 from workflows import redelivery
 from workflows.models import (
@@ -314,14 +319,15 @@ class MQActivities:
             raise
 
     def _still_in_time(self, owner: str, info: activity.Info) -> None:
-        """Raise unless this attempt may commit: within its timeout and, for a local
-        activity slow enough to have lost its workflow task, with the task held."""
+        """Raise unless this attempt may commit: not cancelled, within its timeout and, for
+        a local activity slow enough to have lost its workflow task, with the task held."""
+        check_not_cancelled(owner, activity.is_cancelled())
         ran = check_in_time(owner, info.started_time, info.start_to_close_timeout)
         # An activity the server schedules is retried only past the timeout just checked.
         if ran >= _CONFIRM_TASK_AFTER and info.is_local and self._task_lost is not None:
             confirm_task(owner, self._task_lost(info.workflow_id or "", info.workflow_run_id or ""))
 
-    @activity.defn(name=names.ACTIVITY_PUT_RESPONSE)
+    @activity.defn(name=names.ACTIVITY_PUT_RESPONSE, no_thread_cancel_exception=True)
     def put_response(self, inp: PutResponseInput) -> PutResponseResult:
         """Merge the legs and PUT one response under syncpoint, exactly once.
 
@@ -412,7 +418,7 @@ class MQActivities:
             outcome=inp.outcome, queues=[str(t) for t in targets], msg_id=sent_id.hex()
         )
 
-    @activity.defn(name=names.ACTIVITY_SEND_REQUEST)
+    @activity.defn(name=names.ACTIVITY_SEND_REQUEST, no_thread_cancel_exception=True)
     def send_request(self, inp: SendRequestInput) -> str:
         """PUT a leg's request again, exactly once per attempt: the message scatter sent,
         with a MsgId of its own and the same CorrelId, asking the back end to pass the
@@ -521,7 +527,7 @@ class MQActivities:
 
         self._unit_of_work(inp.gather_id, work)
 
-    @activity.defn(name=names.ACTIVITY_ROUTE_REPLIES)
+    @activity.defn(name=names.ACTIVITY_ROUTE_REPLIES, no_thread_cancel_exception=True)
     def route_replies(self, inp: RouteInput) -> int:
         """Forward replies intact to the late, unknown, duplicate or failure queue."""
         spec = inp.aggregate

@@ -9,7 +9,8 @@ tells it what was committed.
 
 An attempt whose MQ call returns after its timeout has been retried already, maybe in
 another worker or by an operator's salvage: it backs out instead of committing
-(:func:`check_in_time`), so that past its timeout no attempt commits.
+(:func:`check_in_time`), so that past its timeout no attempt commits. A cancelled one
+backs out too, at the same point (:func:`check_not_cancelled`).
 
 A local activity runs inside its worker's workflow task, which another worker takes
 over once the task times out (its worker cut off from Temporal, say, while an MQ call
@@ -37,6 +38,11 @@ class EarlierAttemptRunning(MQGatherError):
 
 class AttemptOutlived(MQGatherError):
     """An attempt reached its commit after its timeout, and backed out."""
+
+
+class AttemptCancelled(MQGatherError):
+    """An attempt was cancelled (its workflow moved on, the worker shut down) before its
+    commit, and backed out."""
 
 
 class AttemptLostTask(MQGatherError):
@@ -97,6 +103,23 @@ def confirm_task(owner: str, lost: str | None) -> None:
             f"an attempt of the MQ work of {owner} reached its commit when its worker could "
             f"not be sure it still held the workflow task: {lost}. It backed out; the work "
             "is done once, by whichever worker holds the task"
+        )
+
+
+def check_not_cancelled(owner: str, cancelled: bool) -> None:
+    """Before a commit: raise :class:`AttemptCancelled` when the attempt of ``owner``'s
+    MQ work was cancelled.
+
+    The MQ activities take a cancellation here only, never as an exception raised into
+    their thread wherever it happens to be: one raised inside a lock's bookkeeping (the
+    turn :class:`OneAtATime` keeps) or a queue manager's would leave it held or half
+    updated.
+    """
+    if cancelled:
+        raise AttemptCancelled(
+            f"an attempt of the MQ work of {owner} was cancelled before its commit (its "
+            "workflow moved on, or the worker is shutting down): it backed out, and the "
+            "work is done once, by the attempt that follows"
         )
 
 

@@ -40,7 +40,12 @@ from bridge.mq.models import (
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import DEAD_LETTER_QUEUE, MAX_EXPIRY_TENTHS
 from mqgather.routing import Destination
-from mqgather.runtime.attempts import AttemptLostTask, AttemptOutlived, EarlierAttemptRunning
+from mqgather.runtime.attempts import (
+    AttemptCancelled,
+    AttemptLostTask,
+    AttemptOutlived,
+    EarlierAttemptRunning,
+)
 from tests.activities.environment import attempt_env
 from tests.harness import prepare_queues
 from workflows.models import (
@@ -191,6 +196,66 @@ def test_a_slow_local_attempt_commits_only_while_its_worker_holds_the_workflow_t
     answer[0] = "never asked"
     assert remote.run(acts.route_replies, route_input(8)) == 1
     assert len(asked) == 2
+
+
+class _PutWaits(LocalQueueManager):
+    """A queue manager whose first PUT waits until released; it records the calls of
+    the unit of work and how it ended."""
+
+    def __init__(self, path: Path, putting: threading.Event, release: threading.Event):
+        super().__init__(path)
+        self._putting, self._release = putting, release
+        self.calls: list[str] = []
+
+    def put(self, queue, message, options=None, **kw):
+        if not self._putting.is_set():
+            self._putting.set()
+            assert self._release.wait(30)
+        self.calls.append(f"put {queue}")
+        return super().put(queue, message, options, **kw)
+
+    def commit(self) -> None:
+        self.calls.append("commit")
+        super().commit()
+
+    def backout(self) -> None:
+        self.calls.append("backout")
+        super().backout()
+
+
+def test_a_cancel_takes_effect_at_the_commit_never_inside_the_mq_work(qm_path):
+    """An attempt cancelled while an MQ call waits (its workflow moved on, its worker
+    shuts down) finishes that call and the rest of its work, then backs out at its
+    commit. A cancellation raised into its thread wherever it stood could land inside the
+    queue manager's bookkeeping, or the turn's, and leave it half done or held."""
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    putting, release = threading.Event(), threading.Event()
+    waits = _PutWaits(qm_path, putting, release)
+    made = [waits]
+    acts = MQActivities(lambda: made.pop() if made else LocalQueueManager(qm_path))
+    env, ended = attempt_env(), []
+
+    def attempt() -> None:
+        try:
+            env.run(acts.put_response, response_input(spec))
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            ended.append(exc)
+
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    assert putting.wait(30)
+    env.cancel()
+    release.set()
+    thread.join(30)
+    assert [type(exc) for exc in ended] == [AttemptCancelled]
+    assert waits.calls == ["put ORDER.RESPONSE", f"put {spec.ledger_queue}", "backout"]
+    assert acts.attempts.users(GATHER) == 0  # its turn given back
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, "ORDER.RESPONSE") == []
+    # The attempt that follows puts the response, once.
+    assert attempt_env().run(acts.put_response, response_input(spec)).outcome == "COMPLETE"
+    with LocalQueueManager(qm_path) as qm:
+        assert len(drain(qm, "ORDER.RESPONSE")) == 1
 
 
 def test_an_attempt_retried_while_the_last_is_stalled_in_its_commit_puts_nothing(qm_path):

@@ -19,7 +19,8 @@ from temporalio.service import RPCError
 from bridge.mq.models import Match, MQMessage, QueueAttributes
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import GATHER_STATE, PROP_REASON, UPDATE_EXTEND
-from tests.harness import pipeline, status, until
+from tests.harness import THREE_LEGS, pipeline, status, until
+from tests.stalls import Hung
 from workflows.gather import GatherWorkflow
 from workflows.models import CancelInput, ExtendInput, Registration, ReleaseInput
 
@@ -329,3 +330,30 @@ async def test_status_without_an_aggregate_says_what_to_do_when_nothing_matches(
     out = await cli(temporal_env.client, "status", f"NOBODY-{uuid.uuid4().hex[:8]}")
     assert out.returncode != 0 and b"Traceback" not in out.stderr
     assert b"no gather has CorrelId" in out.stderr and b"--aggregate" in out.stderr
+
+
+async def test_a_cancel_while_the_responses_put_hangs_still_answers_once(temporal_env, tmp_path):
+    """An operator cancels a gather whose response is being PUT, the PUT hanging in its
+    queue manager. The gather had closed as COMPLETE, so the cancel sends that response
+    again, as a new attempt, and cancels the hung one: once its call returns, it backs
+    out at its commit. The requester gets one response."""
+    spec = AggregateSpec(name="cancel-putting", legs=THREE_LEGS, timeout_seconds=300)
+    hung = Hung("ORDER.RESPONSE", until_cancelled=True)
+
+    def hanging(path):
+        return lambda: hung.transport(path)
+
+    async with pipeline(temporal_env.client, tmp_path, [spec], transport=hanging) as p:
+        sent = await p.scatter(spec)
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(spec, sent.correl_id, leg, json.dumps({leg: 1}).encode())
+        assert await asyncio.to_thread(hung.putting.wait, 30)
+        # The worker holds the gather's workflow task while the PUT runs: the cancel
+        # reaches the gather with its next task, when the SDK renews the task (8 s).
+        await p.handle(spec, sent.correl_id).cancel()
+        response = await p.wait_message("ORDER.RESPONSE", timeout=60)
+        result = await p.result(spec, sent.correl_id)
+        assert p.empty("ORDER.RESPONSE")  # no second response
+        assert all(p.empty(q) for q in (spec.timeout_queue, spec.late_queue, spec.failure_queue))
+    assert hung.ended == ["backed out"]
+    assert result.state == json.loads(response.body)["state"] == "COMPLETE"

@@ -7,62 +7,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec
 from tests.harness import THREE_LEGS, pipeline
 from tests.relay import Relay
+from tests.stalls import Hung
 from workers.worker import build_worker
-
-
-class _PutHangs(LocalQueueManager):
-    """A queue manager whose first PUT to ``queue`` hangs until released; it tells how the
-    unit of work then ended."""
-
-    def __init__(self, path: Path, queue: str, hung: Hung) -> None:
-        super().__init__(path)
-        self._queue, self._hung, self._putting = queue, hung, False
-
-    def put(self, queue, message, options=None, **kw):
-        if queue == self._queue and not self._hung.putting.is_set():
-            self._putting = True
-            self._hung.putting.set()
-            assert self._hung.release.wait(120)
-        return super().put(queue, message, options, **kw)
-
-    def commit(self) -> None:
-        super().commit()
-        self._end("committed")
-
-    def backout(self) -> None:
-        super().backout()
-        self._end("backed out")
-
-    def _end(self, how: str) -> None:
-        if self._putting:
-            self._putting = False
-            self._hung.ended.append(how)
-
-
-class Hung:
-    """The first worker: its client goes through a relay the test cuts, and its PUT to
-    ``queue`` hangs until released."""
-
-    def __init__(self, queue: str) -> None:
-        self.queue = queue
-        self.putting, self.release = threading.Event(), threading.Event()
-        self.ended: list[str] = []
-
-    def transport(self, path: Path) -> LocalQueueManager:
-        return _PutHangs(path, self.queue, self)
 
 
 @contextlib.asynccontextmanager

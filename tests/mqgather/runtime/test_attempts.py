@@ -11,9 +11,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
 from mqgather.runtime.attempts import (
+    AttemptCancelled,
     AttemptLostTask,
     EarlierAttemptRunning,
     OneAtATime,
+    check_not_cancelled,
     confirm_task,
     task_lost,
 )
@@ -153,3 +155,9 @@ def test_an_attempt_that_cannot_be_sure_of_its_task_is_told_why_and_backs_out():
     confirm_task("gather:a", None)
     with pytest.raises(AttemptLostTask, match=r"MQ work of gather:a .* worker 'b' took"):
         confirm_task("gather:a", "worker 'b' took its workflow task at 10:00:07")
+
+
+def test_a_cancelled_attempt_is_told_so_and_backs_out():
+    check_not_cancelled("gather:a", False)
+    with pytest.raises(AttemptCancelled, match=r"MQ work of gather:a was cancelled before"):
+        check_not_cancelled("gather:a", True)
