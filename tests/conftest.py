@@ -88,6 +88,20 @@ def make_queue() -> Callable[..., str]:
     return make
 
 
+@pytest.fixture
+def maxumsgs(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[Transport, int], int]:
+    """Sets the queue manager's MAXUMSGS to ``small`` where the test owns the queue manager
+    (embedded, stand-in), and gives the MAXUMSGS in force: IBM MQ's own otherwise."""
+
+    def use(qm: Transport, small: int) -> int:
+        if request.node.callspec.params["connect"] != "ibmmq":
+            with LocalQueueManager(tmp_path / "qm.db") as admin:
+                admin.set_max_uncommitted(small)
+        return qm.max_uncommitted()
+
+    return use
+
+
 # ---------------------------------------------------------------------- Temporal
 
 

@@ -19,7 +19,6 @@ from bridge.mq.errors import (
     UnknownObjectName,
     UnknownRemoteQueueManager,
 )
-from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import (
     MQACT_NONE,
     MQAT_UNIX,
@@ -425,11 +424,11 @@ def test_a_confirmation_for_a_sender_on_another_queue_manager_waits_on_the_route
 
 
 def test_maxumsgs_counts_the_confirmations_a_unit_of_work_causes(
-    connect, make_queue, request, tmp_path
+    connect, make_queue, request, maxumsgs
 ):
     qm = connect()
     q, replies = make_queue(qm), make_queue(qm)
-    limit = _maxumsgs(request, tmp_path, qm, 5)
+    limit = maxumsgs(qm, 5)
     if request.node.callspec.params["connect"] != "ibmmq":
         assert limit == 5
     confirm = MQMessage(body=b"c", reply_to_q=replies, report=reports.MQRO_COA | reports.MQRO_COD)
@@ -704,19 +703,10 @@ def test_put_and_get_disabled_refuse_puts_gets_and_browses(connect, make_queue):
     qm.commit()
 
 
-def _maxumsgs(request, tmp_path, qm, small: int) -> int:
-    """The queue manager's MAXUMSGS: set to ``small`` where the test owns the queue
-    manager (embedded, stand-in), IBM MQ's own otherwise."""
-    if request.node.callspec.params["connect"] != "ibmmq":
-        with LocalQueueManager(tmp_path / "qm.db") as admin:
-            admin.set_max_uncommitted(small)
-    return qm.max_uncommitted()
-
-
-def test_a_unit_of_work_holds_at_most_maxumsgs_messages(connect, make_queue, request, tmp_path):
+def test_a_unit_of_work_holds_at_most_maxumsgs_messages(connect, make_queue, request, maxumsgs):
     qm, other = connect(), connect()
     q = make_queue(qm, maxdepth=999_999)
-    limit = _maxumsgs(request, tmp_path, qm, 6)
+    limit = maxumsgs(qm, 6)
     if request.node.callspec.params["connect"] != "ibmmq":
         assert limit == 6
     for i in range(limit):
@@ -744,20 +734,18 @@ def test_a_unit_of_work_holds_at_most_maxumsgs_messages(connect, make_queue, req
     assert other.inquire(q).curdepth == 0
 
 
-def test_clear_commits_as_often_as_maxumsgs_needs(connect, make_queue, request, tmp_path):
+def test_clear_commits_as_often_as_maxumsgs_needs(connect, make_queue, maxumsgs):
     qm = connect()
     q = make_queue(qm)
     for i in range(10):
         qm.put(q, MQMessage(body=str(i).encode()), PutOptions(syncpoint=False))
-    _maxumsgs(request, tmp_path, qm, 3)
+    maxumsgs(qm, 3)
     assert qm.clear(q) == 10
     assert qm.inquire(q).curdepth == 0
 
 
 @pytest.mark.timeout(60)  # a clear that retries the same get for ever fails here
-def test_clear_takes_a_message_asking_for_a_cod_when_maxumsgs_is_1(
-    connect, make_queue, request, tmp_path
-):
+def test_clear_takes_a_message_asking_for_a_cod_when_maxumsgs_is_1(connect, make_queue, maxumsgs):
     """A get under syncpoint needs room for the message and its COD: with MAXUMSGS 1
     even an empty unit of work has none, so clear takes that one outside syncpoint."""
     qm = connect()
@@ -766,7 +754,7 @@ def test_clear_takes_a_message_asking_for_a_cod_when_maxumsgs_is_1(
         asks = reports.MQRO_COD if i % 2 else 0
         qm.put(q, MQMessage(body=b"%d" % i, reply_to_q=replies, report=asks),
                PutOptions(syncpoint=False))  # fmt: skip
-    _maxumsgs(request, tmp_path, qm, 1)  # IBM MQ's own where the test cannot set it
+    maxumsgs(qm, 1)  # IBM MQ's own where the test cannot set it
     assert qm.clear(q) == 4
     assert (qm.inquire(q).curdepth, qm.inquire(replies).curdepth) == (0, 2)
 

@@ -5,12 +5,14 @@ Two connections put, get, browse, commit, back out, inquire and reconnect on one
 queue, while its PUT and GET are enabled and disabled; after every call the queue manager
 must agree with the model: what a get or a browse returns (priority, then arrival;
 CorrelId matched), what is refused (MQRC_NO_MSG_AVAILABLE, MQRC_Q_FULL,
-MQRC_PUT_INHIBITED, MQRC_GET_INHIBITED), CURDEPTH, and BackoutCount. At the end every
+MQRC_PUT_INHIBITED, MQRC_GET_INHIBITED, MQRC_SYNCPOINT_LIMIT_REACHED past a small
+MAXUMSGS), CURDEPTH, and BackoutCount. At the end every
 committed message is taken off once, none twice and none missing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,10 +22,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from bridge.mq.errors import NoMessageAvailable, QueueFull, QueueInhibited
+from bridge.mq.errors import (
+    NoMessageAvailable,
+    QueueFull,
+    QueueInhibited,
+    SyncpointLimitReached,
+)
 from bridge.mq.models import Match, MQMessage, MsgFlags, PutOptions, QueueAttributes, parse_id
 
 MAXDEPTH = 4
+#: MAXUMSGS where the test owns the queue manager (a real IBM MQ keeps its own).
+UOW_LIMIT = 3
 #: Random sequences of calls per state machine, and calls per sequence.
 MACHINES = settings(
     max_examples=60,
@@ -72,10 +81,17 @@ class Model:
     seq: int = 0
     put_inhibited: bool = False
     get_inhibited: bool = False
+    #: MAXUMSGS: messages a unit of work may get and put under syncpoint.
+    limit: int = UOW_LIMIT
 
     def depth(self) -> int:
         """CURDEPTH: committed messages not got under syncpoint, and every uncommitted put."""
         return sum(m.got_by is None for m in self.messages) + sum(map(len, self.puts.values()))
+
+    def room(self, conn: int) -> int:
+        """Messages ``conn``'s unit of work may still get or put under syncpoint."""
+        held = len(self.puts[conn]) + sum(m.got_by == conn for m in self.messages)
+        return self.limit - held
 
     def eligible(self, correl_id: bytes | None) -> list[Held]:
         return [
@@ -109,13 +125,13 @@ class Model:
         _end_gets(self.messages, conn, commit)
 
 
-def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
+def _machine(connect, make_queue, maxumsgs) -> type[RuleBasedStateMachine]:
     class Queue(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
             self.conns = [connect() for _ in CONNECTIONS]
             self.queue = make_queue(self.conns[0], maxdepth=MAXDEPTH)
-            self.model = Model()
+            self.model = Model(limit=maxumsgs(self.conns[0], UOW_LIMIT))
             self.next_body = 0
 
         @rule(
@@ -129,14 +145,17 @@ def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
             self.model.seq += 1
             held = Held(f"m{self.next_body}".encode(), priority, correl, self.model.seq)
             message = MQMessage(body=held.body, priority=priority, correl_id=correl)
-            refused = (
-                QueueInhibited
-                if self.model.put_inhibited
-                else QueueFull
-                if self.model.depth() >= MAXDEPTH
-                else None
+            # Where more than one reason applies, MQ documents no order among them.
+            refused = tuple(
+                reason
+                for reason, applies in (
+                    (QueueInhibited, self.model.put_inhibited),
+                    (QueueFull, self.model.depth() >= MAXDEPTH),
+                    (SyncpointLimitReached, syncpoint and self.model.room(conn) < 1),
+                )
+                if applies
             )
-            if refused is not None:
+            if refused:
                 with pytest.raises(refused):
                     self.conns[conn].put(self.queue, message, PutOptions(syncpoint=syncpoint))
                 return
@@ -157,8 +176,16 @@ def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
             match = None if correl is None else Match(correl_id=correl)
             expected = self.model.firsts(correl)
             qm = self.conns[conn]
-            if self.model.get_inhibited or not expected:
-                refused = QueueInhibited if self.model.get_inhibited else NoMessageAvailable
+            refused = tuple(
+                reason
+                for reason, applies in (
+                    (QueueInhibited, self.model.get_inhibited),
+                    (NoMessageAvailable, not expected),
+                    (SyncpointLimitReached, syncpoint and not browse and self.model.room(conn) < 1),
+                )
+                if applies
+            )
+            if refused:
                 with pytest.raises(refused):
                     qm.get(self.queue, match=match, syncpoint=syncpoint,
                            browse="first" if browse else None)  # fmt: skip
@@ -184,8 +211,14 @@ def _machine(connect, make_queue) -> type[RuleBasedStateMachine]:
                 with pytest.raises(QueueInhibited):
                     self.conns[conn].get_batch(self.queue, most)
                 return
+            there, room = len(self.model.eligible(None)), self.model.room(conn)
+            if room < 1:
+                # Full, the unit of work takes none; with nothing there, either reason.
+                with contextlib.suppress(SyncpointLimitReached):
+                    assert self.conns[conn].get_batch(self.queue, most) == [] and not there
+                return
             batch = self.conns[conn].get_batch(self.queue, most)
-            assert len(batch) == min(most, len(self.model.eligible(None)))
+            assert len(batch) == min(most, there, room)
             for got in batch:
                 assert got.body in self.model.firsts(None)
                 held = next(m for m in self.model.messages if m.body == got.body)
@@ -326,7 +359,7 @@ class Groups:
                 self.inside[conn] = began
 
 
-def _groups_machine(connect, make_queue) -> type[RuleBasedStateMachine]:
+def _groups_machine(connect, make_queue, _maxumsgs) -> type[RuleBasedStateMachine]:
     class GroupQueue(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
@@ -415,8 +448,8 @@ def _groups_machine(connect, make_queue) -> type[RuleBasedStateMachine]:
 @pytest.mark.parametrize(
     "machine", [_machine, _groups_machine], ids=["units-of-work", "logical-groups"]
 )
-def test_the_queue_manager_keeps_mqs_rules(machine, connect, make_queue) -> None:
-    run_state_machine_as_test(machine(connect, make_queue), settings=MACHINES)
+def test_the_queue_manager_keeps_mqs_rules(machine, connect, make_queue, maxumsgs) -> None:
+    run_state_machine_as_test(machine(connect, make_queue, maxumsgs), settings=MACHINES)
 
 
 # ------------------------------------------------------------------ message properties
