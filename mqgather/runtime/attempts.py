@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.exceptions import CancelledError
 
 from mqgather.errors import MQGatherError
 
@@ -40,9 +41,10 @@ class AttemptOutlived(MQGatherError):
     """An attempt reached its commit after its timeout, and backed out."""
 
 
-class AttemptCancelled(MQGatherError):
+class AttemptCancelled(MQGatherError, CancelledError):
     """An attempt was cancelled (its workflow moved on, the worker shut down) before its
-    commit, and backed out."""
+    commit, and backed out. A cancellation error, as the SDK expects of an activity that
+    took the cancel it was sent."""
 
 
 class AttemptLostTask(MQGatherError):
