@@ -11,8 +11,8 @@ from bridge.mq.local_qm import LocalQueueManager
 
 
 class PutHangs(LocalQueueManager):
-    """A queue manager whose first PUT to ``queue`` hangs until released; it tells how the
-    unit of work then ended."""
+    """A queue manager whose first PUT to ``queue`` hangs until released; it tells what
+    that unit of work did next, and how it ended."""
 
     def __init__(self, path: Path, queue: str, hung: Hung) -> None:
         super().__init__(path)
@@ -27,6 +27,8 @@ class PutHangs(LocalQueueManager):
                 assert activity.is_cancelled()
             else:
                 assert self._hung.release.wait(120)
+        if self._putting:
+            self._hung.calls.append(f"put {queue}")
         return super().put(queue, message, options, **kw)
 
     def commit(self) -> None:
@@ -40,18 +42,25 @@ class PutHangs(LocalQueueManager):
     def _end(self, how: str) -> None:
         if self._putting:
             self._putting = False
-            self._hung.ended.append(how)
+            self._hung.calls.append(how)
 
 
 class Hung:
     """A worker whose first PUT to ``queue`` hangs until the test releases it (or, with
     ``until_cancelled``, until its attempt is cancelled): the connections it uses
-    (:meth:`transport`), and how that unit of work ended."""
+    (:meth:`transport`), and what that unit of work did from the hung PUT on."""
 
     def __init__(self, queue: str, *, until_cancelled: bool = False) -> None:
         self.queue, self.until_cancelled = queue, until_cancelled
         self.putting, self.release = threading.Event(), threading.Event()
-        self.ended: list[str] = []
+        #: Its puts ("put QUEUE") once the hung one returned, then "committed" or
+        #: "backed out".
+        self.calls: list[str] = []
+
+    @property
+    def ended(self) -> list[str]:
+        """How that unit of work ended: empty while it runs."""
+        return [c for c in self.calls if not c.startswith("put ")]
 
     def transport(self, path: Path) -> LocalQueueManager:
         return PutHangs(path, self.queue, self)

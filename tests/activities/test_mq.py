@@ -48,6 +48,7 @@ from mqgather.runtime.attempts import (
 )
 from tests.activities.environment import attempt_env
 from tests.harness import prepare_queues
+from tests.stalls import Hung
 from workflows.models import (
     HeldBody,
     PutResponseInput,
@@ -198,40 +199,14 @@ def test_a_slow_local_attempt_commits_only_while_its_worker_holds_the_workflow_t
     assert len(asked) == 2
 
 
-class _PutWaits(LocalQueueManager):
-    """A queue manager whose first PUT waits until released; it records the calls of
-    the unit of work and how it ended."""
-
-    def __init__(self, path: Path, putting: threading.Event, release: threading.Event):
-        super().__init__(path)
-        self._putting, self._release = putting, release
-        self.calls: list[str] = []
-
-    def put(self, queue, message, options=None, **kw):
-        if not self._putting.is_set():
-            self._putting.set()
-            assert self._release.wait(30)
-        self.calls.append(f"put {queue}")
-        return super().put(queue, message, options, **kw)
-
-    def commit(self) -> None:
-        self.calls.append("commit")
-        super().commit()
-
-    def backout(self) -> None:
-        self.calls.append("backout")
-        super().backout()
-
-
 def test_a_cancel_takes_effect_at_the_commit_never_inside_the_mq_work(qm_path):
     """An attempt cancelled while an MQ call waits (its workflow moved on, its worker
     shuts down) finishes that call and the rest of its work, then backs out at its
     commit. A cancellation raised into its thread wherever it stood could land inside the
     queue manager's bookkeeping, or the turn's, and leave it half done or held."""
     spec = AggregateSpec(name="t", legs=(LEG,))
-    putting, release = threading.Event(), threading.Event()
-    waits = _PutWaits(qm_path, putting, release)
-    made = [waits]
+    hung = Hung("ORDER.RESPONSE")
+    made = [hung.transport(qm_path)]
     acts = MQActivities(lambda: made.pop() if made else LocalQueueManager(qm_path))
     env, ended = attempt_env(), []
 
@@ -243,12 +218,12 @@ def test_a_cancel_takes_effect_at_the_commit_never_inside_the_mq_work(qm_path):
 
     thread = threading.Thread(target=attempt)
     thread.start()
-    assert putting.wait(30)
+    assert hung.putting.wait(30)
     env.cancel()
-    release.set()
+    hung.release.set()
     thread.join(30)
     assert [type(exc) for exc in ended] == [AttemptCancelled]
-    assert waits.calls == ["put ORDER.RESPONSE", f"put {spec.ledger_queue}", "backout"]
+    assert hung.calls == ["put ORDER.RESPONSE", f"put {spec.ledger_queue}", "backed out"]
     assert acts.attempts.users(GATHER) == 0  # its turn given back
     with LocalQueueManager(qm_path) as qm:
         assert drain(qm, "ORDER.RESPONSE") == []

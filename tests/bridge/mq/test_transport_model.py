@@ -6,8 +6,8 @@ queue, while its PUT and GET are enabled and disabled; after every call the queu
 must agree with the model: what a get or a browse returns (priority, then arrival;
 CorrelId matched), what is refused (MQRC_NO_MSG_AVAILABLE, MQRC_Q_FULL,
 MQRC_PUT_INHIBITED, MQRC_GET_INHIBITED, MQRC_SYNCPOINT_LIMIT_REACHED past a small
-MAXUMSGS), CURDEPTH, and BackoutCount. At the end every
-committed message is taken off once, none twice and none missing.
+MAXUMSGS), CURDEPTH, and BackoutCount. At the end every committed message is taken off
+once, none twice and none missing.
 """
 
 from __future__ import annotations
@@ -40,8 +40,18 @@ MACHINES = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+#: Random messages per round trip.
+ROUND_TRIPS = settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 CONNECTIONS = (0, 1)
 CORREL_IDS = (parse_id("C-0"), parse_id("C-1"))
+
+
+def _refusals(*reasons: tuple[type[Exception], bool]) -> tuple[type[Exception], ...]:
+    """The errors a call may end with: each whose condition holds. Where more than one
+    does, MQ documents no order among them, so any of them is taken."""
+    return tuple(error for error, applies in reasons if applies)
 
 
 def _end_gets(messages: list[Any], conn: int, commit: bool) -> None:
@@ -145,15 +155,10 @@ def _machine(connect, make_queue, maxumsgs) -> type[RuleBasedStateMachine]:
             self.model.seq += 1
             held = Held(f"m{self.next_body}".encode(), priority, correl, self.model.seq)
             message = MQMessage(body=held.body, priority=priority, correl_id=correl)
-            # Where more than one reason applies, MQ documents no order among them.
-            refused = tuple(
-                reason
-                for reason, applies in (
-                    (QueueInhibited, self.model.put_inhibited),
-                    (QueueFull, self.model.depth() >= MAXDEPTH),
-                    (SyncpointLimitReached, syncpoint and self.model.room(conn) < 1),
-                )
-                if applies
+            refused = _refusals(
+                (QueueInhibited, self.model.put_inhibited),
+                (QueueFull, self.model.depth() >= MAXDEPTH),
+                (SyncpointLimitReached, syncpoint and self.model.room(conn) < 1),
             )
             if refused:
                 with pytest.raises(refused):
@@ -176,14 +181,10 @@ def _machine(connect, make_queue, maxumsgs) -> type[RuleBasedStateMachine]:
             match = None if correl is None else Match(correl_id=correl)
             expected = self.model.firsts(correl)
             qm = self.conns[conn]
-            refused = tuple(
-                reason
-                for reason, applies in (
-                    (QueueInhibited, self.model.get_inhibited),
-                    (NoMessageAvailable, not expected),
-                    (SyncpointLimitReached, syncpoint and not browse and self.model.room(conn) < 1),
-                )
-                if applies
+            refused = _refusals(
+                (QueueInhibited, self.model.get_inhibited),
+                (NoMessageAvailable, not expected),
+                (SyncpointLimitReached, syncpoint and not browse and self.model.room(conn) < 1),
             )
             if refused:
                 with pytest.raises(refused):
@@ -492,8 +493,7 @@ def test_any_properties_come_back_as_they_were_put(connect, make_queue) -> None:
     qm = connect()
     q = make_queue(qm)
 
-    @settings(max_examples=80, deadline=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+    @ROUND_TRIPS
     @given(st.dictionaries(_NAMES, _VALUES, max_size=6))
     @example(_EDGES)
     def round_trip(props: dict[str, object]) -> None:
@@ -535,8 +535,7 @@ def test_any_descriptor_comes_back_as_it_was_put(connect, make_queue) -> None:
     qm = connect()
     q = make_queue(qm)
 
-    @settings(max_examples=60, deadline=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+    @ROUND_TRIPS
     @given(_descriptors())
     @example(MQMessage(body=b"", msg_id=b"ID" + bytes(22), correl_id=b"C" + b" " * 23,
                        reply_to_q="Q.", reply_to_qmgr="QM_1"))  # fmt: skip
