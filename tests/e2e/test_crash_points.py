@@ -1,0 +1,242 @@
+"""A bridge killed after every step of one batch, one step per run: each write its queue
+manager connection commits to the file and each answer it has from Temporal. Whichever
+step it died after, the next bridge takes the batch over, and every message of it ends in
+exactly one place, intact, and every gather counts each reply once.
+
+The batch holds one of each path a reply can take: a gather's three legs (it completes)
+and a duplicate of one, a leg large enough to be held on the hold queue, a late reply, a
+reply nobody registered, a report, a reply with no CorrelId and one whose property name
+is not text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from bridge.collect import CollectorBridge
+from bridge.inbound import InboundBridge, QueueBridge
+from bridge.mq.errors import NoMessageAvailable
+from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, parse_id
+from mqgather.collector_config import CollectorSpec
+from mqgather.config import AggregateSpec
+from tests.collecting import Collecting, collecting
+from tests.crashing import COMMIT, CountingCalls, CountingQueueManager, Steps, named, step_names
+from tests.harness import THREE_LEGS, Pipeline, pipeline, status, until
+from workflows.redelivery import msg_id_of
+
+CTX = mp.get_context("spawn")
+#: Where a message may end; the reply queue is where none may stay.
+ENDS = ("GATHER.FAILURE", "GATHER.LATE", "GATHER.UNKNOWN", "GATHER.DUPLICATE",
+        "GATHER.REPORT", "GATHER.BACKOUT", "SYSTEM.DEAD.LETTER.QUEUE", "GATHER.HOLD")  # fmt: skip
+#: MQFB_COA: a confirm-on-arrival report.
+COA = 259
+
+
+def _bridge_dying_after(
+    kind: str, address: str, path: str, spec_json: str, task_queue: str, die_after: int | None,
+    record: str,
+) -> None:  # fmt: skip
+    """A gather bridge (``kind`` "gather") or a collector's, dying after step ``die_after``."""
+    steps = Steps(die_after, record)
+
+    async def main() -> None:
+        client = await Client.connect(
+            address, data_converter=pydantic_data_converter, interceptors=[CountingCalls(steps)]
+        )
+
+        def connect() -> CountingQueueManager:
+            return CountingQueueManager(path, steps)
+
+        bridge: QueueBridge
+        if kind == "gather":
+            spec = AggregateSpec.model_validate_json(spec_json)
+            bridge = InboundBridge(client, connect, [spec], task_queue=task_queue, wait_ms=100)
+        else:
+            collector = CollectorSpec.model_validate_json(spec_json)
+            bridge = CollectorBridge(client, connect, collector, task_queue=task_queue, wait_ms=100)
+        await bridge.run(asyncio.Event())
+
+    asyncio.run(main())
+
+
+async def _die(
+    kind: str, client: Client, path: Path, spec: BaseModel, task_queue: str,
+    die_after: int | None, record: Path,
+) -> str:  # fmt: skip
+    """Run a bridge that dies after step ``die_after``; which step that was, said."""
+    address = client.service_client.config.target_host
+    args = (kind, address, str(path), spec.model_dump_json(), task_queue, die_after, str(record))
+    dying = CTX.Process(target=_bridge_dying_after, args=args)
+    dying.start()
+    await asyncio.to_thread(dying.join, 60)
+    assert dying.exitcode == -signal.SIGKILL, f"the bridge did not die (after step {die_after})"
+    return f"killed after {named(record, die_after)}"
+
+
+@dataclass
+class _Batch:
+    """One run's messages, and where each must end: "merged" into the gather, "held" for
+    the gather that took it, or a queue."""
+
+    complete: bytes = b""
+    partial: bytes = b""
+    sent: dict[bytes, MQMessage] = field(default_factory=dict)
+    ends: dict[bytes, str] = field(default_factory=dict)
+
+
+async def _load(p: Pipeline, spec: AggregateSpec) -> _Batch:
+    """Every message of one batch on the reply queue, each path once; the late reply's
+    gather timed out first."""
+    batch = _Batch()
+    closed = await p.scatter(spec, timeout_seconds=0.2)
+    batch.complete = (await p.scatter(spec)).correl_id
+    batch.partial = (await p.scatter(spec)).correl_id
+    await p.result(spec, closed.correl_id)
+
+    def put(where: str, correl: bytes, leg: str | None, body: bytes = b"{}", **fields: Any):
+        properties = dict(fields.pop("properties", {}))
+        if leg is not None:
+            properties["leg"] = leg
+        message = MQMessage(correl_id=correl, properties=properties, body=body, **fields)
+        done = p.qm.put(spec.reply_queue, message, PutOptions(syncpoint=False))
+        batch.sent[done.msg_id], batch.ends[done.msg_id] = done, where
+
+    for leg in ("CREDIT", "STOCK", "TAX"):
+        put("merged", batch.complete, leg, f'{{"leg": "{leg}"}}'.encode())
+    put("GATHER.DUPLICATE", batch.complete, "CREDIT", b'{"again": true}')
+    put("held", batch.partial, "CREDIT", b'{"big": "' + b"x" * 40_000 + b'"}')
+    put("GATHER.LATE", closed.correl_id, "TAX")
+    put("GATHER.UNKNOWN", parse_id("NOBODY" + os.urandom(4).hex()), "TAX")
+    put("GATHER.REPORT", batch.complete, None, b"", msg_type=MQMT_REPORT, feedback=COA)
+    put("GATHER.FAILURE", b"\x00" * 24, "TAX")
+    put("GATHER.FAILURE", batch.partial, "STOCK", properties={"k\udcff": 1})
+    return batch
+
+
+async def _run(p: Pipeline, spec: AggregateSpec, die_after: int | None, record: Path) -> None:
+    """One run: the batch loaded, a bridge that dies after step ``die_after`` of it, then
+    a bridge that takes over until every message has ended somewhere; every check."""
+    batch = await _load(p, spec)
+    where = await _die("gather", p.client, p.path, spec, p.task_queue, die_after, record)
+
+    elsewhere = {m: q for m, q in batch.ends.items() if q not in ("merged", "held")}
+
+    def ended() -> dict[bytes, list[str]]:
+        found: dict[bytes, list[str]] = {m: [] for m in batch.sent}
+        for queue in (*ENDS, spec.reply_queue):
+            for message in p.messages(queue):
+                if message.msg_id in found:
+                    found[message.msg_id].append(queue)
+        return found
+
+    stop = asyncio.Event()
+    bridge = InboundBridge(p.client, p.connect, [spec], task_queue=p.task_queue, wait_ms=100)
+    task = asyncio.create_task(bridge.run(stop))
+    try:
+        result = await p.result(spec, batch.complete)
+        await until(
+            lambda: asyncio.to_thread(ended),
+            lambda found: all(found[m] == [q] for m, q in elsewhere.items()),
+            30,
+        )
+        partial = await status(p.handle(spec, batch.partial))
+    except (TimeoutError, AssertionError) as exc:
+        raise AssertionError(f"{where}: never settled ({exc or 'no result'})") from None
+    finally:
+        stop.set()
+        await task
+    found = ended()
+    assert result.state == "COMPLETE", where
+    taken = {bytes.fromhex(msg_id_of(k)) for k in result.consumed_msg_ids}
+    mine = ("merged", "GATHER.DUPLICATE")
+    assert taken == {m for m, q in batch.ends.items() if q in mine}, where
+    assert result.duplicates == 1, where
+    assert partial.legs_received == ["CREDIT"], where
+    for msg_id, end in batch.ends.items():
+        expected = {"merged": [], "held": ["GATHER.HOLD"]}.get(end, [end])
+        assert found[msg_id] == expected, (where, batch.sent[msg_id].properties, found[msg_id])
+    for queue in {q for q in elsewhere.values()}:
+        for copy in p.messages(queue):
+            original = batch.sent.get(copy.msg_id)
+            if original is None:
+                continue
+            assert (copy.correl_id, copy.body) == (original.correl_id, original.body), where
+            kept = {k: v for k, v in copy.properties.items() if not k.startswith("mqgather_")}
+            assert kept == original.properties, where
+    responses = [m for m in p.messages(spec.response_queue) if m.correl_id == batch.complete]
+    assert len(responses) == 1, where
+    legs = json.loads(responses[0].body)["legs"]
+    assert legs == {leg.lower(): {"leg": leg} for leg in ("CREDIT", "STOCK", "TAX")}, where
+
+
+@pytest.mark.timeout(900)
+async def test_a_bridge_killed_after_any_step_of_a_batch_loses_nothing_and_counts_nothing_twice(
+    temporal_env, tmp_path
+):
+    spec = AggregateSpec(name="steps", legs=THREE_LEGS, timeout_seconds=600,
+                         unknown_timeout_seconds=1, inline_reply_bytes=30_000)  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False, bothresh=5) as p:
+        # The first run dies after the batch's commit and names every step on the way.
+        steps = tmp_path / "steps.txt"
+        await _run(p, spec, None, steps)
+        names = step_names(steps)
+        assert names[-1] == COMMIT and len(names) >= 10, names
+        for step in range(1, len(names)):
+            await _run(p, spec, step, tmp_path / f"step-{step}.txt")
+
+
+async def _collect_run(c: Collecting, run: int, die_after: int | None, record: Path) -> None:
+    """One run of a collector's bridge: a batch that closes (two messages), one left
+    open, one too large for its rule; killed after step ``die_after``, then taken over."""
+    full, open_, tiny = (f"{name}-{run}" for name in ("full", "open", "tiny"))
+    c.rule(full, "CMAOUT.JSON", max_messages=2, format="json")
+    c.rule(open_, "CMAOUT.FR", max_messages=100, max_delay_seconds=600)
+    c.rule(tiny, "CMAOUT.FR", max_bytes=10)
+    pair = [c.send(full, json.dumps({"run": run, "n": n}).encode(), n=n) for n in (1, 2)]
+    c.send(open_, b"<Test>kept</Test>")
+    big = c.send(tiny, b"x" * 11, note="keep me")
+    where = await _die("collector", c.client, c.path, c.spec, c.task_queue, die_after, record)
+    c.start_bridge()
+    try:
+        batch = await c.take("CMAOUT.JSON")
+        failed = await c.take(c.spec.failure_queue)
+        left = await until(lambda: c.status(open_), lambda s: s.open_messages >= 1)
+    except (TimeoutError, AssertionError, NoMessageAvailable) as exc:
+        raise AssertionError(f"{where}: never settled ({exc!r})") from None
+    finally:
+        c.stop.set()
+        await asyncio.gather(*c.tasks[1:], return_exceptions=True)
+        del c.tasks[1:]
+        c.stop.clear()
+    assert json.loads(batch.body) == [json.loads(m.body) for m in pair], where
+    assert (failed.msg_id, failed.body, failed.properties["note"]) == (
+        big.msg_id, big.body, "keep me"
+    ), where  # fmt: skip
+    assert left.open_messages == 1, where
+    assert (c.depth("CMAOUT.JSON"), c.depth(c.spec.failure_queue)) == (0, 0), where
+    assert c.depth(c.spec.input_queue) == 0, where
+
+
+@pytest.mark.timeout(600)
+async def test_a_collectors_bridge_killed_after_any_step_of_a_batch_loses_nothing_and_puts_once(
+    temporal_env, tmp_path
+):
+    async with collecting(temporal_env.client, tmp_path, run_bridge=False) as c:
+        steps = tmp_path / "steps.txt"
+        await _collect_run(c, 0, None, steps)
+        names = step_names(steps)
+        assert names[-1] == COMMIT and len(names) >= 4, names
+        for step in range(1, len(names)):
+            await _collect_run(c, step, step, tmp_path / f"step-{step}.txt")
