@@ -6,30 +6,49 @@ its commit and names every step on the way, so a test can then kill one run afte
 from __future__ import annotations
 
 import contextlib
+import multiprocessing as mp
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from temporalio import client as temporal
 
+from bridge.mq.hold import body_digest
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage
+from bridge.mq.models import MQMessage, fingerprint
+from mqgather.constants import GATHER_HOLD
+from tests.activities.test_mq import drain
+from tests.harness import prepare_queues
+from workflows.models import HeldBody, Reply
 
 #: The name of the step a run with no step chosen dies after.
 COMMIT = "queue manager: commit"
+#: What a test puts on a fresh queue manager: the work's input, and the check of where
+#: every message went once the work was done again.
+Make = Callable[[LocalQueueManager], tuple[BaseModel, Callable[[LocalQueueManager], None]]]
+
+
+#: Processes started afresh: a fork would inherit the test's Temporal client threads.
+CTX = mp.get_context("spawn")
 
 
 class Steps:
     """Counts steps once ``armed``, writing each one's name to ``record``, and dies by
-    SIGKILL after step ``die_after`` (after the first commit when it is None)."""
+    SIGKILL after step ``die_after``; with none chosen, after the first step named
+    ``end`` (a process that would run on for ever), or never when ``end`` is None."""
 
-    def __init__(self, die_after: int | None, record: str, *, armed: bool = False) -> None:
+    def __init__(
+        self, die_after: int | None, record: str, *, armed: bool = False, end: str | None = COMMIT
+    ) -> None:
         self.die_after = die_after
         self.record = record
         self.count = 0
         self.armed = armed
+        self.end = end
 
     def step(self, name: str) -> None:
         if not self.armed:
@@ -37,7 +56,7 @@ class Steps:
         self.count += 1
         with open(self.record, "a") as out:
             out.write(f"{name}\n")
-        if self.count == self.die_after or (self.die_after is None and name == COMMIT):
+        if self.count == self.die_after or (self.die_after is None and name == self.end):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -46,12 +65,22 @@ def step_names(record: Path) -> list[str]:
     return record.read_text().splitlines() if record.exists() else []
 
 
-def named(record: Path, die_after: int | None) -> str:
-    """Which step a run died after, for a failure's message."""
-    if die_after is None:
-        return f"step {len(step_names(record))}: the first commit"
+def run_to_death(
+    target: Callable[..., None], args: tuple[Any, ...], die_after: int | None, record: Path,
+    *, dies: bool = True,
+) -> str:  # fmt: skip
+    """Run ``target(*args, die_after, record)`` in a process of its own, which must die by
+    SIGKILL (or, unless ``dies``, end by itself); which step it died after, said."""
+    process = CTX.Process(target=target, args=(*args, die_after, str(record)))
+    process.start()
+    process.join(60)
     names = step_names(record)
-    return f"step {die_after}: {names[die_after - 1] if die_after <= len(names) else '?'}"
+    if die_after is None:
+        where = f"the run to its end ({len(names)} steps)"
+    else:
+        where = f"step {die_after}: {names[die_after - 1] if die_after <= len(names) else '?'}"
+    assert process.exitcode == (-signal.SIGKILL if dies else 0), f"{where}: {process.exitcode}"
+    return f"killed after {where}"
 
 
 class CountingQueueManager(LocalQueueManager):
@@ -131,3 +160,61 @@ class _CountingOut(temporal.OutboundInterceptor):
             return await super().describe_workflow(input)
         finally:
             self.steps.step(f"Temporal: describe {input.id}")
+
+
+def each_step(
+    tmp_path: Path, child: Callable[..., None], args: tuple[Any, ...], make: Make,
+    again: Callable[[Path, Any], object], *, extra: tuple[str, ...] = (),
+    empty: tuple[str, ...] = (), ends: bool = True,
+) -> None:  # fmt: skip
+    """Kill ``child(*args, path, input, die_after, record)`` after each step of its work
+    in turn, each time on a fresh queue manager holding what ``make`` put there (and the
+    ``extra`` queues); then do the work ``again(path, input)`` in this process, as its
+    retry or the next run would, and check where every message went: ``make``'s check,
+    and every queue of ``empty`` left with nothing more. The first run goes to its end
+    (dying after its commit when ``ends``) and names the steps."""
+
+    def once(die_after: int | None) -> Path:
+        path = tmp_path / f"qm-{die_after}.db"
+        prepare_queues(path, extra)
+        record = tmp_path / f"steps-{die_after}.txt"
+        with LocalQueueManager(path) as qm:
+            inp, check = make(qm)
+        dies = ends or die_after is not None
+        where = run_to_death(child, (*args, str(path), inp.model_dump_json()), die_after,
+                             record, dies=dies)  # fmt: skip
+        try:
+            again(path, inp)
+        except Exception as exc:
+            raise AssertionError(f"{where}: done again, it failed: {exc}") from exc
+        with LocalQueueManager(path) as qm:
+            try:
+                check(qm)
+            except AssertionError as exc:
+                raise AssertionError(f"{where}: {exc}") from None
+            left = {queue: len(drain(qm, queue)) for queue in empty}
+            assert not any(left.values()), (where, left)
+        return record
+
+    names = step_names(once(None))
+    assert len(names) >= 3 and (names[-1] == COMMIT or not ends), names
+    for step in range(1, len(names)):
+        once(step)
+
+
+def reply(n: int, leg: str, hold_on: LocalQueueManager | None = None) -> Reply:
+    """A reply of leg ``leg``, its body ``n`` KB; with ``hold_on``, one held on the
+    default hold queue (put there and committed, as the bridge leaves it)."""
+    message = MQMessage(msg_id=bytes([n]) * 24, correl_id=b"C" * 24,
+                        body=f'{{"n": {n}, "pad": "{"x" * 1000 * n}"}}'.encode(),
+                        properties={"leg": leg, "n": n})  # fmt: skip
+    received = {"leg": leg, "source_queue": "GATHER.IN", "received_at": datetime.now(UTC)}
+    if hold_on is None:
+        return Reply(message=message, **received)
+    hold_on.put(GATHER_HOLD, message)
+    hold_on.commit()
+    held = HeldBody(queue=GATHER_HOLD, msg_id=message.msg_id, correl_id=message.correl_id,
+                    sha256=body_digest(message))  # fmt: skip
+    bare = message.model_copy(update={"body": b"", "properties": {}})
+    return Reply(message=bare, held=held, size=len(message.body),
+                 fingerprint=fingerprint(message), **received)  # fmt: skip

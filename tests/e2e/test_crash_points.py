@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing as mp
 import os
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +30,17 @@ from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, parse_id
 from mqgather.collector_config import CollectorSpec
 from mqgather.config import AggregateSpec
 from tests.collecting import Collecting, collecting
-from tests.crashing import COMMIT, CountingCalls, CountingQueueManager, Steps, named, step_names
+from tests.crashing import (
+    COMMIT,
+    CountingCalls,
+    CountingQueueManager,
+    Steps,
+    run_to_death,
+    step_names,
+)
 from tests.harness import THREE_LEGS, Pipeline, pipeline, status, until
 from workflows.redelivery import msg_id_of
 
-CTX = mp.get_context("spawn")
 #: Where a message may end; the reply queue is where none may stay.
 ENDS = ("GATHER.FAILURE", "GATHER.LATE", "GATHER.UNKNOWN", "GATHER.DUPLICATE",
         "GATHER.REPORT", "GATHER.BACKOUT", "SYSTEM.DEAD.LETTER.QUEUE", "GATHER.HOLD")  # fmt: skip
@@ -77,12 +81,8 @@ async def _die(
 ) -> str:  # fmt: skip
     """Run a bridge that dies after step ``die_after``; which step that was, said."""
     address = client.service_client.config.target_host
-    args = (kind, address, str(path), spec.model_dump_json(), task_queue, die_after, str(record))
-    dying = CTX.Process(target=_bridge_dying_after, args=args)
-    dying.start()
-    await asyncio.to_thread(dying.join, 60)
-    assert dying.exitcode == -signal.SIGKILL, f"the bridge did not die (after step {die_after})"
-    return f"killed after {named(record, die_after)}"
+    args = (kind, address, str(path), spec.model_dump_json(), task_queue)
+    return await asyncio.to_thread(run_to_death, _bridge_dying_after, args, die_after, record)
 
 
 @dataclass
