@@ -6,6 +6,7 @@ its commit and names every step on the way, so a test can then kill one run afte
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing as mp
 import os
 import signal
@@ -20,6 +21,7 @@ from temporalio import client as temporal
 from bridge.mq.hold import body_digest
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, fingerprint
+from bridge.mq.transport import Transport
 from mqgather.constants import GATHER_HOLD
 from tests.activities.test_mq import drain
 from tests.harness import prepare_queues
@@ -30,6 +32,10 @@ COMMIT = "queue manager: commit"
 #: What a test puts on a fresh queue manager: the work's input, and the check of where
 #: every message went once the work was done again.
 Make = Callable[[LocalQueueManager], tuple[BaseModel, Callable[[LocalQueueManager], None]]]
+Connect = Callable[[], Transport]
+#: The transports a unit of work is killed on: the embedded queue manager, and the IBM MQ
+#: adapter over the stand-in for IBM's library.
+TRANSPORTS = ("embedded", "ibmmq-standin")
 
 
 #: Processes started afresh: a fork would inherit the test's Temporal client threads.
@@ -87,10 +93,10 @@ class CountingQueueManager(LocalQueueManager):
     """The embedded queue manager, each write it commits a step named by the call that
     made it; the first ``get_batch`` arms the count."""
 
-    def __init__(self, path: str | Path, steps: Steps) -> None:
+    def __init__(self, path: str | Path, steps: Steps, **options: Any) -> None:
         self.steps = steps
         self.doing = "connect"
-        super().__init__(path)
+        super().__init__(path, **options)
 
     @contextlib.contextmanager
     def _write(self, read_only: bool = False) -> Iterator[Any]:
@@ -162,17 +168,36 @@ class _CountingOut(temporal.OutboundInterceptor):
             self.steps.step(f"Temporal: describe {input.id}")
 
 
+def connector(transport: str, path: str | Path, steps: Steps | None = None) -> Connect:
+    """Connections to the embedded queue manager at ``path``: straight ("embedded"), or
+    through the IBM MQ adapter over the stand-in for IBM's library ("ibmmq-standin");
+    with ``steps``, each write the queue manager commits is one of them."""
+    if transport == "embedded":
+        if steps is None:
+            return lambda: LocalQueueManager(path)
+        return lambda: CountingQueueManager(path, steps)
+    from tests.conftest import standin_connector
+    from tests.mqi_standin import ibmmqc
+
+    connect = standin_connector(Path(path))
+    if steps is not None:
+        # Every connection the stand-in opens on the file counts its writes.
+        ibmmqc.LocalQueueManager = functools.partial(CountingQueueManager, steps=steps)  # type: ignore[misc,assignment]
+    return connect
+
+
 def each_step(
     tmp_path: Path, child: Callable[..., None], args: tuple[Any, ...], make: Make,
-    again: Callable[[Path, Any], object], *, extra: tuple[str, ...] = (),
-    empty: tuple[str, ...] = (), ends: bool = True,
+    again: Callable[[Connect, Any], object], *, transport: str = "embedded",
+    extra: tuple[str, ...] = (), empty: tuple[str, ...] = (), ends: bool = True,
 ) -> None:  # fmt: skip
-    """Kill ``child(*args, path, input, die_after, record)`` after each step of its work
-    in turn, each time on a fresh queue manager holding what ``make`` put there (and the
-    ``extra`` queues); then do the work ``again(path, input)`` in this process, as its
-    retry or the next run would, and check where every message went: ``make``'s check,
-    and every queue of ``empty`` left with nothing more. The first run goes to its end
-    (dying after its commit when ``ends``) and names the steps."""
+    """Kill ``child(*args, transport, path, input, die_after, record)`` after each step
+    of its work in turn, each time on a fresh queue manager holding what ``make`` put
+    there (and the ``extra`` queues); then do the work ``again(connect, input)`` in this
+    process over the same ``transport``, as its retry or the next run would, and check
+    where every message went: ``make``'s check, and every queue of ``empty`` left with
+    nothing more. The first run goes to its end (dying after its commit when ``ends``)
+    and names the steps."""
 
     def once(die_after: int | None) -> Path:
         path = tmp_path / f"qm-{die_after}.db"
@@ -181,10 +206,10 @@ def each_step(
         with LocalQueueManager(path) as qm:
             inp, check = make(qm)
         dies = ends or die_after is not None
-        where = run_to_death(child, (*args, str(path), inp.model_dump_json()), die_after,
-                             record, dies=dies)  # fmt: skip
+        child_args = (*args, transport, str(path), inp.model_dump_json())
+        where = run_to_death(child, child_args, die_after, record, dies=dies)
         try:
-            again(path, inp)
+            again(connector(transport, path), inp)
         except Exception as exc:
             raise AssertionError(f"{where}: done again, it failed: {exc}") from exc
         with LocalQueueManager(path) as qm:

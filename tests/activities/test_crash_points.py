@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from mqgather.config import AggregateSpec
 from mqgather.routing import Destination
 from tests.activities.environment import attempt_env
 from tests.activities.test_mq import drain
-from tests.crashing import CountingQueueManager, Make, Steps, each_step, reply
+from tests.crashing import TRANSPORTS, Connect, Make, Steps, connector, each_step, reply
 from tests.harness import THREE_LEGS
 from workflows.collect_models import ClosedBatch, Item, PutBatchInput
 from workflows.models import PutResponseInput, ReceivedLeg, Routed, RouteInput
@@ -42,9 +41,11 @@ INPUTS: dict[str, type[BaseModel]] = {
 }
 
 
-def _attempt_dying_after(name: str, path: str, inp_json: str, die_after: int | None, record: str):
+def _attempt_dying_after(
+    name: str, transport: str, path: str, inp_json: str, die_after: int | None, record: str
+) -> None:
     steps = Steps(die_after, record, armed=True)
-    acts = CollectorActivities(lambda: CountingQueueManager(path, steps))
+    acts = CollectorActivities(connector(transport, path, steps))
     attempt_env().run(getattr(acts, name), INPUTS[name].model_validate_json(inp_json))
 
 
@@ -116,9 +117,9 @@ def _batch(qm: LocalQueueManager) -> tuple[BaseModel, Callable[[LocalQueueManage
     return inp, check
 
 
-def _retried(name: str) -> Callable[[Path, Any], object]:
-    def again(path: Path, inp: Any) -> object:
-        acts = CollectorActivities(lambda: LocalQueueManager(path))
+def _retried(name: str) -> Callable[[Connect, Any], object]:
+    def again(connect: Connect, inp: Any) -> object:
+        acts = CollectorActivities(connect)
         try:
             return attempt_env().run(getattr(acts, name), inp)
         finally:
@@ -127,12 +128,13 @@ def _retried(name: str) -> Callable[[Path, Any], object]:
     return again
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(
     ("name", "make"),
     [("put_response", _response), ("route_replies", _forward), ("put_batch", _batch)],
 )
 def test_an_attempt_killed_after_any_write_is_retried_into_each_message_once(
-    tmp_path, name: str, make: Make
+    tmp_path, name: str, make: Make, transport: str
 ):
-    each_step(tmp_path, _attempt_dying_after, (name,), make, _retried(name), extra=OUT,
-              empty=QUEUES)  # fmt: skip
+    each_step(tmp_path, _attempt_dying_after, (name,), make, _retried(name),
+              transport=transport, extra=OUT, empty=QUEUES)  # fmt: skip

@@ -6,7 +6,6 @@ leaves nothing on the hold queue, whichever write the first one died after."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from mqgather.constants import GATHER_HOLD
 from mqgather.routing import Destination
 from tests.activities.test_crash_points import OUT, QUEUES, SPEC, forwarded
 from tests.activities.test_mq import drain
-from tests.crashing import CountingQueueManager, Make, Steps, each_step, reply
+from tests.crashing import TRANSPORTS, Connect, Make, Steps, connector, each_step, reply
 from workers.salvage import salvage, salvage_items
 from workflows.collect_models import Item, UnplacedBatch, UnplacedItems
 from workflows.models import Routed, UnplacedReplies
@@ -30,11 +29,13 @@ SALVAGE: dict[str, tuple[type[BaseModel], Callable[..., object]]] = {
 }
 
 
-def _salvage_dying_after(kind: str, path: str, found: str, die_after: int | None, record: str):
+def _salvage_dying_after(
+    kind: str, transport: str, path: str, found: str, die_after: int | None, record: str
+) -> None:
     # With no step chosen it runs to its end: a salvage commits once per message.
     steps = Steps(die_after, record, armed=True, end=None)
     model, run = SALVAGE[kind]
-    run(model.model_validate_json(found), lambda: CountingQueueManager(path, steps))
+    run(model.model_validate_json(found), connector(transport, path, steps))
 
 
 def _gather(qm: LocalQueueManager) -> tuple[BaseModel, Callable[[LocalQueueManager], None]]:
@@ -68,16 +69,17 @@ def _item(r: Any) -> Item:
                 fingerprint=r.fingerprint)  # fmt: skip
 
 
-def _again(kind: str) -> Callable[[Path, Any], object]:
-    def again(path: Path, found: Any) -> object:
-        return SALVAGE[kind][1](found, lambda: LocalQueueManager(path))
+def _again(kind: str) -> Callable[[Connect, Any], object]:
+    def again(connect: Connect, found: Any) -> object:
+        return SALVAGE[kind][1](found, connect)
 
     return again
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(("kind", "make"), [("gather", _gather), ("collector", _collector)])
 def test_a_salvage_killed_after_any_write_is_finished_by_the_next_each_message_once(
-    tmp_path, kind: str, make: Make
+    tmp_path, kind: str, make: Make, transport: str
 ):
-    each_step(tmp_path, _salvage_dying_after, (kind,), make, _again(kind),
+    each_step(tmp_path, _salvage_dying_after, (kind,), make, _again(kind), transport=transport,
               extra=(*OUT, COLLECTOR.input_queue), empty=QUEUES, ends=False)  # fmt: skip
