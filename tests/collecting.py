@@ -48,9 +48,14 @@ class Collecting:
     def connect(self) -> LocalQueueManager:
         return LocalQueueManager(self.path)
 
-    def start_bridge(self, kind: type[CollectorBridge] = CollectorBridge) -> None:
-        """Start a bridge (of ``kind``) for the collector (one more when one runs)."""
-        bridge = kind(self.client, self.connect, self.spec, task_queue=self.task_queue,
+    def start_bridge(
+        self,
+        kind: type[CollectorBridge] = CollectorBridge,
+        connect: Callable[[], Transport] | None = None,
+    ) -> None:
+        """Start a bridge (of ``kind``, over ``connect``, by default the embedded queue
+        manager) for the collector (one more when one runs)."""
+        bridge = kind(self.client, connect or self.connect, self.spec, task_queue=self.task_queue,
                       wait_ms=100)  # fmt: skip
         self.tasks.append(asyncio.create_task(bridge.run(self.stop)))
 
