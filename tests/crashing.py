@@ -38,8 +38,12 @@ Connect = Callable[[], Transport]
 TRANSPORTS = ("embedded", "ibmmq-standin")
 
 
-#: Processes started afresh: a fork would inherit the test's Temporal client threads.
-CTX = mp.get_context("spawn")
+#: Processes forked from a server that started afresh and imported what they run (a fork
+#: of the test's own process would inherit its Temporal client's threads).
+CTX = mp.get_context("forkserver")
+CTX.set_forkserver_preload(["tests.crashing", "tests.e2e.test_crash_points",
+                            "tests.activities.test_crash_points",
+                            "tests.workers.test_crash_points"])  # fmt: skip
 
 
 class Steps:
