@@ -25,7 +25,14 @@ from tests.activities.test_mq import drain
 from tests.crashing import TRANSPORTS, Connect, Make, Steps, connector, each_step, reply
 from tests.harness import THREE_LEGS
 from workflows.collect_models import ClosedBatch, Item, PutBatchInput
-from workflows.models import PutResponseInput, ReceivedLeg, Routed, RouteInput
+from workflows.models import (
+    LegRequest,
+    PutResponseInput,
+    ReceivedLeg,
+    Routed,
+    RouteInput,
+    SendRequestInput,
+)
 
 GATHER = "gather:steps:0b"
 OUT = ("OUT.A", "OUT.B")
@@ -38,6 +45,7 @@ INPUTS: dict[str, type[BaseModel]] = {
     "put_response": PutResponseInput,
     "route_replies": RouteInput,
     "put_batch": PutBatchInput,
+    "send_request": SendRequestInput,
 }
 
 
@@ -117,6 +125,22 @@ def _batch(qm: LocalQueueManager) -> tuple[BaseModel, Callable[[LocalQueueManage
     return inp, check
 
 
+def _rerequest(qm: LocalQueueManager) -> tuple[BaseModel, Callable[[LocalQueueManager], None]]:
+    """A leg's request asked again (its second attempt); and its check."""
+    request = LegRequest(queue=OUT[0], message=reply(1, "TAX").message)
+    inp = SendRequestInput(aggregate=SPEC, gather_id=GATHER, leg="TAX", attempt=2,
+                           request=request, reason="lost")  # fmt: skip
+
+    def check(qm: LocalQueueManager) -> None:
+        got = drain(qm, OUT[0])
+        assert [(m.correl_id, m.body, m.properties["n"]) for m in got] == [
+            (request.message.correl_id, request.message.body, 1)
+        ]
+        assert got[0].msg_id != request.message.msg_id
+
+    return inp, check
+
+
 def _retried(name: str) -> Callable[[Connect, Any], object]:
     def again(connect: Connect, inp: Any) -> object:
         acts = CollectorActivities(connect)
@@ -131,7 +155,12 @@ def _retried(name: str) -> Callable[[Connect, Any], object]:
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(
     ("name", "make"),
-    [("put_response", _response), ("route_replies", _forward), ("put_batch", _batch)],
+    [
+        ("put_response", _response),
+        ("route_replies", _forward),
+        ("put_batch", _batch),
+        ("send_request", _rerequest),
+    ],
 )
 def test_an_attempt_killed_after_any_write_is_retried_into_each_message_once(
     tmp_path, name: str, make: Make, transport: str
