@@ -4,9 +4,10 @@ step it died after, the next bridge takes the batch over, and every message of i
 exactly one place, intact, and every gather counts each reply once.
 
 The batch holds one of each path a reply can take: a gather's three legs (it completes)
-and a duplicate of one, a leg large enough to be held on the hold queue, a late reply, a
-reply nobody registered, a report, a reply with no CorrelId, one with no leg and, on the
-embedded queue manager, one whose property name is not text (IBM MQ holds no such name).
+and a duplicate of one (NaN and infinite properties), a leg held on the hold queue (a
+property of a megabyte), a late reply (in EBCDIC), a reply nobody registered, a report,
+a reply with no CorrelId, one with no leg and, on the embedded queue manager, one whose
+property name is not text (IBM MQ holds no such name).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,9 +118,12 @@ async def _load(p: Pipeline, spec: AggregateSpec, transport: str) -> _Batch:
 
     for leg in ("CREDIT", "STOCK", "TAX"):
         put("merged", batch.complete, leg, f'{{"leg": "{leg}"}}'.encode())
-    put("GATHER.DUPLICATE", batch.complete, "CREDIT", b'{"again": true}')
-    put("held", batch.partial, "CREDIT", b'{"big": "' + b"x" * 40_000 + b'"}')
-    put("GATHER.LATE", closed.correl_id, "TAX")
+    nan = {"score": math.nan, "limit": math.inf}
+    put("GATHER.DUPLICATE", batch.complete, "CREDIT", b'{"again": true}', properties=nan)
+    put("held", batch.partial, "CREDIT", properties={"blob": "y" * 1_000_000})
+    # In EBCDIC (CCSID 37): "LATE".
+    put("GATHER.LATE", closed.correl_id, "TAX", b"\xd3\xc1\xe3\xc5", coded_char_set_id=37,
+        encoding=273)  # fmt: skip
     put("GATHER.UNKNOWN", parse_id("NOBODY" + os.urandom(4).hex()), "TAX")
     put("GATHER.REPORT", batch.complete, None, b"", msg_type=MQMT_REPORT, feedback=COA)
     put("GATHER.FAILURE", b"\x00" * 24, "TAX")
@@ -174,18 +179,24 @@ async def _run(
     for msg_id, end in batch.ends.items():
         expected = {"merged": [], "held": ["GATHER.HOLD"]}.get(end, [end])
         assert found[msg_id] == expected, (where, batch.sent[msg_id].properties, found[msg_id])
-    for queue in {q for q in elsewhere.values()}:
+    for queue in {*elsewhere.values(), spec.hold_queue}:
         for copy in p.messages(queue):
             original = batch.sent.get(copy.msg_id)
             if original is None:
                 continue
-            assert (copy.correl_id, copy.body) == (original.correl_id, original.body), where
-            kept = {k: v for k, v in copy.properties.items() if not k.startswith("mqgather_")}
-            assert kept == original.properties, where
+            assert _whole(copy) == _whole(original), (where, queue)
     responses = [m for m in p.messages(spec.response_queue) if m.correl_id == batch.complete]
     assert len(responses) == 1, where
     legs = json.loads(responses[0].body)["legs"]
     assert legs == {leg.lower(): {"leg": leg} for leg in ("CREDIT", "STOCK", "TAX")}, where
+
+
+def _whole(message: MQMessage) -> tuple[Any, ...]:
+    """What a message that ends elsewhere keeps: its ids, CCSID, Encoding and body, and
+    its properties (written out, so that a NaN equals a NaN), but for mqgather's own."""
+    kept = {k: v for k, v in message.properties.items() if not k.startswith("mqgather_")}
+    ids = (message.msg_id, message.correl_id, message.coded_char_set_id, message.encoding)
+    return (*ids, message.body, json.dumps(kept, sort_keys=True))
 
 
 @pytest.mark.timeout(900)
