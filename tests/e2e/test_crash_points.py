@@ -1,7 +1,8 @@
 """A bridge killed after every step of one batch, one step per run: each write its queue
 manager connection commits to the file and each answer it has from Temporal. Whichever
 step it died after, the next bridge takes the batch over, and every message of it ends in
-exactly one place, intact, and every gather counts each reply once.
+exactly one place, intact, and every gather counts each reply once. A requester killed
+so while it scatters a request is answered once when it starts again.
 
 The batch holds one of each path a reply can take: a gather's three legs (it completes)
 and a duplicate of one (NaN and infinite properties), a leg held on the hold queue (a
@@ -25,14 +26,17 @@ import pytest
 from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 
 from bridge.collect import CollectorBridge
+from bridge.fanout import scatter
 from bridge.inbound import InboundBridge, QueueBridge
 from bridge.mq.errors import NoMessageAvailable
-from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, parse_id
+from bridge.mq.models import MQMT_REPORT, Match, MQMessage, PutOptions, parse_id
 from bridge.mq.transport import Transport
 from mqgather.collector_config import CollectorSpec
 from mqgather.config import AggregateSpec
+from tests.activities.test_mq import drain
 from tests.collecting import Collecting, collecting
 from tests.crashing import (
     COMMIT,
@@ -269,3 +273,91 @@ async def test_a_collectors_bridge_killed_after_any_step_of_a_batch_loses_nothin
         assert names[-1] == COMMIT and len(names) >= 4, names
         for step in kill_points(names):
             await _collect_run(c, transport, step, step, tmp_path / f"step-{step}.txt")
+
+
+#: Where the requester's own requests arrive, taken in the unit of work of its scatter.
+REQUESTS = "ORDER.REQUEST"
+
+
+def _requester_dying_after(
+    transport: str, address: str, path: str, spec_json: str, task_queue: str,
+    die_after: int | None, record: str,
+) -> None:  # fmt: skip
+    """A requester that takes one request and scatters it, dying after step ``die_after``."""
+    steps = Steps(die_after, record)
+
+    async def main() -> None:
+        client = await Client.connect(
+            address, data_converter=pydantic_data_converter, interceptors=[CountingCalls(steps)]
+        )
+        spec = AggregateSpec.model_validate_json(spec_json)
+        await _serve_request(client, connector(transport, path, steps)(), spec, task_queue)
+
+    asyncio.run(main())
+
+
+async def _serve_request(
+    client: Client, transport: Transport, spec: AggregateSpec, task_queue: str
+) -> bool:
+    """What a requester does with a request: get it under syncpoint and scatter it, its
+    MsgId the gather's CorrelId, in one unit of work. False when there was none."""
+    try:
+        request = transport.get(REQUESTS, syncpoint=True)
+    except NoMessageAvailable:
+        return False
+    await scatter(client, transport, spec, task_queue=task_queue, correl_id=request.msg_id,
+                  request=request)  # fmt: skip
+    return True
+
+
+async def _request_run(
+    p: Pipeline, spec: AggregateSpec, transport: str, die_after: int | None, record: Path
+) -> None:
+    """One run: a request that a requester dies scattering, after step ``die_after``; the
+    requester started again; the back ends answering every request they got."""
+    request = p.put(REQUESTS, MQMessage(reply_to_q=spec.response_queue, body=b"order"))
+    args = (transport, p.client.service_client.config.target_host, str(p.path),
+            spec.model_dump_json(), p.task_queue)  # fmt: skip
+    where = await asyncio.to_thread(run_to_death, _requester_dying_after, args, die_after,
+                                    record)  # fmt: skip
+    again = connector(transport, p.path)()
+    try:
+        scattered_again = await _serve_request(p.client, again, spec, p.task_queue)
+    finally:
+        again.close()
+    # The back ends answer every request they got.
+    asked = {leg.name: drain(p.qm, leg.queue()) for leg in THREE_LEGS}
+    for leg, requests in asked.items():
+        for got in requests:
+            p.reply(spec, got.correl_id, leg, json.dumps({"leg": leg}).encode())
+    try:
+        result = await p.result(spec, request.msg_id)
+        response = await p.wait_message(spec.response_queue, match=Match(correl_id=request.msg_id))
+    except (TimeoutError, NoMessageAvailable, RPCError) as exc:
+        raise AssertionError(f"{where}: never answered ({exc!r})") from None
+    assert {leg: len(got) for leg, got in asked.items()} == dict.fromkeys(asked, 1), where
+    # Dead before its commit, it got the request back; after, it had none.
+    assert scattered_again == (die_after is not None), where
+    assert result.state == "COMPLETE", where
+    assert json.loads(response.body)["legs"] == {leg.lower(): {"leg": leg} for leg in asked}, where
+    assert p.empty(REQUESTS) and p.empty(spec.response_queue), where
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_requester_killed_after_any_step_of_its_scatter_is_answered_once(
+    temporal_env, tmp_path, transport
+):
+    """Its request, the legs' requests and the registration are one unit of work, but for
+    the registration, which Temporal keeps: started again, the requester scatters the
+    request MQ gave back under the same CorrelId, and the gather takes the registration
+    again. Each back end gets one request; the requester one response."""
+    spec = AggregateSpec(name="asks", legs=THREE_LEGS, timeout_seconds=600)
+    async with pipeline(temporal_env.client, tmp_path, [spec], extra_queues=[REQUESTS],
+                        transport=functools.partial(connector, transport)) as p:  # fmt: skip
+        steps = tmp_path / "steps.txt"
+        await _request_run(p, spec, transport, None, steps)
+        names = step_names(steps)
+        assert names[-1] == COMMIT and len(names) >= 4, names
+        for step in kill_points(names):
+            await _request_run(p, spec, transport, step, tmp_path / f"step-{step}.txt")
