@@ -1,7 +1,9 @@
 """A process that dies by SIGKILL after a chosen step of its MQ work: each write its
-embedded queue manager connection commits to the file is a step, and (through a client
-interceptor) each answer it has from Temporal. A first run with no step chosen dies after
-its commit and names every step on the way, so a test can then kill one run after each."""
+embedded queue manager connections commit to the file is a step (through the IBM MQ
+adapter over the stand-in too), and (through a client interceptor) each answer it has
+from Temporal. A first run with no step chosen goes to its end (or, when it would run
+for ever, as a bridge does, dies after its first commit) and names every step on the
+way, so that a test can then kill one run after each."""
 
 from __future__ import annotations
 
