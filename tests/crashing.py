@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio import client as temporal
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.mq.hold import body_digest
 from bridge.mq.local_qm import LocalQueueManager
@@ -146,6 +147,13 @@ class CountingQueueManager(LocalQueueManager):
     def backout(self) -> None:
         self.doing = "backout"
         super().backout()
+
+
+async def counted_client(address: str, steps: Steps) -> temporal.Client:
+    """A client of the Temporal server at ``address`` whose answered calls are steps."""
+    return await temporal.Client.connect(
+        address, data_converter=pydantic_data_converter, interceptors=[CountingCalls(steps)]
+    )
 
 
 class CountingCalls(temporal.Interceptor):

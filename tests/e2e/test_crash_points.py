@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from bridge.collect import CollectorBridge
@@ -41,9 +40,9 @@ from tests.collecting import Collecting, collecting
 from tests.crashing import (
     COMMIT,
     TRANSPORTS,
-    CountingCalls,
     Steps,
     connector,
+    counted_client,
     kill_points,
     run_to_death,
     step_names,
@@ -67,9 +66,7 @@ def _bridge_dying_after(
     connect = connector(transport, path, steps)
 
     async def main() -> None:
-        client = await Client.connect(
-            address, data_converter=pydantic_data_converter, interceptors=[CountingCalls(steps)]
-        )
+        client = await counted_client(address, steps)
         bridge: QueueBridge
         if kind == "gather":
             spec = AggregateSpec.model_validate_json(spec_json)
@@ -287,9 +284,7 @@ def _requester_dying_after(
     steps = Steps(die_after, record)
 
     async def main() -> None:
-        client = await Client.connect(
-            address, data_converter=pydantic_data_converter, interceptors=[CountingCalls(steps)]
-        )
+        client = await counted_client(address, steps)
         spec = AggregateSpec.model_validate_json(spec_json)
         await _serve_request(client, connector(transport, path, steps)(), spec, task_queue)
 
