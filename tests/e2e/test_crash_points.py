@@ -18,6 +18,7 @@ import functools
 import json
 import math
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,19 @@ async def _run(
     assert legs == {leg.lower(): {"leg": leg} for leg in ("CREDIT", "STOCK", "TAX")}, where
 
 
+async def _every_step(
+    tmp_path: Path, run: Callable[[int | None, Path], Awaitable[None]], least: int
+) -> None:
+    """A first run that dies after its commit, naming at least ``least`` steps on the
+    way; then a run killed after each of them in turn."""
+    steps = tmp_path / "steps.txt"
+    await run(None, steps)
+    names = step_names(steps)
+    assert names[-1] == COMMIT and len(names) >= least, names
+    for step in kill_points(names):
+        await run(step, tmp_path / f"step-{step}.txt")
+
+
 def _whole(message: MQMessage) -> tuple[Any, ...]:
     """What a message that ends elsewhere keeps: its ids, CCSID, Encoding and body, and
     its properties (written out, so that a NaN equals a NaN), but for mqgather's own."""
@@ -210,20 +224,13 @@ async def test_a_bridge_killed_after_any_step_of_a_batch_loses_nothing_and_count
     over = functools.partial(connector, transport)
     async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False, bothresh=5,
                         transport=over) as p:  # fmt: skip
-        # The first run dies after the batch's commit and names every step on the way.
-        steps = tmp_path / "steps.txt"
-        await _run(p, spec, transport, None, steps)
-        names = step_names(steps)
-        assert names[-1] == COMMIT and len(names) >= 10, names
-        for step in kill_points(names):
-            await _run(p, spec, transport, step, tmp_path / f"step-{step}.txt")
+        await _every_step(tmp_path, functools.partial(_run, p, spec, transport), 10)
 
 
-async def _collect_run(
-    c: Collecting, transport: str, run: int, die_after: int | None, record: Path
-) -> None:
+async def _collect_run(c: Collecting, transport: str, die_after: int | None, record: Path) -> None:
     """One run of a collector's bridge: a batch that closes (two messages), one left
     open, one too large for its rule; killed after step ``die_after``, then taken over."""
+    run = die_after or 0
     full, open_, tiny = (f"{name}-{run}" for name in ("full", "open", "tiny"))
     c.rule(full, "CMAOUT.JSON", max_messages=2, format="json")
     c.rule(open_, "CMAOUT.FR", max_messages=100, max_delay_seconds=600)
@@ -264,12 +271,7 @@ async def test_a_collectors_bridge_killed_after_any_step_of_a_batch_loses_nothin
 
     async with collecting(temporal_env.client, tmp_path, run_bridge=False,
                           worker_qm=worker_qm) as c:  # fmt: skip
-        steps = tmp_path / "steps.txt"
-        await _collect_run(c, transport, 0, None, steps)
-        names = step_names(steps)
-        assert names[-1] == COMMIT and len(names) >= 4, names
-        for step in kill_points(names):
-            await _collect_run(c, transport, step, step, tmp_path / f"step-{step}.txt")
+        await _every_step(tmp_path, functools.partial(_collect_run, c, transport), 4)
 
 
 #: Where the requester's own requests arrive, taken in the unit of work of its scatter.
@@ -350,9 +352,4 @@ async def test_a_requester_killed_after_any_step_of_its_scatter_is_answered_once
     spec = AggregateSpec(name="asks", legs=THREE_LEGS, timeout_seconds=600)
     async with pipeline(temporal_env.client, tmp_path, [spec], extra_queues=[REQUESTS],
                         transport=functools.partial(connector, transport)) as p:  # fmt: skip
-        steps = tmp_path / "steps.txt"
-        await _request_run(p, spec, transport, None, steps)
-        names = step_names(steps)
-        assert names[-1] == COMMIT and len(names) >= 4, names
-        for step in kill_points(names):
-            await _request_run(p, spec, transport, step, tmp_path / f"step-{step}.txt")
+        await _every_step(tmp_path, functools.partial(_request_run, p, spec, transport), 4)
