@@ -46,7 +46,8 @@ TRANSPORTS = ("embedded", "ibmmq-standin")
 CTX = mp.get_context("forkserver")
 CTX.set_forkserver_preload(["tests.crashing", "tests.e2e.test_crash_points",
                             "tests.activities.test_crash_points",
-                            "tests.workers.test_crash_points"])  # fmt: skip
+                            "tests.workers.test_crash_points",
+                            "tests.bridge.mq.test_deadletters"])  # fmt: skip
 
 
 class Steps:
