@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 import subprocess
 import uuid
@@ -267,15 +268,38 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+#: Where the kernel takes the ports of outgoing connections and of binds to port 0 from.
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: Ports below 1024 need privileges.
+FIRST_UNPRIVILEGED_PORT = 1024
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` different TCP ports nothing listens on now (each held until all are found,
-    so that two of them cannot be the same)."""
+    """``n`` different TCP ports nothing uses now (each held until all are found, so that
+    two of them cannot be the same).
+
+    They are chosen at random below the kernel's ephemeral range: a port chosen there
+    would be free for the kernel to give to any outgoing connection, or to a server's
+    own port-0 bind, in the moment before the server it is for binds it (seen: a dev
+    server's UI port taken so, and the server exiting). Where that range leaves too few
+    ports below it, the kernel chooses them.
+    """
+    try:
+        low = int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = FIRST_UNPRIVILEGED_PORT
     with contextlib.ExitStack() as held:
-        ports = []
-        for _ in range(n):
+        ports: list[int] = []
+        while len(ports) < n:
             s = held.enter_context(socket.socket())
-            s.bind(("127.0.0.1", 0))
-            ports.append(int(s.getsockname()[1]))
+            port = random.randrange(FIRST_UNPRIVILEGED_PORT, low) if low > 10_000 else 0
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use: choose another
+            port = int(s.getsockname()[1])
+            if port not in ports:
+                ports.append(port)
         return ports
 
 
