@@ -37,7 +37,8 @@ async def ensure_server(stack: DevStack, announce: Callable[[str], None]) -> Cli
     """Connect to Temporal at the stack's address, starting the embedded server if needed.
 
     Raises:
-        TemporalUnavailable: the server did not answer within a minute, or exited.
+        TemporalUnavailable: the server did not answer within a minute.
+        StackError: the embedded server exited as it started, saying why.
     """
     try:
         return await connect(stack.address)
@@ -50,8 +51,8 @@ async def ensure_server(stack: DevStack, announce: Callable[[str], None]) -> Cli
         try:
             return await connect(stack.address)
         except TemporalUnavailable:
-            if stack.server is not None and stack.server.poll() is not None:
-                raise
+            if (exited := stack.server_exited()) is not None:
+                raise exited from None
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.3)  # the server is starting; nothing to await on yet

@@ -4,6 +4,7 @@ worker, bridge and back-end processes, supervised as one process tree."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -120,6 +121,31 @@ class DevStack:
             [*tethered(), binary, *dev_server_args(db, self.temporal_port, self.ui_port)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+
+    def server_exited(self) -> StackError | None:
+        """Why the embedded server this stack started has exited, from the end of its
+        log (what to do about a port in use said too); None while it runs, or when it
+        started none."""
+        if self.server is None or (code := self.server.poll()) is None:
+            return None
+        log = self.state_dir / "temporal.log"
+        said = ""
+        try:
+            last = log.read_bytes()[-4096:].decode("utf-8", errors="replace").splitlines()
+        except OSError:
+            last = []
+        if last:
+            try:
+                said = str(json.loads(last[-1]).get("message", last[-1]))
+            except (ValueError, AttributeError):
+                said = last[-1]
+        hint = ""
+        if "address already in use" in said:
+            hint = "; another process has that port: choose others with --port and --ui-port"
+        return StackError(
+            f"the embedded Temporal server exited as it started (exit code {code}): "
+            f"{said or 'it said nothing'}{hint}. Its log: {log}"
+        )
 
     def start_children(self) -> None:
         """Start the worker, the bridge, the collectors' bridges and the back ends."""

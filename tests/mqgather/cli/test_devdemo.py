@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -173,6 +174,27 @@ def test_dev_killed_leaves_nothing_behind_and_a_new_dev_recovers(tmp_path):
         dev.wait(60)
     assert shown.returncode == 0, shown.stderr
     assert '"gather_id": "gather:orders:' in shown.stdout.decode()
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+@pytest.mark.timeout(120)
+def test_dev_whose_temporal_port_is_taken_says_so_and_what_to_do(tmp_path):
+    """The embedded server exits as it starts when its UI port is taken: dev says why,
+    from the server's own log, and which options choose other ports."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "MQGATHER_"))}
+    port, ui = free_ports(2)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ui))
+        taken.listen()
+        out = subprocess.run(
+            [sys.executable, "-m", "mqgather.cli", "dev", "--port", str(port), "--ui-port",
+             str(ui)], cwd=tmp_path, env=env, capture_output=True, timeout=100,
+        )  # fmt: skip
+    said = out.stderr.decode()
+    assert out.returncode != 0, said
+    assert f"127.0.0.1:{ui}: bind: address already in use" in said, said
+    assert "--port and --ui-port" in said and "temporal.log" in said, said
+    assert "cannot reach Temporal" not in said, said
     assert processes_mentioning(str(tmp_path)) == []
 
 
