@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -25,9 +26,10 @@ from bridge.mq.hold import body_digest
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, fingerprint
 from bridge.mq.transport import Transport
+from mqgather.config import AggregateSpec
 from mqgather.constants import GATHER_HOLD
 from tests.activities.test_mq import drain
-from tests.harness import prepare_queues
+from tests.harness import THREE_LEGS, prepare_queues
 from workflows.models import HeldBody, Reply
 
 #: The name of the step a run with no step chosen dies after.
@@ -39,6 +41,14 @@ Connect = Callable[[], Transport]
 #: The transports a unit of work is killed on: the embedded queue manager, and the IBM MQ
 #: adapter over the stand-in for IBM's library.
 TRANSPORTS = ("embedded", "ibmmq-standin")
+#: The queues a response of the sweeps' aggregate goes to.
+OUT = ("OUT.A", "OUT.B")
+#: The sweeps' aggregate: three legs, its response to both queues of OUT.
+SPEC = AggregateSpec(name="steps", legs=THREE_LEGS, destination="destinationList",
+                     destination_list=OUT)  # fmt: skip
+#: Every queue a message could end on, but the ledger (which keeps a marker per PUT).
+QUEUES = (*OUT, "GATHER.LATE", "GATHER.DUPLICATE", "GATHER.UNKNOWN", "GATHER.FAILURE",
+          "GATHER.HOLD", "SYSTEM.DEAD.LETTER.QUEUE", "ORDER.RESPONSE")  # fmt: skip
 
 
 #: Processes forked from a server that started afresh and imported what they run (a fork
@@ -272,3 +282,19 @@ def reply(n: int, leg: str, hold_on: LocalQueueManager | None = None) -> Reply:
     bare = message.model_copy(update={"body": b"", "properties": {}})
     return Reply(message=bare, held=held, size=len(message.body),
                  fingerprint=fingerprint(message), **received)  # fmt: skip
+
+
+def forwarded(where: dict[str, list[int]]) -> Callable[[LocalQueueManager], None]:
+    """The check that each queue of ``where`` holds the replies numbered there, once each,
+    whole, and that the hold queue is empty."""
+
+    def check(qm: LocalQueueManager) -> None:
+        for queue, numbers in where.items():
+            got = drain(qm, queue)
+            assert [(m.msg_id, m.properties.get("n")) for m in got] == [
+                (bytes([n]) * 24, n) for n in numbers
+            ], queue
+            assert [json.loads(m.body)["n"] for m in got] == numbers, queue
+        assert drain(qm, SPEC.hold_queue) == []
+
+    return check

@@ -18,11 +18,22 @@ from activities.mq import response_id
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MsgFlags
 from mqgather.collector_config import CollectorRule, CollectorSpec
-from mqgather.config import AggregateSpec
 from mqgather.routing import Destination
 from tests.activities.environment import attempt_env
 from tests.activities.test_mq import drain
-from tests.crashing import TRANSPORTS, Connect, Make, Steps, connector, each_step, reply
+from tests.crashing import (
+    OUT,
+    QUEUES,
+    SPEC,
+    TRANSPORTS,
+    Connect,
+    Make,
+    Steps,
+    connector,
+    each_step,
+    forwarded,
+    reply,
+)
 from tests.harness import THREE_LEGS
 from workflows.collect_models import ClosedBatch, Item, PutBatchInput
 from workflows.models import (
@@ -35,12 +46,6 @@ from workflows.models import (
 )
 
 GATHER = "gather:steps:0b"
-OUT = ("OUT.A", "OUT.B")
-SPEC = AggregateSpec(name="steps", legs=THREE_LEGS, destination="destinationList",
-                     destination_list=OUT)  # fmt: skip
-#: Every queue a message could end on, but the ledger (which keeps a marker per PUT).
-QUEUES = (*OUT, "GATHER.LATE", "GATHER.DUPLICATE", "GATHER.UNKNOWN", "GATHER.FAILURE",
-          "GATHER.HOLD", "SYSTEM.DEAD.LETTER.QUEUE", "ORDER.RESPONSE")  # fmt: skip
 INPUTS: dict[str, type[BaseModel]] = {
     "put_response": PutResponseInput,
     "route_replies": RouteInput,
@@ -86,22 +91,6 @@ def _forward(qm: LocalQueueManager) -> tuple[BaseModel, Callable[[LocalQueueMana
     ]
     inp = RouteInput(aggregate=SPEC, gather_id=GATHER, items=items)
     return inp, forwarded({"GATHER.LATE": [4], "GATHER.DUPLICATE": [5], "GATHER.UNKNOWN": [6]})
-
-
-def forwarded(where: dict[str, list[int]]) -> Callable[[LocalQueueManager], None]:
-    """The check that each queue of ``where`` holds the replies numbered there, once each,
-    whole, and that the hold queue is empty."""
-
-    def check(qm: LocalQueueManager) -> None:
-        for queue, numbers in where.items():
-            got = drain(qm, queue)
-            assert [(m.msg_id, m.properties.get("n")) for m in got] == [
-                (bytes([n]) * 24, n) for n in numbers
-            ], queue
-            assert [json.loads(m.body)["n"] for m in got] == numbers, queue
-        assert drain(qm, SPEC.hold_queue) == []
-
-    return check
 
 
 def _batch(qm: LocalQueueManager) -> tuple[BaseModel, Callable[[LocalQueueManager], None]]:

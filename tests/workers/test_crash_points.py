@@ -15,9 +15,20 @@ from bridge.mq.local_qm import LocalQueueManager
 from mqgather.collector_config import CollectorSpec
 from mqgather.constants import GATHER_HOLD
 from mqgather.routing import Destination
-from tests.activities.test_crash_points import OUT, QUEUES, SPEC, forwarded
 from tests.activities.test_mq import drain
-from tests.crashing import TRANSPORTS, Connect, Make, Steps, connector, each_step, reply
+from tests.crashing import (
+    OUT,
+    QUEUES,
+    SPEC,
+    TRANSPORTS,
+    Connect,
+    Make,
+    Steps,
+    connector,
+    each_step,
+    forwarded,
+    reply,
+)
 from workers.salvage import salvage, salvage_items
 from workflows.collect_models import Item, UnplacedBatch, UnplacedItems
 from workflows.models import Routed, UnplacedReplies

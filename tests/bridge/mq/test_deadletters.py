@@ -14,9 +14,8 @@ from bridge.mq.dlh import dead_letter
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
 from mqgather.constants import DEAD_LETTER_QUEUE
-from tests.activities.test_crash_points import OUT
 from tests.activities.test_mq import drain
-from tests.crashing import TRANSPORTS, Connect, Steps, connector, each_step
+from tests.crashing import OUT, TRANSPORTS, Connect, Steps, connector, each_step
 
 
 def test_undead_gives_back_the_message_as_it_was_before_its_header():
@@ -78,7 +77,8 @@ def _dead_letters(qm: LocalQueueManager) -> tuple[BaseModel, Callable[[LocalQueu
         assert [(m.body, m.coded_char_set_id) for m in got] == [
             (m.body, m.coded_char_set_id) for m in sent
         ]
-        assert math.isnan(float(got[1].properties["score"]))
+        score = got[1].properties["score"]
+        assert isinstance(score, float) and math.isnan(score)
 
     return _Letters(), check
 
