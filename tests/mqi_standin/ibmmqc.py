@@ -30,6 +30,9 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
   the message left on the queue, or 2079 when accepted), conversion (MQGMO_CONVERT with a
   CCSID other than the message's: text formats converted, others returned as they are
   with 2110 / 2119 warnings), properties in a message handle.
+- message handles: each serves the connection that made it (MQCRTMH) and dies with it; on
+  another's MQGET, MQPUT, MQPUT1, MQSETMP, MQINQMP, MQDLTMP or MQDLTMH it fails with 2460
+  before anything is got or put.
 - properties: value lengths as MQSETMP defines them (``MQVL_NULL_TERMINATED`` only for
   strings), MQCCSI_APPL meaning the process's own CCSID, buffers: a value longer than the
   caller's buffer fails with 2469 and the length needed, the cursor left on it for
@@ -569,6 +572,7 @@ def _message_from(
 
 
 def _put(
+    hconn: int,
     conn: _Connection,
     queue: str,
     md_bytes: bytes,
@@ -580,10 +584,15 @@ def _put(
     md, pmo = mq.MD(), mq.PMO()
     md.unpack(md_bytes)
     pmo.unpack(pmo_bytes)
+    for hmsg in (pmo.OriginalMsgHandle, pmo.NewMsgHandle):
+        # A handle serves the connection that made it (MQCRTMH), and one deleted (its
+        # connection's MQDISC included) serves none.
+        if hmsg and _own_handle(hconn, hmsg) is None:
+            return _fail("HMSG_ERROR", md_bytes, pmo_bytes)
+    props = _own_handle(hconn, pmo.OriginalMsgHandle) if pmo.OriginalMsgHandle else None
     built = _message_from(conn, md, pmo, body, obj)
     if isinstance(built, tuple):
         return md.pack(), pmo.pack(), *built
-    props = _handles.get(pmo.OriginalMsgHandle) if pmo.OriginalMsgHandle else None
     if props is not None:
         built.properties.update(props.properties)
     syncpoint = bool(pmo.Options & PMO_SYNCPOINT)
@@ -632,7 +641,7 @@ def MQPUT(hconn: int, hobj: int, md: bytes, pmo: bytes, body: bytes) -> tuple[An
         return _fail("NOT_OPEN_FOR_OUTPUT", md, pmo)
     if len(body) > conn.maxmsgl:
         return _fail("DATA_LENGTH_ERROR", md, pmo)  # longer than the channel carries
-    return _put(conn, obj.queue, md, pmo, body, obj)
+    return _put(hconn, conn, obj.queue, md, pmo, body, obj)
 
 
 def MQPUT1(hconn: int, od_bytes: bytes, md: bytes, pmo: bytes, body: bytes) -> tuple[Any, ...]:
@@ -652,7 +661,7 @@ def MQPUT1(hconn: int, od_bytes: bytes, md: bytes, pmo: bytes, body: bytes) -> t
     if opened[-2] != CC_OK:
         return md, pmo, opened[-2], opened[-1]
     try:
-        return _put(conn, _text(od.ObjectName), md, pmo, body, conn.objects[opened[0]])
+        return _put(hconn, conn, _text(od.ObjectName), md, pmo, body, conn.objects[opened[0]])
     finally:
         _close_object(conn, opened[0])
 
@@ -722,6 +731,10 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
         return _fail("NOT_OPEN_FOR_BROWSE", b"", md.pack(), gmo.pack(), 0)
     if not browse and not obj.options & (OO_INPUT_AS_Q_DEF | OO_INPUT_SHARED | OO_INPUT_EXCLUSIVE):
         return _fail("NOT_OPEN_FOR_INPUT", b"", md.pack(), gmo.pack(), 0)
+    # Checked before any message is taken: a call that fails takes none.
+    handle = _own_handle(hconn, gmo.MsgHandle) if opts & GMO_PROPERTIES_IN_HANDLE else None
+    if opts & GMO_PROPERTIES_IN_HANDLE and gmo.MsgHandle and handle is None:
+        return _fail("HMSG_ERROR", b"", md.pack(), gmo.pack(), 0)
 
     def wanted(value: bytes, option: int) -> bytes | None:
         # MQMI_NONE / MQCI_NONE / MQGI_NONE (all NULs) match any message, as in MQ.
@@ -824,10 +837,7 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
         md.Offset, md.OriginalLength = 0, OL_UNDEFINED
     if obj.options & OO_SAVE_ALL_CONTEXT and not browse:
         obj.saved_context = message
-    if opts & GMO_PROPERTIES_IN_HANDLE and gmo.MsgHandle:
-        handle = _handles.get(gmo.MsgHandle)
-        if handle is None:
-            return _fail("HMSG_ERROR", b"", md.pack(), gmo.pack(), 0)
+    if handle is not None:
         handle.properties = dict(message.properties)
         handle.cursor = -1
     gmo.ReturnedLength = min(len(body), length)

@@ -490,6 +490,41 @@ def test_a_message_handle_serves_the_connection_that_made_it_only(adapter):
     handle.dlt()
 
 
+def test_a_get_or_put_with_another_connections_message_handle_fails_and_moves_nothing(
+    tmp_path, adapter
+):
+    """MQGET's MsgHandle and MQPUT's OriginalMsgHandle too: 2460, and the message the
+    get would have taken stays on its queue, the one the put would have put is nowhere."""
+    mine, other = adapter(), adapter()
+    mine.define(QueueAttributes(name="HELD"))
+    mine.put("HELD", MQMessage(body=b"kept", properties={"leg": "TAX"}))
+    mine.commit()
+    mq, C = sys.modules["ibmmq"], sys.modules["ibmmq"].CMQC
+    handle = mq.MessageHandle(mine.qmgr)
+    handle.properties.set("leg", "FX")
+    try:
+        queue = mq.Queue(other.qmgr, "HELD", C.MQOO_INPUT_SHARED | C.MQOO_OUTPUT)
+        gmo = mq.GMO(Options=C.MQGMO_PROPERTIES_IN_HANDLE | C.MQGMO_SYNCPOINT,
+                     Version=C.MQGMO_VERSION_4, MsgHandle=handle.msg_handle)  # fmt: skip
+        pmo = mq.PMO(Options=C.MQPMO_NO_SYNCPOINT, Version=C.MQPMO_VERSION_3,
+                     OriginalMsgHandle=handle.msg_handle)  # fmt: skip
+        calls = (lambda: queue.get(None, mq.MD(), gmo),
+                 lambda: queue.put(b"not put", mq.MD(), pmo),
+                 lambda: other.qmgr.put1("HELD", b"not put", mq.MD(), pmo))  # fmt: skip
+        for call in calls:
+            with pytest.raises(mq.MQMIError) as refused:
+                call()
+            assert refused.value.reason == C.MQRC_HMSG_ERROR
+        other.commit()
+        queue.close()
+    finally:
+        handle.dlt()
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        assert qm.inquire("HELD").curdepth == 1
+        left = qm.get("HELD", syncpoint=False)
+    assert (left.body, left.properties) == (b"kept", {"leg": "TAX"})
+
+
 def test_the_library_fails_on_such_a_value_without_conversion_too(tmp_path, adapter):
     """Why the adapter cannot simply read it unconverted: the C layer decodes strictly."""
     t = adapter()
