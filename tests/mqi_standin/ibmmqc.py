@@ -32,7 +32,7 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
   with 2110 / 2119 warnings), properties in a message handle.
 - message handles: each serves the connection that made it (MQCRTMH) and dies with it; on
   another's MQGET, MQPUT, MQPUT1, MQSETMP, MQINQMP, MQDLTMP or MQDLTMH it fails with 2460
-  before anything is got or put.
+  before anything is got or put, as MQGMO_PROPERTIES_IN_HANDLE without a handle does.
 - properties: value lengths as MQSETMP defines them (``MQVL_NULL_TERMINATED`` only for
   strings), MQCCSI_APPL meaning the process's own CCSID, buffers: a value longer than the
   caller's buffer fails with 2469 and the length needed, the cursor left on it for
@@ -731,9 +731,10 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
         return _fail("NOT_OPEN_FOR_BROWSE", b"", md.pack(), gmo.pack(), 0)
     if not browse and not obj.options & (OO_INPUT_AS_Q_DEF | OO_INPUT_SHARED | OO_INPUT_EXCLUSIVE):
         return _fail("NOT_OPEN_FOR_INPUT", b"", md.pack(), gmo.pack(), 0)
-    # Checked before any message is taken: a call that fails takes none.
+    # MQGMO_PROPERTIES_IN_HANDLE needs a handle of this connection's (no handle is
+    # MQRC_HMSG_ERROR in MQ's own words), checked before any message is taken.
     handle = _own_handle(hconn, gmo.MsgHandle) if opts & GMO_PROPERTIES_IN_HANDLE else None
-    if opts & GMO_PROPERTIES_IN_HANDLE and gmo.MsgHandle and handle is None:
+    if opts & GMO_PROPERTIES_IN_HANDLE and handle is None:
         return _fail("HMSG_ERROR", b"", md.pack(), gmo.pack(), 0)
 
     def wanted(value: bytes, option: int) -> bytes | None:

@@ -493,8 +493,9 @@ def test_a_message_handle_serves_the_connection_that_made_it_only(adapter):
 def test_a_get_or_put_with_another_connections_message_handle_fails_and_moves_nothing(
     tmp_path, adapter
 ):
-    """MQGET's MsgHandle and MQPUT's OriginalMsgHandle too: 2460, and the message the
-    get would have taken stays on its queue, the one the put would have put is nowhere."""
+    """MQGET's MsgHandle and MQPUT's OriginalMsgHandle too (and a get asking for the
+    properties in a handle and giving none): 2460, and the message the get would have
+    taken stays on its queue, the one the put would have put is nowhere."""
     mine, other = adapter(), adapter()
     mine.define(QueueAttributes(name="HELD"))
     mine.put("HELD", MQMessage(body=b"kept", properties={"leg": "TAX"}))
@@ -508,7 +509,10 @@ def test_a_get_or_put_with_another_connections_message_handle_fails_and_moves_no
                      Version=C.MQGMO_VERSION_4, MsgHandle=handle.msg_handle)  # fmt: skip
         pmo = mq.PMO(Options=C.MQPMO_NO_SYNCPOINT, Version=C.MQPMO_VERSION_3,
                      OriginalMsgHandle=handle.msg_handle)  # fmt: skip
+        bare = mq.GMO(Options=C.MQGMO_PROPERTIES_IN_HANDLE | C.MQGMO_SYNCPOINT,
+                      Version=C.MQGMO_VERSION_4)  # fmt: skip
         calls = (lambda: queue.get(None, mq.MD(), gmo),
+                 lambda: queue.get(None, mq.MD(), bare),
                  lambda: queue.put(b"not put", mq.MD(), pmo),
                  lambda: other.qmgr.put1("HELD", b"not put", mq.MD(), pmo))  # fmt: skip
         for call in calls:
