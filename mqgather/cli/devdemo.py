@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -33,6 +33,9 @@ from mqgather.constants import STATE_DIR
 from mqgather.errors import MQGatherError
 from mqgather.runtime.temporal import connect, ensure_search_attributes
 from workers.demo.stack import DevStack
+
+if TYPE_CHECKING:
+    from workers.demo.driver import RequestPlan
 
 #: How long after a gather's timeout the simulated back ends answer a "late" leg.
 LATE_MARGIN_SECONDS = 2.0
@@ -73,7 +76,7 @@ def drive(
     plan. Needs back ends that honour the planned fates, as `mqgather dev` runs."""
     from workers.demo.driver import Rates, expected_counts, plan_requests, retrying_legs
     from workers.demo.driver import drive as do_drive
-    from workers.demo.harness import counts_for
+    from workers.demo.harness import counts_for, rerequests_seen
 
     spec = load_config(config_path).aggregate(name)
     rates = Rates(drop=drop_rate, late=late_rate, duplicate=duplicate_rate)
@@ -89,16 +92,17 @@ def drive(
         client = await connect()
         with open_transport(mq) as qm, _progress(console) as progress:
             sent_bar = progress.add_task("requests sent", total=n)
-            await do_drive(
+            sent = await do_drive(
                 client, qm, spec, plans, rate=rate, task_queue=task_queue,
                 on_sent=lambda i: progress.update(sent_bar, completed=i),
             )  # fmt: skip
             if not wait:
                 return {}
-            return await _follow(
+            now = await _follow(
                 progress, lambda: counts_for(qm, spec, ours), expected, stop,
                 limit=_late_after(spec) + 60, poll=1.0,
             )  # fmt: skip
+            return {**now, **_rerequests(spec, plans, rerequests_seen(qm, spec, sent))}
 
     figures = run(main)
     if not figures:
@@ -145,6 +149,27 @@ async def _follow(
         for line in stack.supervise() if stack else ():
             progress.console.print(line, soft_wrap=True, markup=False, highlight=False)
         await asyncio.sleep(poll)  # polling queue depths for the progress bar
+
+
+def _rerequests(
+    spec: AggregateSpec,
+    plans: list[RequestPlan],
+    seen: dict[bytes, tuple[tuple[str, ...], float | None]],
+) -> dict[str, Any]:
+    """The run's re-requests against the plan: ``rerequested`` counts the planned ones
+    seen and any without a cause, so that a missing or a causeless one fails the check;
+    ``rerequested_slow`` those a leg's slow reply explains (it was due and not in)."""
+    from workers.demo.driver import planned_rerequests, reconcile_rerequests, retrying_legs
+
+    retry_after = {leg.name: leg.retry_after_seconds for leg in spec.legs if leg.retries}
+    verdict = reconcile_rerequests(
+        planned_rerequests(plans, retrying_legs(spec)), seen, retry_after
+    )
+    return {
+        "rerequested": verdict.planned + verdict.unexplained,
+        "rerequested_slow": verdict.slow,
+        "retry_after_seconds": retry_after,
+    }
 
 
 def _check(figures: dict[str, Any], expected: dict[str, int]) -> None:
@@ -238,7 +263,14 @@ def demo(
         retrying_legs,
     )
     from workers.demo.driver import drive as do_drive
-    from workers.demo.harness import counts, ensure_server, latencies, percentile, until_ready
+    from workers.demo.harness import (
+        counts,
+        ensure_server,
+        latencies,
+        percentile,
+        rerequests_seen,
+        until_ready,
+    )
 
     config = load_config(config_path)
     spec = config.aggregate(name)
@@ -286,6 +318,7 @@ def demo(
                     limit=late_after + spec.unknown_timeout_seconds + 60, poll=0.25, stack=stack,
                 )  # fmt: skip
             took = latencies(qm, spec, sent)
+            now.update(_rerequests(spec, plans, rerequests_seen(qm, spec, sent)))
             collected = None
             if collector is not None:
                 console.print(f"collector {collector.name}: batching by destination", style="bold")
@@ -356,7 +389,18 @@ def _summary(figures: dict[str, Any], expected: dict[str, int], title: str) -> N
     lat = figures.get("latency_ms")
     if lat:
         table.add_row("latency p50/p95/p99", f"{lat['p50']}/{lat['p95']}/{lat['p99']} ms", "")
-    Console(file=sys.stdout).print(table)
+    console = Console(file=sys.stdout)
+    console.print(table)
+    if slow := figures.get("rerequested_slow"):
+        legs = ", ".join(
+            f"{leg} {after:g} s" for leg, after in figures["retry_after_seconds"].items()
+        )
+        console.print(
+            f"Also {slow} unplanned re-request{'s' if slow > 1 else ''}: a reply not in by its "
+            f"leg's retry_after_seconds ({legs}) is asked again, as configured; this machine "
+            "or its Temporal server answered that slowly.",
+            soft_wrap=True,
+        )
 
 
 def _closing_line(ui_url: str, keep_ui: bool) -> None:

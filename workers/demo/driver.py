@@ -87,6 +87,63 @@ def retrying_legs(spec: AggregateSpec) -> frozenset[str]:
     return frozenset(leg.name for leg in spec.legs if leg.retries)
 
 
+def planned_rerequests(plans: list[RequestPlan], retrying: frozenset[str]) -> set[bytes]:
+    """The gathers that ask a leg again: a lost leg's, and a dropped or late leg's where
+    that leg has retries."""
+    return {
+        p.correl_id
+        for p in plans
+        if p.fate == "lost" or (p.fate in ("drop", "late") and p.leg in retrying)
+    }
+
+
+@dataclass(frozen=True)
+class Rerequests:
+    """The re-requests a run's responses name, against the plan."""
+
+    #: Planned, and seen.
+    planned: int
+    #: Planned, and not seen.
+    missing: int
+    #: Not planned, on a gather whose response came later than the re-requested leg's
+    #: retry_after_seconds: the leg was due and not in yet (a slow machine or server), so
+    #: asking it again is what the configuration says.
+    slow: int
+    #: Not planned, on a gather answered sooner than that: a re-request with no cause.
+    unexplained: int
+
+
+#: PutDateTime is kept to the hundredth of a second (MQ's precision), the send time to
+#: the microsecond: a response at exactly the leg's retry_after_seconds may read as
+#: this much sooner.
+_TIME_SLACK_SECONDS = 0.02
+
+
+def reconcile_rerequests(
+    planned: set[bytes],
+    seen: dict[bytes, tuple[tuple[str, ...], float | None]],
+    retry_after: dict[str, float],
+) -> Rerequests:
+    """Sort the re-requests seen (per CorrelId: the legs asked again, and the seconds from
+    the scatter to the response, None if unknown) against the ``planned`` ones;
+    ``retry_after`` is each leg's retry_after_seconds."""
+    slow = unexplained = 0
+    for correl_id, (legs, took) in seen.items():
+        if correl_id in planned:
+            continue
+        due = min((retry_after.get(leg, float("inf")) for leg in legs), default=float("inf"))
+        if took is not None and took + _TIME_SLACK_SECONDS >= due:
+            slow += 1
+        else:
+            unexplained += 1
+    return Rerequests(
+        planned=len(planned & seen.keys()),
+        missing=len(planned - seen.keys()),
+        slow=slow,
+        unexplained=unexplained,
+    )
+
+
 def expected_counts(
     plans: list[RequestPlan], unknown: int, poison: int, retrying: frozenset[str] = frozenset()
 ) -> dict[str, int]:
@@ -94,9 +151,7 @@ def expected_counts(
     leg is asked again and completes; a dropped or late leg with retries is asked again
     too (and the gather still times out)."""
     timed_out = sum(1 for p in plans if p.fate in ("drop", "late"))
-    again = sum(
-        1 for p in plans if p.fate == "lost" or (p.fate in ("drop", "late") and p.leg in retrying)
-    )
+    again = len(planned_rerequests(plans, retrying))
     return {
         "requests": len(plans),
         "completed": len(plans) - timed_out,

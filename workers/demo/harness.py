@@ -114,6 +114,23 @@ def counts_for(qm: Transport, spec: AggregateSpec, correl_ids: set[bytes]) -> di
     return out
 
 
+def rerequests_seen(
+    qm: Transport, spec: AggregateSpec, sent: dict[bytes, datetime]
+) -> dict[bytes, tuple[tuple[str, ...], float | None]]:
+    """Each of these gathers whose response or timeout notice says a leg was asked again:
+    the legs, and the seconds from its scatter to that message (None if unknown)."""
+    out: dict[bytes, tuple[tuple[str, ...], float | None]] = {}
+    for kind in (Destination.RESPONSE, Destination.TIMEOUT):
+        for m in qm.browse(queue_for(spec, kind)):
+            start = sent.get(m.correl_id)
+            if start is None or PROP_REREQUESTED not in m.properties:
+                continue
+            legs = tuple(str(m.properties[PROP_REREQUESTED]).split(","))
+            took = (m.put_date_time - start).total_seconds() if m.put_date_time else None
+            out[m.correl_id] = (legs, took)
+    return out
+
+
 def latencies(qm: Transport, spec: AggregateSpec, sent: dict[bytes, datetime]) -> list[float]:
     """Milliseconds from each request's scatter to its response's PutDateTime."""
     out = []

@@ -15,7 +15,17 @@ import pytest
 
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import QueueAttributes
+from mqgather.cli.devdemo import _check, _rerequests, _summary
+from mqgather.config import default_aggregates
+from mqgather.errors import MQGatherError
 from tests.harness import free_ports, processes_mentioning
+from workers.demo.driver import (
+    Rates,
+    expected_counts,
+    plan_requests,
+    planned_rerequests,
+    retrying_legs,
+)
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -218,3 +228,25 @@ def test_drive_refuses_what_it_cannot_plan_before_it_connects(args, says):
     env = {"TEMPORAL_ADDRESS": "127.0.0.1:9"}
     result = CliRunner().invoke(cli, ["drive", "--no-wait", *args], env=env)
     assert result.exit_code == 2 and says in result.output
+
+
+def test_a_reply_asked_again_for_being_slow_is_told_apart_from_one_without_cause(capsys):
+    """On a busy machine a leg's reply can miss its retry_after_seconds: the gather asks
+    it again, as configured. The demo says so and keeps its check; one asked again before
+    it was due, or a planned one missing, still fails it."""
+    spec = default_aggregates()["orders"]
+    plans = plan_requests(100, spec, Rates())
+    expected = expected_counts(plans, 0, 0, retrying_legs(spec))
+    planned = planned_rerequests(plans, retrying_legs(spec))
+    ok = [p.correl_id for p in plans if p.fate == "ok"]
+    seen = {c: (("STOCK",), 3.1) for c in planned} | {ok[0]: (("STOCK",), 2.8)}
+    figures = {**expected, **_rerequests(spec, plans, seen)}
+    _summary(figures, expected, title="t")
+    _check(figures, expected)
+    said = capsys.readouterr().out
+    assert "Also 1 unplanned re-request: a reply not in by its leg's retry_after_seconds" in said
+    assert "(STOCK 2.5 s)" in said and "✗" not in said
+    for fault in ({ok[1]: (("STOCK",), 0.4)}, {sorted(planned)[0]: None}):
+        broken = {c: v for c, v in (seen | fault).items() if v is not None}
+        with pytest.raises(MQGatherError, match="differ from the plan for: rerequested"):
+            _check({**expected, **_rerequests(spec, plans, broken)}, expected)

@@ -7,7 +7,15 @@ import pytest
 from bridge.mq.models import MQMessage
 from mqgather.config import default_aggregates
 from workers.demo.backends import FATE_PROPERTY, BackendBehaviour, fate_of
-from workers.demo.driver import Rates, expected_counts, plan_requests, retrying_legs
+from workers.demo.driver import (
+    Rates,
+    Rerequests,
+    expected_counts,
+    plan_requests,
+    planned_rerequests,
+    reconcile_rerequests,
+    retrying_legs,
+)
 
 SPEC = default_aggregates()["orders"]
 
@@ -30,6 +38,23 @@ def test_expected_counts_follow_the_plan():
         "requests": 100, "completed": 92, "timed_out": 8, "late": 3, "unknown": 2,
         "duplicates": 2, "failures": 1, "rerequested": 2 + stock_lost,
     }  # fmt: skip
+
+
+def test_rerequests_are_sorted_into_planned_missing_slow_and_without_cause():
+    plans = plan_requests(100, SPEC, Rates(drop=0.05, late=0.03, duplicate=0.02, lost=0.02))
+    planned = planned_rerequests(plans, retrying_legs(SPEC))
+    assert len(planned) == expected_counts(plans, 0, 0, retrying_legs(SPEC))["rerequested"]
+    first, *rest = sorted(planned)
+    ok = [p.correl_id for p in plans if p.fate == "ok"]
+    seen = {c: (("STOCK",), 3.0) for c in rest}  # the first planned one never came
+    seen[ok[0]] = (("STOCK",), 2.6)  # due at 2.5 s and not in: asked again, as configured
+    seen[ok[1]] = (("STOCK",), 2.49)  # within MQ's hundredths of a second of it: slow too
+    seen[ok[2]] = (("STOCK",), 1.2)  # answered before it was due: no cause
+    seen[ok[3]] = (("TAX",), 9.0)  # a leg with no retries is never asked again
+    seen[ok[4]] = (("STOCK",), None)  # no time to tell by
+    verdict = reconcile_rerequests(planned, seen, {"STOCK": 2.5})
+    assert verdict == Rerequests(planned=len(rest), missing=1, slow=2, unexplained=3)
+    assert first not in seen
 
 
 def test_a_lost_leg_is_dropped_first_and_answered_when_asked_again(tmp_path):
