@@ -210,32 +210,41 @@ async def healthy(client: Client) -> bool:
 #: queue's tasks over four, and a task that lands where no poller waits is forwarded or
 #: put aside, which here put 200-400 ms on the p99 wait for a gather's first workflow
 #: task (70-110 ms with one) and handed a backlog out of order. It cost the dev server
-#: no throughput in the bench. Each history queue checkpoints every second, not every 30:
-#: the server deletes its done tasks only then, and a server that lives less than that
-#: (the demo's) left them all, so every start redid the tasks of every earlier life.
+#: no throughput in the bench.
 DEV_SERVER_DYNAMIC_CONFIG: dict[str, int | str] = {
     "matching.numTaskqueueReadPartitions": 1,
     "matching.numTaskqueueWritePartitions": 1,
+}
+#: Added for a dev server whose file outlives it (`mqgather dev`, the demo): each history
+#: queue checkpoints every second, not every 30. The server deletes its done tasks only
+#: at a checkpoint, and redoes on its next start every task it has not deleted; the
+#: demo's server lives about 30 s, so each start redid the tasks of every earlier demo.
+KEPT_DEV_SERVER_DYNAMIC_CONFIG: dict[str, int | str] = {
     "history.transferProcessorUpdateAckInterval": "1s",
     "history.visibilityProcessorUpdateAckInterval": "1s",
     "history.timerProcessorUpdateAckInterval": "1s",
 }
 
 
-def dev_server_config_args() -> list[str]:
-    """``temporal server start-dev`` arguments setting :data:`DEV_SERVER_DYNAMIC_CONFIG`."""
+def dev_server_config_args(*, kept: bool = False) -> list[str]:
+    """``temporal server start-dev`` arguments setting :data:`DEV_SERVER_DYNAMIC_CONFIG`,
+    and :data:`KEPT_DEV_SERVER_DYNAMIC_CONFIG` for a server whose file is ``kept``."""
+    values = {**DEV_SERVER_DYNAMIC_CONFIG, **(KEPT_DEV_SERVER_DYNAMIC_CONFIG if kept else {})}
     args: list[str] = []
-    for key, value in DEV_SERVER_DYNAMIC_CONFIG.items():
+    for key, value in values.items():
         args += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
     return args
 
 
-def dev_server_args(db_file: str, port: int = 7233, ui_port: int = 8233) -> list[str]:
+def dev_server_args(
+    db_file: str, port: int = 7233, ui_port: int = 8233, *, kept: bool = False
+) -> list[str]:
     """Arguments of ``temporal server start-dev`` with the search attributes registered
-    and :data:`DEV_SERVER_DYNAMIC_CONFIG` set."""
+    and :data:`DEV_SERVER_DYNAMIC_CONFIG` set (see :func:`dev_server_config_args` for
+    ``kept``)."""
     args = [
         "server", "start-dev", "--db-filename", db_file, "--port", str(port),
-        "--ui-port", str(ui_port), "--log-level", "warn", *dev_server_config_args(),
+        "--ui-port", str(ui_port), "--log-level", "warn", *dev_server_config_args(kept=kept),
     ]  # fmt: skip
     # WAL without fsync per commit: a dev server survives process crashes, not power loss,
     # and keeps up with thousands of gathers on an ordinary disk.

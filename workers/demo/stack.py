@@ -118,7 +118,8 @@ class DevStack:
         self.logs.append(log)
         db = str(self.state_dir / "temporal.db")
         self.server = subprocess.Popen(
-            [*tethered(), binary, *dev_server_args(db, self.temporal_port, self.ui_port)],
+            [*tethered(), binary,
+             *dev_server_args(db, self.temporal_port, self.ui_port, kept=True)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 

@@ -1,11 +1,8 @@
-"""mqgather's Temporal clients (gRPC compression chosen by MQGATHER_GRPC_COMPRESSION) and
-the dev servers it starts."""
+"""mqgather's Temporal clients: gRPC compression chosen by MQGATHER_GRPC_COMPRESSION."""
 
 from __future__ import annotations
 
-import asyncio
 import re
-import sqlite3
 import urllib.request
 import uuid
 
@@ -22,7 +19,7 @@ from mqgather.runtime.temporal import (
     dev_server_args,
     grpc_compression,
 )
-from tests.harness import start_dev_server, until
+from tests.harness import start_dev_server
 
 
 def test_compression_is_off_unless_gzip_is_asked_for(monkeypatch):
@@ -90,40 +87,3 @@ async def test_the_dev_server_mqgather_starts_runs_one_partition_per_task_queue(
         server.wait(30)
     # The server's default (four) shows partitions 0 to 3 here once a worker has polled.
     assert _partitions(metrics, task_queue) == {"0"}
-
-
-def _tasks_left(db: str) -> dict[str, int]:
-    """The history tasks the dev server's SQLite file still holds, per queue it redoes
-    from there on its next start."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        return {
-            table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            for table in ("transfer_tasks", "visibility_tasks")
-        }
-
-
-async def test_the_dev_server_mqgather_starts_deletes_its_done_tasks_within_seconds(tmp_path):
-    # The server deletes done tasks at each queue's checkpoint, 30 s apart by default.
-    # The demo's server lives about that long, so every start redid the tasks of every
-    # earlier demo: after a day of demos, 5,000 of them, and latency p50 went from 0.3 s
-    # to 4 s. Within 12 s is well inside the default's first checkpoint (25.5 s at least).
-    db = str(tmp_path / "t.db")
-    server, client, _ = await start_dev_server(
-        tmp_path, lambda ports: [*dev_server_args(db, *ports), "--headless"], 2
-    )
-    try:
-        task_queue = f"forget-{uuid.uuid4().hex[:10]}"
-        async with Worker(client, task_queue=task_queue, workflows=[Nothing],
-                          workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
-            await asyncio.gather(*(
-                client.execute_workflow(Nothing.run, id=f"{task_queue}-{n}", task_queue=task_queue)
-                for n in range(20)
-            ))  # fmt: skip
-
-        async def left() -> dict[str, int]:
-            return _tasks_left(db)
-
-        await until(left, lambda counts: not any(counts.values()), timeout=12.0)
-    finally:
-        server.terminate()
-        server.wait(30)
