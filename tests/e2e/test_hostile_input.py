@@ -10,7 +10,7 @@ import math
 from collections.abc import AsyncIterator
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, Interceptor, OutboundInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -272,8 +272,14 @@ async def test_a_flood_before_registration_stays_small_and_expires_on_time(tempo
         assert p.empty("GATHER.IN") and p.empty("GATHER.FAILURE") and p.empty("GATHER.BACKOUT")
     assert result.state == "UNKNOWN"
     assert sorted(routed) == sorted(sent)
-    kinds = {e.event_type for e in history.events}
-    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+    # The only task failure allowed: Temporal refusing the close because more of the
+    # flood's signals came in meanwhile (on a loaded machine), which the next task takes.
+    causes = {
+        e.workflow_task_failed_event_attributes.cause
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    }
+    assert causes <= {WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND}
     # The gather's carried state is its largest payload: far below the 2 MB limit.
     largest = max(e.ByteSize() for e in history.events)
     assert largest < 512 * 1024
