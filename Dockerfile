@@ -6,8 +6,11 @@
 # redist archive by default) and builds the ibmmq package against it.
 FROM python:3.11-slim AS base
 ARG MQ_REDIST_URL=https://public.dhe.ibm.com/ibmdl/export/pub/software/websphere/messaging/mqdev/redist/9.4.1.0-IBM-MQC-Redist-LinuxX64.tar.gz
+# MQCCSID: the MQ client takes the text it passes (property names among it) as UTF-8,
+# whatever the locale; the `ibmmq` library reads property names back as UTF-8.
 ENV MQ_FILE_PATH=/opt/mqm \
     LD_LIBRARY_PATH=/opt/mqm/lib64 \
+    MQCCSID=1208 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 RUN apt-get update \

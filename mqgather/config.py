@@ -597,7 +597,12 @@ def leg_over_limits(leg: LegSpec) -> tuple[str, str] | None:
 
 def over_limits(spec: AggregateSpec) -> tuple[str, str] | None:
     """The first key of ``spec`` past its limit (:mod:`mqgather.limits`), its legs'
-    included (``legs.N.key``), and why; None when all are within."""
+    included (``legs.N.key``), or naming a property IBM MQ would refuse to set, and why;
+    None when all are within."""
+    # Every request carries it: refused by MQ, every scatter would fail at its first PUT.
+    problem = limits.property_name_problem(spec.leg_property)
+    if problem is not None:
+        return "leg_property", problem
     found = limits.first_over(spec, limits.AGGREGATE)
     if found is not None:
         return found

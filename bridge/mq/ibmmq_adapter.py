@@ -319,6 +319,17 @@ def _md_bytes(text: str, field: str) -> bytes:
         ) from exc
 
 
+def _name_bytes(name: str) -> bytes | None:
+    """A property name as MQSETMP and MQDLTMP are given it: UTF-8, the CCSID names come
+    back in when read (the library makes a str of a returned name as UTF-8). Given a str,
+    the library would encode it as ASCII and fail on any other letter, where MQ takes a
+    name such as "größe". None for a name that is not text (lone surrogates)."""
+    try:
+        return name.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+
+
 def _where(queue: str, qmgr: str) -> str:
     """A queue as an error names it, with its queue manager when that is another."""
     return f"{queue!r} at queue manager {qmgr!r}" if qmgr else repr(queue)
@@ -484,8 +495,10 @@ class IBMMQTransport(Transport):
         """Make the readable properties of a kept ``handle`` (``holds``) ``properties``:
         delete those gone, set those added or changed. Those MQ could not hand over stay."""
         for name in [n for n in holds if n not in properties]:
+            raw_name = _name_bytes(name)
             try:
-                handle.properties.dlt(name)
+                if raw_name is not None:  # always, for a name MQ gave
+                    handle.properties.dlt(raw_name)
             except self.mq.MQMIError as exc:
                 if exc.reason != self.C.MQRC_PROPERTY_NOT_AVAILABLE:
                     raise
@@ -507,6 +520,11 @@ class IBMMQTransport(Transport):
         C = self.C
         smpo = self.mq.SMPO(ValueCCSID=CCSID_UTF8)
         for name, value in settable(properties).items():
+            raw_name = _name_bytes(name)
+            if raw_name is None:
+                log.warning("property %r has a name that is not text, which MQ cannot hold; "
+                            "the message goes on without it", name)  # fmt: skip
+                continue
             kind = getattr(C, property_type_name(value))
             length = C.MQVL_NULL_TERMINATED
             if isinstance(value, bytes):
@@ -516,7 +534,7 @@ class IBMMQTransport(Transport):
                 # would end it there.
                 length = len(value.encode("utf-8", "surrogatepass"))
             try:
-                handle.properties.set(name, value, property_type=kind, value_length=length,
+                handle.properties.set(raw_name, value, property_type=kind, value_length=length,
                                       smpo=smpo)  # fmt: skip
             except self.mq.MQMIError as exc:
                 if exc.reason != C.MQRC_PROPERTY_NAME_ERROR:
@@ -721,9 +739,11 @@ class IBMMQTransport(Transport):
         could not be read.
 
         A value MQ cannot convert to UTF-8 (MQRC_PROP_VALUE_NOT_CONVERTED, or bytes the
-        library cannot decode) is skipped, not raised: raised, it would back the message
-        out again and again and stall the queue behind it. The library does not return
-        the name of a property it failed to read, so the reason counts them.
+        library cannot decode), or a name the process's CCSID has no form for
+        (MQRC_PROP_NAME_NOT_CONVERTED) or whose bytes there are not UTF-8, is skipped, not
+        raised: raised, it would back the message out again and again and stall the
+        queue behind it. The library does not return the name of a property it failed
+        to read, so the reason counts them.
 
         Raises:
             MQMIError: as MQINQMP reports it.
@@ -744,7 +764,7 @@ class IBMMQTransport(Transport):
             except self.mq.MQMIError as exc:
                 if exc.reason == C.MQRC_PROPERTY_NOT_AVAILABLE:
                     break
-                if exc.reason == C.MQRC_PROP_VALUE_NOT_CONVERTED:
+                if exc.reason in (C.MQRC_PROP_VALUE_NOT_CONVERTED, C.MQRC_PROP_NAME_NOT_CONVERTED):
                     unreadable += 1
                     continue
                 if exc.reason != C.MQRC_PROPERTY_VALUE_TOO_BIG:
@@ -768,9 +788,10 @@ class IBMMQTransport(Transport):
         problems = []
         if unreadable:
             problems.append(
-                f"{unreadable} propert{'y' if unreadable == 1 else 'ies'} whose value MQ "
-                "cannot convert to UTF-8 (MQRC_PROP_VALUE_NOT_CONVERTED, 2466: set in a "
-                "CCSID without conversion) could not be read; the message keeps the others"
+                f"{unreadable} propert{'y' if unreadable == 1 else 'ies'} could not be "
+                "read: a value MQ cannot convert to UTF-8 (MQRC_PROP_VALUE_NOT_CONVERTED, "
+                "2466: set in a CCSID without conversion), or a name this process cannot "
+                "take in its CCSID (run it with MQCCSID=1208); the message keeps them all"
             )
         return props, problems
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -75,6 +76,11 @@ def test_a_valid_file_loads(tmp_path):
         ("[collectors.c]\ndefault_max_delay_seconds = 1e9", "default_max_delay_seconds"),
         ("[collectors.c]\ndefault_max_bytes = 1_000_000_000", "collectors.c.default_max_bytes"),
         ("not toml at all [", "not valid TOML"),
+        # A leg property MQ would refuse on every request (MQSETMP, 2442):
+        ("[aggregates.a]\nleg_property = 'leg-name'",
+         "aggregates.a.leg_property: '-' cannot stand in a property name"),
+        ("[aggregates.a]\nleg_property = 'Null'", "'Null' is a selector keyword"),
+        ("[aggregates.a]\nleg_property = ''", "a property name is 1 to 4,095 characters"),
         # A queue sent to that is also the one read: what goes there comes straight back.
         ('[aggregates.a]\nfailure_queue = "GATHER.IN"', "failure_queue: GATHER.IN is also"),
         ('[aggregates.a]\nreply_queue = "R"\nreport_queue = "R"', "report_queue: R is also"),
@@ -198,3 +204,34 @@ def test_gathers_decoded_apart_share_their_aggregates_spec():
     one, two = (GatherInput.model_validate_json(data) for _ in range(2))
     assert one.aggregate is two.aggregate
     assert one.aggregate == spec
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("leg", None), ("x.y", None), ("$amount", None), ("café_2", None), ("mq_usr.a.b", None),
+        ("mqgather_state", None), ("JMSType", None), ("Root.MQMD.Priority", None),
+        ("a\x00b", None),  # Java lets a NUL stand inside an identifier
+        ("2leg", "cannot begin with '2'"), (".leg", "cannot begin with '.'"),
+        ("leg name", "' ' cannot stand"), ("a=b", "'=' cannot stand"), ("a..b", "a dot"),
+        ("leg.", "a dot"), ("JMSLeg", "JMS"), ("usr.JMSx", "JMS"), ("usr.or", "keyword"),
+        ("Body.x", "Body or Root"), ("RootLeg", "Body or Root"), ("MQ.a.b", "one dot"),
+        ("le\U0001f600g", "beyond"), ("x" * 4096, "4,096"),
+    ],
+)  # fmt: skip
+def test_a_property_name_is_refused_where_ibm_mq_refuses_it(name, why):
+    from mqgather.limits import property_name_problem
+
+    problem = property_name_problem(name)
+    if why is None:
+        assert problem is None
+    else:
+        assert problem is not None and why in problem
+
+
+def test_scatter_refuses_a_leg_property_mq_would_refuse_before_it_puts_anything():
+    from bridge.fanout import ScatterError, scatter
+
+    spec = AggregateSpec(name="a", leg_property="leg name", legs=(LegSpec(name="X"),))
+    with pytest.raises(ScatterError, match="aggregate a: leg_property: ' ' cannot stand"):
+        asyncio.run(scatter(None, None, spec))  # type: ignore[arg-type]

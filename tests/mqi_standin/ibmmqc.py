@@ -33,7 +33,9 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
 - message handles: each serves the connection that made it (MQCRTMH) and dies with it; on
   another's MQGET, MQPUT, MQPUT1, MQSETMP, MQINQMP, MQDLTMP or MQDLTMH it fails with 2460
   before anything is got or put, as MQGMO_PROPERTIES_IN_HANDLE without a handle does.
-- properties: value lengths as MQSETMP defines them (``MQVL_NULL_TERMINATED`` only for
+- properties: names as MQSETMP checks them (a Java identifier with inner dots, within
+  Unicode's Basic Multilingual Plane; reserved prefixes and keywords, 2442), value
+  lengths as MQSETMP defines them (``MQVL_NULL_TERMINATED`` only for
   strings), MQCCSI_APPL meaning the process's own CCSID, buffers: a value longer than the
   caller's buffer fails with 2469 and the length needed, the cursor left on it for
   ``MQIMPO_INQ_PROP_UNDER_CURSOR``; booleans come back as integers, as the C layer
@@ -117,6 +119,7 @@ RC = {
     "HMSG_ERROR": 2460,
     "PROPERTY_NAME_ERROR": 2442,
     "PROP_VALUE_NOT_CONVERTED": 2466,
+    "PROP_NAME_NOT_CONVERTED": 2492,
     "PROPERTY_VALUE_TOO_BIG": 2469,
     "PROPERTY_NOT_AVAILABLE": 2471,
     "PROPERTY_TYPE_ERROR": 2473,
@@ -969,20 +972,69 @@ def _codec_of(ccsid: int, config: QueueManagerConfig) -> str:
     return codec(config.application_ccsid if ccsid == CCSI_APPL else ccsid)
 
 
+def _name_in(conn: _Connection, raw: bytes) -> str | None:
+    """A property name the caller passed: the C layer's MQCHARV leaves its VSCCSID at
+    MQCCSI_APPL, so MQ reads the bytes in the application's CCSID (None if they are not
+    of it)."""
+    try:
+        return raw.decode(_codec_of(CCSI_APPL, conn.config))
+    except UnicodeDecodeError:
+        return None
+
+
+def _name_out(conn: _Connection, name: str) -> str | None:
+    """A property name MQINQMP returns: MQ writes it in the application's CCSID (None if
+    it has no such characters: MQRC_PROP_NAME_NOT_CONVERTED), and the C layer makes a str
+    of those bytes as UTF-8, failing as Python does on bytes that are not."""
+    try:
+        raw = name.encode(_codec_of(CCSI_APPL, conn.config))
+    except UnicodeEncodeError:
+        return None
+    return raw.decode("utf-8")
+
+
 #: Names MQ keeps for its selectors (in any case, alone or after "usr.").
 SQL_KEYWORDS = {"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS",
                 "ESCAPE"}  # fmt: skip
 
 
+def _java_identifier_with_dots(name: str) -> bool:
+    """Whether ``name`` is a Java identifier in which dots may stand (not first), made of
+    characters of the Basic Multilingual Plane only, as MQ's property names are."""
+    import unicodedata
+
+    def kind(char: str) -> str:
+        return unicodedata.category(char)
+
+    if not name or any(ord(c) > 0xFFFF for c in name):
+        return False
+    head, tail = name[0], name[1:]
+    if not (head.isalpha() or kind(head) in ("Nl", "Sc", "Pc")):
+        return False
+    for char in tail:
+        if (
+            char == "."
+            or char.isalpha()
+            or kind(char) in ("Nd", "Nl", "Sc", "Pc", "Mn", "Mc", "Cf")
+        ):
+            continue
+        code = ord(char)  # the controls Java ignores inside an identifier
+        if not (code <= 0x08 or 0x0E <= code <= 0x1B or 0x7F <= code <= 0x9F):
+            return False
+    return True
+
+
 def _settable_name(name: str) -> bool:
     """MQSETMP's name rules (MQRC_PROPERTY_NAME_ERROR otherwise)."""
+    if not _java_identifier_with_dots(name):
+        return False
     if (name.startswith("JMS") and name not in JMS_SETTABLE) or name.startswith("usr.JMS"):
         return False
     if name.removeprefix("usr.").upper() in SQL_KEYWORDS:
         return False
     if name.startswith(("Body", "Root")) and not name.startswith("Root.MQMD."):
         return False
-    if ".." in name or name.endswith(".") or name.startswith("."):
+    if ".." in name or name.endswith("."):
         return False
     lowered = name.lower()
     return not (lowered.startswith("mq") and not lowered.startswith("mq_usr")
@@ -1006,8 +1058,8 @@ def MQSETMP(
     mq = _ibmmq()
     s = mq.SMPO()
     s.unpack(smpo)
-    key = name.decode()
-    if not _settable_name(key):
+    key = _name_in(conn, name)
+    if key is None or not _settable_name(key):
         return CC_FAILED, RC["PROPERTY_NAME_ERROR"]
     if kind == TYPE_STRING:
         # The C layer hands over the text encoded as UTF-8; MQ reads it in ValueCCSID.
@@ -1062,7 +1114,9 @@ def MQINQMP(
     mq = _ibmmq()
     impo = mq.IMPO()
     impo.unpack(impo_bytes)
-    wanted = name.decode()
+    wanted = _name_in(conn, name)
+    if wanted is None:
+        return None, 0, "", CC_FAILED, RC["PROPERTY_NOT_AVAILABLE"]
     names = [n for n in handle.properties if not n.startswith(UNCONVERTIBLE)]
     if wanted.endswith("%"):
         prefix = wanted[:-1].removeprefix("usr.")
@@ -1083,14 +1137,20 @@ def MQINQMP(
         position = names.index(returned)
     handle.cursor = position
     value = handle.properties[returned]
+    label = returned
+    if wanted.endswith("%"):
+        shown = _name_out(conn, returned)  # may raise, as the C layer does (cursor moved)
+        if shown is None:
+            return None, 0, "", CC_WARNING, RC["PROP_NAME_NOT_CONVERTED"]
+        label = shown
     if UNCONVERTIBLE + returned in handle.properties:
         if impo.Options & IMPO_CONVERT_VALUE:
             # Returned unconverted with a warning (the cursor moved on to it).
-            return value, len(value), returned, CC_WARNING, RC["PROP_VALUE_NOT_CONVERTED"]
-        return value.decode("utf-8"), len(value), returned, CC_OK, 0  # strict, as in C
+            return value, len(value), label, CC_WARNING, RC["PROP_VALUE_NOT_CONVERTED"]
+        return value.decode("utf-8"), len(value), label, CC_OK, 0  # strict, as in C
     actual = _type_of(value)
     if kind not in (TYPE_AS_SET, actual):
-        return None, 0, returned, CC_FAILED, RC["PROPERTY_TYPE_ERROR"]
+        return None, 0, label, CC_FAILED, RC["PROPERTY_TYPE_ERROR"]
     if actual == TYPE_STRING:
         requested = impo.RequestedCCSID if impo.Options & IMPO_CONVERT_VALUE else 1208
         raw = value.encode(_codec_of(requested, conn.config), "replace")
@@ -1098,35 +1158,36 @@ def MQINQMP(
             return (
                 raw[:value_length].decode("utf-8", "replace"),
                 len(raw),
-                returned,
+                label,
                 CC_FAILED,
                 RC["PROPERTY_VALUE_TOO_BIG"],
             )
         # The C layer builds the str from the bytes as UTF-8 (and fails if they are not).
-        return raw.decode("utf-8"), len(raw), returned, CC_OK, 0
+        return raw.decode("utf-8"), len(raw), label, CC_OK, 0
     if actual == TYPE_BYTE_STRING:
         if len(value) > value_length:
             return (
                 value[:value_length],
                 len(value),
-                returned,
+                label,
                 CC_FAILED,
                 RC["PROPERTY_VALUE_TOO_BIG"],
             )
-        return value, len(value), returned, CC_OK, 0
+        return value, len(value), label, CC_OK, 0
     if actual == TYPE_BOOLEAN:
-        return int(value), 4, returned, CC_OK, 0  # the C layer returns MQBOOL as an int
+        return int(value), 4, label, CC_OK, 0  # the C layer returns MQBOOL as an int
     if actual == TYPE_NULL:
-        return None, 0, returned, CC_OK, 0
-    return value, 8, returned, CC_OK, 0
+        return None, 0, label, CC_OK, 0
+    return value, 8, label, CC_OK, 0
 
 
 def MQDLTMP(hconn: int, hmsg: int, dmpo: bytes, name: bytes) -> tuple[int, int]:
     handle = _own_handle(hconn, hmsg)
-    if handle is None:
+    conn = _conn(hconn)
+    if handle is None or conn is None:
         return CC_FAILED, RC["HMSG_ERROR"]
-    key = name.decode().removeprefix("usr.")
-    if key not in handle.properties or key.startswith(UNCONVERTIBLE):
+    key = (_name_in(conn, name) or "").removeprefix("usr.")
+    if not key or key not in handle.properties or key.startswith(UNCONVERTIBLE):
         return CC_FAILED, RC["PROPERTY_NOT_AVAILABLE"]
     del handle.properties[key]  # a null-valued one too
     handle.properties.pop(UNCONVERTIBLE + key, None)

@@ -596,3 +596,56 @@ def test_a_priority_is_taken_as_mq_takes_it(adapter, priority, completion, reaso
     t.commit()
     kept = [m.priority for m in t.browse("PRIO")]
     assert kept == ([] if stored is None else [stored])
+
+
+@pytest.mark.parametrize(
+    "name", ["leg name", "leg-name", "a=b", "2leg", ".leg", "le\U0001f600g", "x\u00b2"]
+)
+def test_mq_refuses_a_property_name_that_is_no_java_identifier(tmp_path, name):
+    """MQSETMP's names are Java identifiers with inner dots, within Unicode's Basic
+    Multilingual Plane (2442 otherwise); a NUL inside one is Java's too. Passed as bytes
+    in the process's CCSID (UTF-8 here): the library would encode a str as ASCII."""
+    t = standin_connector(tmp_path / "qm.db", application_ccsid=1208)()
+    mq = sys.modules["ibmmq"]
+    handle = mq.MessageHandle(t.qmgr)
+    try:
+        with pytest.raises(mq.MQMIError) as refused:
+            handle.properties.set(name.encode(), "x", property_type=mq.CMQC.MQTYPE_STRING)
+        assert refused.value.reason == mq.CMQC.MQRC_PROPERTY_NAME_ERROR
+        for fine in ("leg", "$amount", "café_2.x", "a\x00b", "mq_usr.a.b"):
+            handle.properties.set(fine.encode(), "x", property_type=mq.CMQC.MQTYPE_STRING)
+    finally:
+        handle.dlt()
+        t.close()
+
+
+#: Names MQ takes (Java identifiers), none of them ASCII, as a JMS back end may set them:
+#: "größe" has a form in CCSID 819, "価格" none.
+NOT_ASCII = {"größe": "XL", "価格": 12, "leg": "TAX"}
+
+
+@pytest.mark.parametrize("ccsid", [1208, 819])
+def test_a_property_name_that_is_not_ascii_goes_on_with_its_message(tmp_path, ccsid):
+    """The library encodes a name it is given as ASCII, and reads a name back in the
+    process's own CCSID (MQCCSI_APPL) as UTF-8. With a UTF-8 locale (1208) the adapter
+    reads such names and writes them back as UTF-8; in a C locale (819) it cannot read
+    them (the bytes are not UTF-8, or 2492 where 819 has no such letter), and the copy
+    goes with the handle it was got with, so MQ copies them. Either way the forwarded
+    copy has every property, and nothing raises out of the adapter."""
+    t = standin_connector(tmp_path / "qm.db", application_ccsid=ccsid)()
+    try:
+        for name in ("FROM.JMS", "OUT"):
+            t.define(QueueAttributes(name=name))
+        with LocalQueueManager(tmp_path / "qm.db") as qm:
+            message = MQMessage(body=b"b", properties=NOT_ASCII)
+            qm.put("FROM.JMS", message, PutOptions(syncpoint=False))
+        got = t.get("FROM.JMS")
+        assert got.properties == (NOT_ASCII if ccsid == 1208 else {"leg": "TAX"})
+        forward(t, "OUT", got, "failure", "FROM.JMS")
+        t.commit()
+    finally:
+        t.close()
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        copy = qm.get("OUT", syncpoint=False)
+    assert {k: copy.properties[k] for k in NOT_ASCII} == NOT_ASCII
+    assert copy.body == b"b" and copy.properties["mqgather_reason"]
