@@ -9,6 +9,8 @@ import asyncio
 import json
 from datetime import UTC, datetime
 
+import pytest
+
 from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from tests.conftest import standin_connector
@@ -141,3 +143,39 @@ async def test_a_reply_whose_property_mq_cannot_convert_goes_aside_whole_and_sta
     # The property no one could read went with it, as MQ held it.
     assert (aside.properties["note"], aside.properties[f"{UNCONVERTIBLE}note"]) == (
         "Hi".encode("cp037"), 4711)  # fmt: skip
+
+
+@pytest.mark.parametrize("ccsid", [1208, 819])
+async def test_replies_whose_property_names_are_not_ascii_each_end_in_one_place(
+    temporal_env, tmp_path, ccsid
+):
+    """A JMS back end may name a property "größe" or "価格", as MQ allows. With the
+    process's CCSID at 1208 such a reply is gathered, and its late copy forwarded with
+    every property; in 819 it cannot be read, so it goes aside whole, and the queue
+    goes on: the next reply still completes the gather."""
+    spec = AggregateSpec(name="names", legs=LEGS)
+    named = {"größe": "XL", "価格": 12}
+    connect = lambda path: standin_connector(path, application_ccsid=ccsid)  # noqa: E731
+    async with pipeline(temporal_env.client, tmp_path, [spec], transport=connect) as p:
+        g = await p.scatter(spec)
+        odd = p.put("GATHER.IN", MQMessage(correl_id=g.correl_id, body=b'{"c":9}',
+                                           properties={"leg": "CREDIT", **named}))  # fmt: skip
+        if ccsid == 819:
+            aside = await p.wait_message("GATHER.FAILURE")
+            p.reply(spec, g.correl_id, "CREDIT", b"{}")
+        for leg in ("STOCK", "TAX"):
+            p.reply(spec, g.correl_id, leg, b"{}")
+        result = await p.result(spec, g.correl_id)
+        response = await p.wait_message("ORDER.RESPONSE")
+        late = p.put("GATHER.IN", MQMessage(correl_id=g.correl_id, body=b"{}",
+                                            properties={"leg": "TAX", **named}))  # fmt: skip
+        moved = await p.wait_message("GATHER.LATE" if ccsid == 1208 else "GATHER.FAILURE")
+        for queue in OUTPUTS:
+            assert p.empty(queue), queue
+    assert result.state == "COMPLETE" and response.correl_id == g.correl_id
+    assert (moved.msg_id, {k: moved.properties[k] for k in named}) == (late.msg_id, named)
+    if ccsid == 1208:
+        assert sorted(result.legs_received) == ["CREDIT", "STOCK", "TAX"]
+    else:
+        assert (aside.msg_id, {k: aside.properties[k] for k in named}) == (odd.msg_id, named)
+        assert "MQCCSID=1208" in str(aside.properties["mqgather_reason"])
