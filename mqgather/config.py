@@ -121,7 +121,9 @@ class AggregateSpec(BaseModel):
         "gather's key, MsgSeqNumber the leg, the last-in-group message the count",
     )
     leg_property: str = Field(
-        default="leg", description="the message property naming a reply's leg"
+        default="leg",
+        description="the message property naming a reply's leg (every request carries it: "
+        "a name IBM MQ sets, a Java identifier with inner dots)",
     )
     max_group_size: int = Field(
         default=1000,
