@@ -108,7 +108,7 @@ def drive(
     if not figures:
         click.echo(f"sent {n} requests; planned outcomes: {json.dumps(expected)}")
         return
-    _summary({"requests": n, **figures}, expected, title="mqgather drive")
+    _summary({"requests": n, **figures}, expected, spec, title="mqgather drive")
     _check(figures, expected)
 
 
@@ -161,15 +161,18 @@ def _rerequests(
     ``rerequested_slow`` those a leg's slow reply explains (it was due and not in)."""
     from workers.demo.driver import planned_rerequests, reconcile_rerequests, retrying_legs
 
-    retry_after = {leg.name: leg.retry_after_seconds for leg in spec.legs if leg.retries}
     verdict = reconcile_rerequests(
-        planned_rerequests(plans, retrying_legs(spec)), seen, retry_after
+        planned_rerequests(plans, retrying_legs(spec)), seen, _retry_after(spec)
     )
     return {
         "rerequested": verdict.planned + verdict.unexplained,
         "rerequested_slow": verdict.slow,
-        "retry_after_seconds": retry_after,
     }
+
+
+def _retry_after(spec: AggregateSpec) -> dict[str, float]:
+    """Each leg with re-requests, and its retry_after_seconds."""
+    return {leg.name: leg.retry_after_seconds for leg in spec.legs if leg.retries}
 
 
 def _check(figures: dict[str, Any], expected: dict[str, int]) -> None:
@@ -334,7 +337,7 @@ def demo(
 
     try:
         figures = run(main)
-        _summary(figures, expected, title="mqgather demo")
+        _summary(figures, expected, spec, title="mqgather demo")
         if "collector" in figures:
             _collector_summary(figures["collector"])
         _closing_line(stack.ui_url, keep_ui)
@@ -375,7 +378,9 @@ async def _until_stopped(stack: DevStack, stop: asyncio.Event, console: Console)
             await asyncio.wait_for(stop.wait(), timeout=1.0)
 
 
-def _summary(figures: dict[str, Any], expected: dict[str, int], title: str) -> None:
+def _summary(
+    figures: dict[str, Any], expected: dict[str, int], spec: AggregateSpec, title: str
+) -> None:
     """Each outcome's count beside the plan (✗ where they differ), and the latencies."""
     table = Table(title=title)
     table.add_column("")
@@ -392,9 +397,7 @@ def _summary(figures: dict[str, Any], expected: dict[str, int], title: str) -> N
     console = Console(file=sys.stdout)
     console.print(table)
     if slow := figures.get("rerequested_slow"):
-        legs = ", ".join(
-            f"{leg} {after:g} s" for leg, after in figures["retry_after_seconds"].items()
-        )
+        legs = ", ".join(f"{leg} {after:g} s" for leg, after in _retry_after(spec).items())
         console.print(
             f"Also {slow} unplanned re-request{'s' if slow > 1 else ''}: a reply not in by its "
             f"leg's retry_after_seconds ({legs}) is asked again, as configured; this machine "

@@ -7,8 +7,7 @@ so while it scatters a request is answered once when it starts again.
 The batch holds one of each path a reply can take: a gather's three legs (it completes)
 and a duplicate of one (NaN and infinite properties), a leg held on the hold queue (a
 property of a megabyte), a late reply (in EBCDIC), a reply nobody registered, a report,
-a reply with no CorrelId, one with no leg and, on the embedded queue manager, one whose
-property name is not text (IBM MQ holds no such name).
+a reply with no CorrelId, one with no leg and one whose property name is not text.
 """
 
 from __future__ import annotations
@@ -130,8 +129,8 @@ async def _load(p: Pipeline, spec: AggregateSpec, transport: str) -> _Batch:
     put("GATHER.REPORT", batch.complete, None, b"", msg_type=MQMT_REPORT, feedback=COA)
     put("GATHER.FAILURE", b"\x00" * 24, "TAX")
     put("GATHER.FAILURE", batch.partial, None)
-    if transport == "embedded":
-        put("GATHER.FAILURE", batch.partial, "STOCK", properties={"k\udcff": 1})
+    # A name that is not text (IBM MQ holds none; the adapter cannot read it back).
+    put("GATHER.FAILURE", batch.partial, "STOCK", properties={"k\udcff": 1})
     return batch
 
 

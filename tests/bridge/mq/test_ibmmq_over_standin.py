@@ -649,3 +649,17 @@ def test_a_property_name_that_is_not_ascii_goes_on_with_its_message(tmp_path, cc
         copy = qm.get("OUT", syncpoint=False)
     assert {k: copy.properties[k] for k in NOT_ASCII} == NOT_ASCII
     assert copy.body == b"b" and copy.properties["mqgather_reason"]
+
+
+def test_a_property_name_that_is_not_text_is_left_off_and_the_message_goes(
+    tmp_path, adapter, caplog
+):
+    """IBM MQ holds no such name (a lone surrogate); given one by a caller, the adapter
+    puts the message without it, saying so, as it does for a name MQ refuses."""
+    t = adapter()
+    t.define(QueueAttributes(name="ODDNAME"))
+    t.put("ODDNAME", MQMessage(body=b"b", properties={"k\udcff": 1, "leg": "TAX"}))
+    t.commit()
+    assert t.get("ODDNAME").properties == {"leg": "TAX"}
+    t.commit()
+    assert "has a name that is not text" in caplog.text

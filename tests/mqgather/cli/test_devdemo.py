@@ -241,7 +241,7 @@ def test_a_reply_asked_again_for_being_slow_is_told_apart_from_one_without_cause
     ok = [p.correl_id for p in plans if p.fate == "ok"]
     seen = {c: (("STOCK",), 3.1) for c in planned} | {ok[0]: (("STOCK",), 2.8)}
     figures = {**expected, **_rerequests(spec, plans, seen)}
-    _summary(figures, expected, title="t")
+    _summary(figures, expected, spec, title="t")
     _check(figures, expected)
     said = capsys.readouterr().out
     assert "Also 1 unplanned re-request: a reply not in by its leg's retry_after_seconds" in said
