@@ -26,10 +26,20 @@ adapter depends on them, and is never more lenient than IBM MQ on those:
   (2247 for a match that is not the group's next message). Group positions are kept per
   connection and queue, where IBM MQ keeps them per object handle: the same while one
   handle per queue and purpose is used, as the adapter does.
-- get: wait, match options, browse cursors per handle, syncpoint, truncation (2080 with
-  the message left on the queue, or 2079 when accepted), conversion (MQGMO_CONVERT with a
-  CCSID other than the message's: text formats converted, others returned as they are
-  with 2110 / 2119 warnings), properties in a message handle.
+- options: MQOPEN's, MQPUT's, MQPUT1's and MQGET's checked as IBM MQ's "rules for
+  validating MQI options" state (2046 before anything is opened, got or put); MQGET
+  options whose behaviour is not modelled (the queue manager's reassembly of segments,
+  locks, the message under the cursor, SYNCPOINT_IF_PERSISTENT, MQRFH2 properties) fail
+  loudly, as does a get without a message handle of a message with properties (MQ would
+  put them in an MQRFH2 header before the body).
+- structure versions: MQ reads only the fields of the version given (an MQGMO before
+  version 2 has no MatchOptions, before 4 no MsgHandle; an MQPMO before 3 no handles).
+- get: wait, match options, browse cursors per handle, syncpoint (a get naming neither
+  MQGMO_SYNCPOINT nor MQGMO_NO_SYNCPOINT is outside the unit of work, as outside z/OS),
+  truncation (2080 with the message left on the queue, or 2079 when accepted),
+  conversion (MQGMO_CONVERT with a CCSID other than the message's: text formats
+  converted, others returned as they are with 2110 / 2119 warnings), properties in a
+  message handle.
 - message handles: each serves the connection that made it (MQCRTMH) and dies with it; on
   another's MQGET, MQPUT, MQPUT1, MQSETMP, MQINQMP, MQDLTMP or MQDLTMH it fails with 2460
   before anything is got or put, as MQGMO_PROPERTIES_IN_HANDLE without a handle does.
@@ -141,6 +151,15 @@ MO_MSG_ID, MO_CORREL_ID, MO_GROUP_ID = 0x1, 0x2, 0x4
 PMO_SYNCPOINT, PMO_NO_SYNCPOINT, PMO_DEFAULT_CONTEXT = 0x2, 0x4, 0x20
 PMO_NEW_MSG_ID, PMO_NEW_CORREL_ID, PMO_PASS_ALL_CONTEXT = 0x40, 0x80, 0x200
 PMO_SET_ALL_CONTEXT, PMO_NO_CONTEXT, PMO_LOGICAL_ORDER = 0x800, 0x4000, 0x8000
+PMO_PASS_IDENTITY_CONTEXT, PMO_SET_IDENTITY_CONTEXT = 0x100, 0x400
+PMO_ALTERNATE_USER_AUTHORITY, PMO_ASYNC_RESPONSE, PMO_SYNC_RESPONSE = 0x1000, 0x10000, 0x20000
+OO_SET, OO_PASS_IDENTITY_CONTEXT, OO_SET_IDENTITY_CONTEXT = 0x40, 0x100, 0x400
+OO_BIND_ON_OPEN, OO_BIND_NOT_FIXED, OO_BIND_ON_GROUP = 0x4000, 0x8000, 0x400000
+OO_CO_OP, OO_NO_READ_AHEAD, OO_READ_AHEAD, OO_NO_MULTICAST = 0x20000, 0x80000, 0x100000, 0x200000
+GMO_SET_SIGNAL, GMO_MARK_SKIP_BACKOUT, GMO_SYNCPOINT_IF_PERSISTENT = 0x8, 0x80, 0x1000
+GMO_MSG_UNDER_CURSOR, GMO_LOCK, GMO_UNLOCK, GMO_BROWSE_MSG_UNDER_CURSOR = 0x100, 0x200, 0x400, 0x800
+GMO_PROPERTIES_FORCE_MQRFH2, GMO_PROPERTIES_COMPATIBILITY = 0x2000000, 0x10000000
+GMO_VERSION_2, GMO_VERSION_4, PMO_VERSION_3 = 2, 4, 3
 MD_VERSION_2 = 2
 EI_UNLIMITED, EI_MAX = -1, 999_999_999
 OL_UNDEFINED = -1
@@ -290,6 +309,92 @@ def _mq_fail(exc: MQError, *extra: Any) -> tuple[Any, ...]:
     return (*extra, CC_FAILED, exc.code)
 
 
+# ----------------------------------------------------- options (MQRC_OPTIONS_ERROR)
+
+#: MQGET options whose behaviour the stand-in does not model: a call with any of them
+#: fails loudly rather than doing something MQ would not.
+GMO_NOT_MODELLED = (
+    GMO_COMPLETE_MSG | GMO_ALL_SEGMENTS_AVAILABLE | GMO_SYNCPOINT_IF_PERSISTENT
+    | GMO_MARK_SKIP_BACKOUT | GMO_SET_SIGNAL | GMO_MSG_UNDER_CURSOR | GMO_LOCK | GMO_UNLOCK
+    | GMO_BROWSE_MSG_UNDER_CURSOR | GMO_PROPERTIES_FORCE_MQRFH2 | GMO_PROPERTIES_COMPATIBILITY
+    | 0x01F00000  # the browse marks (MQGMO_MARK_BROWSE_*, MQGMO_UNMARKED_BROWSE_MSG)
+)  # fmt: skip
+
+
+def _several(options: int, *choices: int) -> bool:
+    """Whether ``options`` holds more than one of ``choices``."""
+    return sum(1 for choice in choices if options & choice) > 1
+
+
+def _open_options_valid(options: int) -> bool:
+    """MQOPEN's options as IBM MQ's rules for validating MQI options take them."""
+    inputs = OO_INPUT_AS_Q_DEF | OO_INPUT_SHARED | OO_INPUT_EXCLUSIVE
+    binds = OO_BIND_ON_OPEN | OO_BIND_NOT_FIXED | OO_BIND_ON_GROUP
+    contexts = (OO_SET_ALL_CONTEXT | OO_SET_IDENTITY_CONTEXT | OO_PASS_ALL_CONTEXT
+                | OO_PASS_IDENTITY_CONTEXT)  # fmt: skip
+    return not (
+        not options & (inputs | binds | OO_BROWSE | OO_INQUIRE | OO_OUTPUT | OO_SET)
+        or _several(options, OO_INPUT_AS_Q_DEF, OO_INPUT_SHARED, OO_INPUT_EXCLUSIVE)
+        or _several(options, OO_READ_AHEAD, OO_NO_READ_AHEAD)
+        or _several(options, OO_BIND_ON_OPEN, OO_BIND_NOT_FIXED, OO_BIND_ON_GROUP)
+        or (options & OO_SAVE_ALL_CONTEXT and not options & inputs)
+        or (options & contexts and not options & OO_OUTPUT)
+        or (options & OO_CO_OP and not options & OO_BROWSE)
+        or (options & OO_NO_MULTICAST and not options & OO_OUTPUT)
+    )
+
+
+def _put_options_valid(options: int, put1: bool) -> bool:
+    """MQPUT's (or MQPUT1's) put-message options as the same rules take them."""
+    return not (
+        (options & PMO_SYNCPOINT and options & PMO_NO_SYNCPOINT)
+        or _several(
+            options,
+            PMO_DEFAULT_CONTEXT,
+            PMO_NO_CONTEXT,
+            PMO_PASS_ALL_CONTEXT,
+            PMO_PASS_IDENTITY_CONTEXT,
+            PMO_SET_ALL_CONTEXT,
+            PMO_SET_IDENTITY_CONTEXT,
+        )
+        or _several(options, PMO_ASYNC_RESPONSE, PMO_SYNC_RESPONSE)
+        # One put has no handle to keep a group's place; MQPUT has its open's authority.
+        or (options & PMO_LOGICAL_ORDER and put1)
+        or (options & PMO_ALTERNATE_USER_AUTHORITY and not put1)
+    )
+
+
+def _get_options_valid(options: int) -> bool:
+    """MQGET's get-message options as the same rules take them."""
+    browses = GMO_BROWSE_FIRST | GMO_BROWSE_NEXT | GMO_BROWSE_MSG_UNDER_CURSOR
+    return not (
+        _several(options, GMO_SYNCPOINT, GMO_NO_SYNCPOINT, GMO_SYNCPOINT_IF_PERSISTENT)
+        or _several(
+            options,
+            GMO_BROWSE_FIRST,
+            GMO_BROWSE_NEXT,
+            GMO_BROWSE_MSG_UNDER_CURSOR,
+            GMO_MSG_UNDER_CURSOR,
+        )
+        or (options & GMO_SYNCPOINT and options & (browses | GMO_LOCK | GMO_UNLOCK))
+        or (
+            options & GMO_SYNCPOINT_IF_PERSISTENT
+            and options & (browses | GMO_COMPLETE_MSG | GMO_UNLOCK)
+        )
+        or (options & GMO_MARK_SKIP_BACKOUT and not options & GMO_SYNCPOINT)
+        or (options & GMO_WAIT and options & GMO_SET_SIGNAL)
+        or (options & GMO_LOCK and not options & browses)
+        or (options & GMO_UNLOCK and options & ~(GMO_UNLOCK | GMO_NO_SYNCPOINT))
+        or _several(
+            options,
+            GMO_PROPERTIES_IN_HANDLE,
+            GMO_NO_PROPERTIES,
+            GMO_PROPERTIES_FORCE_MQRFH2,
+            GMO_PROPERTIES_COMPATIBILITY,
+        )
+    )
+
+
 # ------------------------------------------------------------------ connections
 
 
@@ -423,6 +528,8 @@ def MQOPEN(hconn: int, od_bytes: bytes, options: int) -> tuple[Any, ...]:
     od.unpack(od_bytes)
     if conn is None:
         return _fail("HCONN_ERROR", 0, od.pack())
+    if not _open_options_valid(options):
+        return _fail("OPTIONS_ERROR", 0, od.pack())
     name = _text(od.ObjectName)
     owner = _text(od.ObjectQMgrName)
     owner = "" if owner == conn.qm.qmgr_name else owner
@@ -587,12 +694,14 @@ def _put(
     md, pmo = mq.MD(), mq.PMO()
     md.unpack(md_bytes)
     pmo.unpack(pmo_bytes)
-    for hmsg in (pmo.OriginalMsgHandle, pmo.NewMsgHandle):
+    # The message handles are fields of MQPMO version 3: MQ reads none from an earlier one.
+    handles = (pmo.OriginalMsgHandle, pmo.NewMsgHandle) if pmo.Version >= PMO_VERSION_3 else (0, 0)
+    for hmsg in handles:
         # A handle serves the connection that made it (MQCRTMH), and one deleted (its
         # connection's MQDISC included) serves none.
         if hmsg and _own_handle(hconn, hmsg) is None:
             return _fail("HMSG_ERROR", md_bytes, pmo_bytes)
-    props = _own_handle(hconn, pmo.OriginalMsgHandle) if pmo.OriginalMsgHandle else None
+    props = _own_handle(hconn, handles[0]) if handles[0] else None
     built = _message_from(conn, md, pmo, body, obj)
     if isinstance(built, tuple):
         return md.pack(), pmo.pack(), *built
@@ -642,6 +751,10 @@ def MQPUT(hconn: int, hobj: int, md: bytes, pmo: bytes, body: bytes) -> tuple[An
         return _fail("HOBJ_ERROR", md, pmo)
     if not obj.options & OO_OUTPUT:
         return _fail("NOT_OPEN_FOR_OUTPUT", md, pmo)
+    options = _ibmmq().PMO()
+    options.unpack(pmo)
+    if not _put_options_valid(options.Options, put1=False):
+        return _fail("OPTIONS_ERROR", md, pmo)
     if len(body) > conn.maxmsgl:
         return _fail("DATA_LENGTH_ERROR", md, pmo)  # longer than the channel carries
     return _put(hconn, conn, obj.queue, md, pmo, body, obj)
@@ -655,8 +768,8 @@ def MQPUT1(hconn: int, od_bytes: bytes, md: bytes, pmo: bytes, body: bytes) -> t
     od, p = mq.OD(), mq.PMO()
     od.unpack(od_bytes)
     p.unpack(pmo)
-    if p.Options & PMO_LOGICAL_ORDER:
-        return _fail("OPTIONS_ERROR", md, pmo)  # a group needs a handle to keep its place
+    if not _put_options_valid(p.Options, put1=True):
+        return _fail("OPTIONS_ERROR", md, pmo)
     if len(body) > conn.maxmsgl:
         return _fail("DATA_LENGTH_ERROR", md, pmo)  # longer than the channel carries
     options = OO_OUTPUT | (OO_SET_ALL_CONTEXT if p.Options & PMO_SET_ALL_CONTEXT else 0)
@@ -725,25 +838,34 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
         # A client's buffer may not exceed what the channel negotiated.
         return _fail("DATA_LENGTH_ERROR", b"", md.pack(), gmo.pack(), 0)
     opts = gmo.Options
-    if opts & (GMO_COMPLETE_MSG | GMO_ALL_SEGMENTS_AVAILABLE):
-        # A caller relying on the queue manager's reassembly would pass here only by
-        # getting segments as if whole: refuse loudly instead of being more lenient.
-        raise NotImplementedError("the stand-in does not reassemble segments")
+    if not _get_options_valid(opts):
+        return _fail("OPTIONS_ERROR", b"", md.pack(), gmo.pack(), 0)
+    if opts & GMO_NOT_MODELLED:
+        # A caller relying on one (the queue manager's reassembly of segments, say) would
+        # pass here only by being treated as it is not on MQ: refuse loudly instead.
+        raise NotImplementedError(f"the stand-in does not model MQGMO options {opts:#x}")
     browse = "first" if opts & GMO_BROWSE_FIRST else "next" if opts & GMO_BROWSE_NEXT else None
     if browse and not obj.options & OO_BROWSE:
         return _fail("NOT_OPEN_FOR_BROWSE", b"", md.pack(), gmo.pack(), 0)
     if not browse and not obj.options & (OO_INPUT_AS_Q_DEF | OO_INPUT_SHARED | OO_INPUT_EXCLUSIVE):
         return _fail("NOT_OPEN_FOR_INPUT", b"", md.pack(), gmo.pack(), 0)
-    # MQGMO_PROPERTIES_IN_HANDLE needs a handle of this connection's (no handle is
-    # MQRC_HMSG_ERROR in MQ's own words), checked before any message is taken.
-    handle = _own_handle(hconn, gmo.MsgHandle) if opts & GMO_PROPERTIES_IN_HANDLE else None
-    if opts & GMO_PROPERTIES_IN_HANDLE and handle is None:
+    # MsgHandle is a field of MQGMO version 4. MQGMO_PROPERTIES_IN_HANDLE needs a handle
+    # of this connection's (no handle is MQRC_HMSG_ERROR in MQ's own words); without a
+    # property option a handle given is filled too. Checked before any message is taken.
+    given = gmo.MsgHandle if gmo.Version >= GMO_VERSION_4 else 0
+    wants_handle = bool(opts & GMO_PROPERTIES_IN_HANDLE) or bool(
+        given and not opts & GMO_NO_PROPERTIES
+    )
+    handle = _own_handle(hconn, given) if wants_handle else None
+    if wants_handle and handle is None:
         return _fail("HMSG_ERROR", b"", md.pack(), gmo.pack(), 0)
+    # MatchOptions is a field of MQGMO version 2; before it, MsgId and CorrelId match.
+    match_options = gmo.MatchOptions if gmo.Version >= GMO_VERSION_2 else MO_MSG_ID | MO_CORREL_ID
 
     def wanted(value: bytes, option: int) -> bytes | None:
         # MQMI_NONE / MQCI_NONE / MQGI_NONE (all NULs) match any message, as in MQ.
         chosen = bytes(value).ljust(24, b"\0")
-        return chosen if gmo.MatchOptions & option and chosen != NONE_ID else None
+        return chosen if match_options & option and chosen != NONE_ID else None
 
     match = Match(
         msg_id=wanted(md.MsgId, MO_MSG_ID),
@@ -755,7 +877,8 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
         if gmo.WaitInterval < WI_UNLIMITED:
             return _fail("WAIT_INTERVAL_ERROR", b"", md.pack(), gmo.pack(), 0)
         wait = -1 if gmo.WaitInterval == WI_UNLIMITED else gmo.WaitInterval
-    syncpoint = not opts & GMO_NO_SYNCPOINT  # a client's default is syncpoint
+    # Outside z/OS a get that names neither is outside any unit of work.
+    syncpoint = bool(opts & GMO_SYNCPOINT)
     accept = bool(opts & GMO_ACCEPT_TRUNCATED)
     logical = bool(opts & GMO_LOGICAL_ORDER)
     all_available = bool(opts & GMO_ALL_MSGS_AVAILABLE)
@@ -844,6 +967,11 @@ def MQGET(hconn: int, hobj: int, md_bytes: bytes, gmo_bytes: bytes, length: int)
     if handle is not None:
         handle.properties = dict(message.properties)
         handle.cursor = -1
+    elif message.properties and not opts & GMO_NO_PROPERTIES:
+        # MQ would hand them over in an MQRFH2 header before the body (a queue's default
+        # PROPCTL, COMPATIBILITY, for names in the usr folder), which the stand-in does
+        # not build: refuse loudly rather than return a body MQ would not.
+        raise NotImplementedError("the stand-in does not put properties in an MQRFH2 header")
     gmo.ReturnedLength = min(len(body), length)
     if len(body) > length:
         reason = "TRUNCATED_MSG_ACCEPTED" if accept else "TRUNCATED_MSG_FAILED"

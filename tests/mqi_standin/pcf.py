@@ -134,7 +134,7 @@ def execute(qm: LocalQueueManager, request: MQMessage) -> None:
                 correl_id=request.msg_id,
                 format="MQADMIN",
                 body=body,
-                properties={"mqi.md.MsgType": 2},
+                msg_type=2,  # MQMT_REPLY
             ),
             PutOptions(syncpoint=False),
         )

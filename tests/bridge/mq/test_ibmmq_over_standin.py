@@ -206,7 +206,8 @@ def test_forwarding_keeps_context_fields_byte_for_byte_whatever_their_bytes(adap
     t.commit()
     out = mq.MD()
     q = mq.Queue(t.qmgr, "RAW.OUT", C.MQOO_INPUT_SHARED)
-    q.get(None, out, mq.GMO(Options=C.MQGMO_NO_SYNCPOINT))
+    # Only its descriptor is read: its properties (the forward's reason) stay behind.
+    q.get(None, out, mq.GMO(Options=C.MQGMO_NO_SYNCPOINT | C.MQGMO_NO_PROPERTIES))
     q.close()
     assert {name: bytes(getattr(out, name)).rstrip(b"\x00 ") for name in sent} == sent
 
@@ -663,3 +664,134 @@ def test_a_property_name_that_is_not_text_is_left_off_and_the_message_goes(
     assert t.get("ODDNAME").properties == {"leg": "TAX"}
     t.commit()
     assert "has a name that is not text" in caplog.text
+
+
+def _raw(t, queue: str, options: int):
+    mq = t.mq
+    return mq.Queue(t.qmgr, queue, options)
+
+
+#: Calls IBM MQ's rules for validating MQI options refuse with MQRC_OPTIONS_ERROR, each
+#: with a queue holding one message and open for all it needs.
+BAD_OPTIONS = {
+    "open for two kinds of input": lambda mq, C, q, t: _raw(
+        t, "OPTS", C.MQOO_INPUT_SHARED | C.MQOO_INPUT_EXCLUSIVE
+    ),
+    "open to set context without output": lambda mq, C, q, t: _raw(
+        t, "OPTS", C.MQOO_INPUT_SHARED | C.MQOO_SET_ALL_CONTEXT
+    ),
+    "open to save context without input": lambda mq, C, q, t: _raw(
+        t, "OPTS", C.MQOO_OUTPUT | C.MQOO_SAVE_ALL_CONTEXT
+    ),
+    "put in and out of syncpoint": lambda mq, C, q, t: q.put(
+        b"x", mq.MD(), mq.PMO(Options=C.MQPMO_SYNCPOINT | C.MQPMO_NO_SYNCPOINT)
+    ),
+    "put with two kinds of context": lambda mq, C, q, t: q.put(
+        b"x", mq.MD(), mq.PMO(Options=C.MQPMO_NO_CONTEXT | C.MQPMO_DEFAULT_CONTEXT)
+    ),
+    "put with another user's authority": lambda mq, C, q, t: q.put(
+        b"x", mq.MD(), mq.PMO(Options=C.MQPMO_ALTERNATE_USER_AUTHORITY)
+    ),
+    "put1 in logical order": lambda mq, C, q, t: t.qmgr.put1(
+        "OPTS", b"x", mq.MD(), mq.PMO(Options=C.MQPMO_LOGICAL_ORDER)
+    ),
+    "get in and out of syncpoint": lambda mq, C, q, t: q.get(
+        None, mq.MD(), mq.GMO(Options=C.MQGMO_SYNCPOINT | C.MQGMO_NO_SYNCPOINT)
+    ),
+    "browse under syncpoint": lambda mq, C, q, t: q.get(
+        None, mq.MD(), mq.GMO(Options=C.MQGMO_BROWSE_FIRST | C.MQGMO_SYNCPOINT)
+    ),
+    "browse first and next": lambda mq, C, q, t: q.get(
+        None, mq.MD(), mq.GMO(Options=C.MQGMO_BROWSE_FIRST | C.MQGMO_BROWSE_NEXT)
+    ),
+    "properties both in a handle and not at all": lambda mq, C, q, t: q.get(
+        None,
+        mq.MD(),
+        mq.GMO(Options=C.MQGMO_NO_SYNCPOINT | C.MQGMO_PROPERTIES_IN_HANDLE | C.MQGMO_NO_PROPERTIES),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
+def test_options_mq_refuses_together_fail_and_move_nothing(tmp_path, adapter, case):
+    """MQOPEN, MQPUT, MQPUT1 and MQGET check their options as IBM MQ's "rules for
+    validating MQI options" state (2046), before anything is got or put."""
+    t = adapter()
+    t.define(QueueAttributes(name="OPTS"))
+    t.put("OPTS", MQMessage(body=b"kept"))
+    t.commit()
+    mq, C = t.mq, t.mq.CMQC
+    q = _raw(t, "OPTS", C.MQOO_INPUT_SHARED | C.MQOO_BROWSE | C.MQOO_OUTPUT)
+    with pytest.raises(mq.MQMIError) as refused:
+        BAD_OPTIONS[case](mq, C, q, t)
+    assert refused.value.reason == C.MQRC_OPTIONS_ERROR
+    t.commit()
+    q.close()
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        assert qm.inquire("OPTS").curdepth == 1
+        assert qm.get("OPTS", syncpoint=False).body == b"kept"
+
+
+def test_a_get_that_names_no_syncpoint_option_is_outside_the_unit_of_work(tmp_path, adapter):
+    """Outside z/OS a get with neither MQGMO_SYNCPOINT nor MQGMO_NO_SYNCPOINT takes its
+    message for good: a backout does not bring it back."""
+    t = adapter()
+    t.define(QueueAttributes(name="NOSP"))
+    t.put("NOSP", MQMessage(body=b"taken"))
+    t.commit()
+    mq, C = t.mq, t.mq.CMQC
+    q = _raw(t, "NOSP", C.MQOO_INPUT_SHARED)
+    assert q.get(None, mq.MD(), mq.GMO(Options=C.MQGMO_NO_WAIT)) == b"taken"
+    t.backout()
+    q.close()
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        assert qm.inquire("NOSP").curdepth == 0
+
+
+def test_mq_reads_only_the_fields_of_the_structure_version_given(tmp_path, adapter):
+    """A version 1 MQGMO has no MatchOptions (MsgId and CorrelId match), a version 2 or
+    3 no MsgHandle, and a version 1 or 2 MQPMO no message handles: their properties are
+    not put."""
+    t = adapter()
+    t.define(QueueAttributes(name="VERS"))
+    for correl in (b"A" * 24, b"B" * 24):
+        t.put("VERS", MQMessage(body=correl[:1], correl_id=correl))
+    t.commit()
+    mq, C = t.mq, t.mq.CMQC
+    q = _raw(t, "VERS", C.MQOO_INPUT_SHARED | C.MQOO_OUTPUT)
+    handle = mq.MessageHandle(t.qmgr)
+    try:
+        wanted = mq.MD(CorrelId=b"B" * 24)
+        old = mq.GMO(Options=C.MQGMO_NO_SYNCPOINT, Version=C.MQGMO_VERSION_1, MatchOptions=0)
+        assert q.get(None, wanted, old) == b"B"
+        # Without MsgHandle in its version, the get asks for a handle and names none.
+        asks = mq.GMO(Options=C.MQGMO_NO_SYNCPOINT | C.MQGMO_PROPERTIES_IN_HANDLE,
+                      Version=C.MQGMO_VERSION_3, MsgHandle=handle.msg_handle)  # fmt: skip
+        with pytest.raises(mq.MQMIError) as refused:
+            q.get(None, mq.MD(), asks)
+        assert refused.value.reason == C.MQRC_HMSG_ERROR
+        handle.properties.set("leg", "TAX")
+        pmo = mq.PMO(Options=C.MQPMO_NO_SYNCPOINT, Version=C.MQPMO_VERSION_2,
+                     OriginalMsgHandle=handle.msg_handle)  # fmt: skip
+        q.put(b"bare", mq.MD(), pmo)
+    finally:
+        handle.dlt()
+        q.close()
+    with LocalQueueManager(tmp_path / "qm.db") as qm:
+        assert [(m.body, m.properties) for m in qm.browse("VERS")] == [(b"A", {}), (b"bare", {})]
+
+
+def test_a_get_of_properties_without_a_handle_is_refused_loudly(tmp_path, adapter):
+    """MQ would hand them over in an MQRFH2 header before the body, which the stand-in
+    does not build; asked for none (MQGMO_NO_PROPERTIES), the body comes alone."""
+    t = adapter()
+    t.define(QueueAttributes(name="RFH"))
+    t.put("RFH", MQMessage(body=b"b", properties={"leg": "TAX"}))
+    t.commit()
+    mq, C = t.mq, t.mq.CMQC
+    q = _raw(t, "RFH", C.MQOO_BROWSE)
+    with pytest.raises(NotImplementedError, match="MQRFH2"):
+        q.get(None, mq.MD(), mq.GMO(Options=C.MQGMO_BROWSE_FIRST))
+    bare = mq.GMO(Options=C.MQGMO_BROWSE_FIRST | C.MQGMO_NO_PROPERTIES)
+    assert q.get(None, mq.MD(), bare) == b"b"
+    q.close()
