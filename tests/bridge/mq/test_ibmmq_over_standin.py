@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
+import time
 
 import pytest
 
@@ -795,3 +797,34 @@ def test_a_get_of_properties_without_a_handle_is_refused_loudly(tmp_path, adapte
     bare = mq.GMO(Options=C.MQGMO_BROWSE_FIRST | C.MQGMO_NO_PROPERTIES)
     assert q.get(None, mq.MD(), bare) == b"b"
     q.close()
+
+
+def test_a_call_from_another_thread_waits_out_a_get_under_way(adapter):
+    """The library connects with MQCNO_HANDLE_SHARE_BLOCK, so MQ runs one call at a time
+    on a connection: a put from another thread waits while a get waits for a message."""
+    t = adapter()
+    for name in ("EMPTY", "OTHER"):
+        t.define(QueueAttributes(name=name))
+    mq, C = t.mq, t.mq.CMQC
+    q = _raw(t, "EMPTY", C.MQOO_INPUT_SHARED)
+    ended: list[str] = []
+
+    def waiting_get() -> None:
+        gmo = mq.GMO(Options=C.MQGMO_WAIT | C.MQGMO_NO_SYNCPOINT, WaitInterval=1500)
+        with pytest.raises(mq.MQMIError) as nothing:
+            q.get(None, mq.MD(), gmo)
+        ended.append(f"get {nothing.value.reason}")
+
+    getter = threading.Thread(target=waiting_get)
+    getter.start()
+    busy, deadline = ibmmqc._conns[t.qmgr.get_handle()].busy, time.monotonic() + 10
+    while busy.acquire(blocking=False):  # until the getter is inside its call
+        busy.release()
+        assert time.monotonic() < deadline, "the get never held its connection"
+        time.sleep(0.001)
+    t.put("OTHER", MQMessage(body=b"x"))
+    ended.append("put")
+    getter.join()
+    q.close()
+    t.commit()
+    assert ended == [f"get {C.MQRC_NO_MSG_AVAILABLE}", "put"]
