@@ -476,14 +476,7 @@ def MQCONNX(
     qm = LocalQueueManager(config.path, qmgr_name=qmgr)
     with _lock:
         hconn = next(_ids)
-        _conns[hconn] = _Connection(
-            qmgr,
-            config,
-            qm,
-            LocalQueueManager(config.path),
-            user,
-            maxmsgl,
-        )
+        _conns[hconn] = _Connection(qmgr, config, qm, LocalQueueManager(config.path), user, maxmsgl)
     return hconn, CC_OK, 0
 
 
@@ -509,10 +502,9 @@ def _one_call_at_a_time(call: Any) -> Any:
 
 @_one_call_at_a_time
 def MQDISC(hconn: int) -> tuple[int, int]:
-    conn = _conn(hconn)
+    conn = _conns.pop(hconn, None)
     if conn is None:
         return CC_FAILED, RC["HCONN_ERROR"]
-    _conns.pop(hconn, None)
     try:
         conn.qm.commit()  # a normal disconnect commits the unit of work
     except MQError as exc:
@@ -1102,7 +1094,7 @@ def MQINQ(
 
 @_one_call_at_a_time
 def MQCRTMH(hconn: int, cmho: bytes) -> tuple[Any, ...]:
-    if _conn(hconn) is None:
+    if hconn not in _conns:
         return _fail("HCONN_ERROR", 0)
     with _lock:
         hmsg = next(_ids)
@@ -1119,8 +1111,6 @@ def _own_handle(hconn: int, hmsg: int) -> _Handle | None:
 
 @_one_call_at_a_time
 def MQDLTMH(hconn: int, hmsg: int, dmho: bytes) -> tuple[int, int]:
-    if _conn(hconn) is None:
-        return CC_FAILED, RC["HCONN_ERROR"]
     if _own_handle(hconn, hmsg) is None:
         return CC_FAILED, RC["HMSG_ERROR"]
     del _handles[hmsg]
@@ -1230,9 +1220,7 @@ def MQSETMP(
 ) -> tuple[int, int]:
     handle = _own_handle(hconn, hmsg)
     conn = _conn(hconn)
-    if conn is None:
-        return CC_FAILED, RC["HCONN_ERROR"]
-    if handle is None:
+    if handle is None or conn is None:
         return CC_FAILED, RC["HMSG_ERROR"]
     mq = _ibmmq()
     s = mq.SMPO()
@@ -1289,9 +1277,7 @@ def MQINQMP(
 ) -> tuple[Any, ...]:
     handle = _own_handle(hconn, hmsg)
     conn = _conn(hconn)
-    if conn is None:
-        return None, 0, "", CC_FAILED, RC["HCONN_ERROR"]
-    if handle is None:
+    if handle is None or conn is None:
         return None, 0, "", CC_FAILED, RC["HMSG_ERROR"]
     mq = _ibmmq()
     impo = mq.IMPO()
@@ -1367,9 +1353,7 @@ def MQINQMP(
 def MQDLTMP(hconn: int, hmsg: int, dmpo: bytes, name: bytes) -> tuple[int, int]:
     handle = _own_handle(hconn, hmsg)
     conn = _conn(hconn)
-    if conn is None:
-        return CC_FAILED, RC["HCONN_ERROR"]
-    if handle is None:
+    if handle is None or conn is None:
         return CC_FAILED, RC["HMSG_ERROR"]
     key = (_name_in(conn, name) or "").removeprefix("usr.")
     if not key or key not in handle.properties or key.startswith(UNCONVERTIBLE):

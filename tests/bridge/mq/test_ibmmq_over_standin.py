@@ -669,8 +669,8 @@ def test_a_property_name_that_is_not_text_is_left_off_and_the_message_goes(
 
 
 def _raw(t, queue: str, options: int):
-    mq = t.mq
-    return mq.Queue(t.qmgr, queue, options)
+    """``queue`` opened straight through the library with ``options``."""
+    return t.mq.Queue(t.qmgr, queue, options)
 
 
 #: Calls IBM MQ's rules for validating MQI options refuse with MQRC_OPTIONS_ERROR, each
