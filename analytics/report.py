@@ -11,6 +11,7 @@ import html
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,9 @@ def _time_axis(ax: Any, times: pd.Series) -> None:
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     stamps = pd.to_datetime(times).drop_duplicates()
     if len(stamps) == 1:
-        pad = pd.Timedelta(minutes=30)
+        # The standard library's: pandas builds this one from keywords through a NumPy
+        # timedelta without a unit, which NumPy is retiring.
+        pad = timedelta(minutes=30)
         ax.set_xlim(stamps.iloc[0] - pad, stamps.iloc[0] + pad)
 
 

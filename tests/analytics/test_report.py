@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 import re
 
+import matplotlib.dates as mdates
+import matplotlib.pyplot as plt
 import pandas as pd
 
-from analytics.report import _table, write_csv
+from analytics.report import _table, _time_axis, write_csv
 
 
 def test_a_window_at_midnight_keeps_its_time_in_the_csv_and_the_table(tmp_path):
@@ -29,3 +31,16 @@ def test_a_window_within_the_day_is_written_alike(tmp_path):
     write_csv(frame, path)
     assert path.read_text().splitlines()[1] == "2026-11-27 13:00:00"
     assert re.findall(r"<td>([^<]*)</td>", _table(frame, "t")) == ["2026-11-27 13:00:00"]
+
+
+def test_a_lone_window_is_drawn_with_half_an_hour_on_each_side():
+    """Not a span of years around one point: matplotlib's own limits for one date."""
+    fig, ax = plt.subplots()
+    try:
+        times = pd.Series(pd.to_datetime(["2026-11-27 13:00:00", "2026-11-27 13:00:00"]))
+        ax.plot(times, [1, 2])
+        _time_axis(ax, times)
+        left, right = (mdates.num2date(x).replace(tzinfo=None) for x in ax.get_xlim())
+    finally:
+        plt.close(fig)
+    assert (str(left), str(right)) == ("2026-11-27 12:30:00", "2026-11-27 13:30:00")
