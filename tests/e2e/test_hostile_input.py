@@ -8,7 +8,7 @@ import contextlib
 import json
 import math
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
@@ -33,6 +33,7 @@ from tests.conftest import standin_connector
 from tests.harness import pipeline, status, until
 from workflows.gather import GatherWorkflow
 from workflows.models import Registration, ReplyBatch, start_input
+from workflows.settling import SETTLE
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
@@ -284,26 +285,60 @@ async def test_a_flood_before_registration_stays_small_and_expires_on_time(tempo
     # The gather's carried state is its largest payload: far below the 2 MB limit.
     largest = max(e.ByteSize() for e in history.events)
     assert largest < 512 * 1024
-    replies = [
-        e.event_time.ToDatetime() for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    # On time, read from the gather's own timers rather than the wall clock (a loaded
+    # machine delays the close, not the deadline). The workflow's clock, while a task
+    # runs, lies between that task's start and completion; so each timer it set to wait
+    # aims within such a window, and all of them, however many replies came meanwhile,
+    # at one deadline: the first task's time plus the unknown-message timeout. That
+    # timer fired, and no wait was set after it.
+    timeout = timedelta(seconds=spec.unknown_timeout_seconds)
+    first_start, first_end = _task_windows(history)[0]
+    windows = [(first_start + timeout, first_end + timeout)]
+    waits = [(timer, window) for timer, window, span in _timers(history) if span > SETTLE]
+    windows += [window for _, window in waits]
+    latest_start, earliest_end = max(w[0] for w in windows), min(w[1] for w in windows)
+    assert waits and latest_start <= earliest_end + timedelta(milliseconds=5), windows
+    fired = _timers_fired(history)
+    assert waits[-1][0] in fired, "the last wait's timer never fired"
+
+
+Window = tuple[datetime, datetime]
+
+
+def _task_windows(history) -> list[Window]:
+    """Each completed workflow task's start and completion, in order."""
+    at = {e.event_id: e for e in history.events}
+    return [
+        (at[e.workflow_task_completed_event_attributes.started_event_id].event_time.ToDatetime(),
+         e.event_time.ToDatetime())
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
     ]  # fmt: skip
-    closed = history.events[-1].event_time.ToDatetime()
-    # Before closing the gather may wait for one server event at a time until one brings
-    # no reply (so none racing the close is lost): a flood still arriving when the timeout
-    # falls (on a slow machine) adds rounds, so the close is due at whichever is later;
-    # a workflow task under way then (routing the surplus, on a slow machine) ends first.
-    due = max(replies[0] + timedelta(seconds=spec.unknown_timeout_seconds), replies[-1])
-    started = None
+
+
+def _timers(history) -> list[tuple[str, Window, timedelta]]:
+    """Each timer the workflow started, in order: its id, the window its aim lies in
+    (its task's window moved by its duration) and its duration."""
+    at = {e.event_id: e for e in history.events}
+    timers = []
     for e in history.events:
-        at = e.event_time.ToDatetime()
-        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            started = at
-        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            if started is not None and started <= due <= at:
-                due = at
-            started = None
-    assert (closed - due).total_seconds() <= 2
+        if e.event_type != EventType.EVENT_TYPE_TIMER_STARTED:
+            continue
+        attrs = e.timer_started_event_attributes
+        done = at[attrs.workflow_task_completed_event_id]
+        started = at[done.workflow_task_completed_event_attributes.started_event_id]
+        span = attrs.start_to_fire_timeout.ToTimedelta()
+        window = (started.event_time.ToDatetime() + span, done.event_time.ToDatetime() + span)
+        timers.append((attrs.timer_id, window, span))
+    return timers
+
+
+def _timers_fired(history) -> set[str]:
+    return {
+        e.timer_fired_event_attributes.timer_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_TIMER_FIRED
+    }
 
 
 @pytest.mark.parametrize("confirmed", [False, True], ids=["plain", "coa-and-cod"])
