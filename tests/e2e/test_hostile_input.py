@@ -296,7 +296,7 @@ async def test_a_flood_before_registration_stays_small_and_expires_on_time(tempo
     tasks = _task_windows(history)
     first_start, first_end = tasks[0][1]
     windows = [(first_start + timeout, first_end + timeout)]
-    waits = [(event, window) for event, window, span in _timers(history) if span > SETTLE]
+    waits = [(event, window) for event, window, span in _timers(history, tasks) if span > SETTLE]
     windows += [window for _, window in waits]
     latest_start, earliest_end = max(w[0] for w in windows), min(w[1] for w in windows)
     slack = timedelta(milliseconds=5)
@@ -321,20 +321,19 @@ def _task_windows(history) -> list[tuple[int, Window]]:
     ]  # fmt: skip
 
 
-def _timers(history) -> list[tuple[int, Window, timedelta]]:
+def _timers(history, tasks: list[tuple[int, Window]]) -> list[tuple[int, Window, timedelta]]:
     """Each timer the workflow started, in order: its event id, the window its aim lies
-    in (its task's window moved by its duration) and its duration."""
-    at = {e.event_id: e for e in history.events}
+    in (the window of the task that set it, of ``tasks``, moved by its duration) and its
+    duration."""
+    task_window = dict(tasks)
     timers = []
     for e in history.events:
         if e.event_type != EventType.EVENT_TYPE_TIMER_STARTED:
             continue
         attrs = e.timer_started_event_attributes
-        done = at[attrs.workflow_task_completed_event_id]
-        started = at[done.workflow_task_completed_event_attributes.started_event_id]
+        start, end = task_window[attrs.workflow_task_completed_event_id]
         span = attrs.start_to_fire_timeout.ToTimedelta()
-        window = (started.event_time.ToDatetime() + span, done.event_time.ToDatetime() + span)
-        timers.append((e.event_id, window, span))
+        timers.append((e.event_id, (start + span, end + span), span))
     return timers
 
 
