@@ -19,7 +19,7 @@ from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -61,6 +61,7 @@ from analytics.transforms import (
     one_row_per_run,
     pick_window,
     summaries,
+    unreadable_fact,
 )
 from mqgather.names import GATHER_ID_PREFIX
 from mqgather.runtime.codec import PayloadCipher, load_key_ring
@@ -179,7 +180,8 @@ def check_files(lines: DataFrame, files: list[str]) -> Checked:
     name and left out entirely; and which files hold more than gathers."""
     ended = F.when(F.col(FACT), F.col("end_time"))
     per_file = lines.groupBy(_FILE).agg(
-        F.max(_BAD).alias("bad"),
+        F.max(_BAD).alias("corrupt"),
+        F.max(unreadable_fact()).alias("unreadable"),
         F.max(_OTHER).alias("others"),
         F.max(F.col(FACT) & F.col(UNRECORDED)).alias("unrecorded"),
         F.min(ended).alias("first_end"),
@@ -190,25 +192,35 @@ def check_files(lines: DataFrame, files: list[str]) -> Checked:
     # not an accented letter): matched to the inputs by the path it stands for.
     by_path = {_local_path(row[_FILE]): row for row in rows}
     found = {f: by_path.get(str(Path(f).absolute())) for f in files}
-    good = [f for f, row in found.items() if not (row and row["bad"])]
-    kept = [row for row in rows if not row["bad"]]
+    why = {f: reason for f, row in found.items() if row and (reason := _bad_file(row))}
+    good = [f for f in found if f not in why]
+    kept = [row for row in rows if not _bad_file(row)]
     firsts = [r["first_end"] for r in kept if r["first_end"] is not None]
     lasts = [r["last_end"] for r in kept if r["last_end"] is not None]
     return Checked(
         first_end=min(firsts, default=None),
         last_end=max(lasts, default=None),
         good=good,
-        skipped={
-            f: "corrupt or truncated line (not a history record)"
-            for f, row in found.items()
-            if row and row["bad"]
-        },
+        skipped=why,
         # A file Spark gave no row for (an empty one) can hold nothing; one whose name
         # did not match is read again, to be safe.
         not_only_gathers=[f for f in good if (row := found[f]) is None or row["others"]],
         unrecorded=[f for f in good if (row := found[f]) is not None and row["unrecorded"]],
-        bad_uris=sorted(row[_FILE] for row in rows if row["bad"]),
+        bad_uris=sorted(row[_FILE] for row in rows if _bad_file(row)),
     )
+
+
+def _bad_file(row: Row) -> str:
+    """Why :func:`check_files` leaves the file of this per-file row out ("" to keep it)."""
+    if row["corrupt"]:
+        return "corrupt or truncated line (not a history record)"
+    if row["unreadable"]:
+        return (
+            "a gather's record holds a value that cannot be read (an event time that is "
+            "not a time, a result or input that does not decode): the file was altered "
+            "or damaged"
+        )
+    return ""
 
 
 def unrecorded_facts(spark: SparkSession, checked: Checked) -> DataFrame | None:

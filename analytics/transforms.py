@@ -154,11 +154,19 @@ def _first_start(events: Column) -> Column:
 
 def _ts(text: Column) -> Column:
     # Proto JSON may carry nanoseconds: the cast keeps microseconds (no pattern to match).
-    return text.cast("timestamp")
+    # A time that is not one is null, not an error that stops the job over one line: the
+    # file check then leaves that line's file out, naming it.
+    return text.try_cast("timestamp")
+
+
+def _unbase64(text: Column) -> Column:
+    """Base64 text as bytes; null where it is not base64 (``unbase64`` would stop the
+    job, as Spark's ANSI mode raises on such text)."""
+    return F.try_to_binary(text, F.lit("base64"))
 
 
 def _decode(payloads: Column) -> Column:
-    return F.unbase64(payloads.getItem(0).getField("data")).cast("string")
+    return _unbase64(payloads.getItem(0).getField("data")).cast("string")
 
 
 def _result_data(closed: Column) -> Column:
@@ -201,6 +209,19 @@ def base64_holds(data: Column, text: str) -> Column:
     return F.coalesce(found[0] | found[1] | found[2], F.lit(False))
 
 
+def unreadable_fact() -> Column:
+    """On :func:`gather_facts` rows (``every_row``): a closed gather whose record holds a
+    value the pass could not read (an event time that is not a time, a result or input
+    that is not base64 or not the JSON of one), so that its facts are not to be trusted."""
+    return F.col(FACT) & (
+        F.col("start_time").isNull()
+        | F.col("end_time").isNull()
+        | F.col("outcome").isNull()
+        | F.col("aggregate").isNull()
+        | F.exists(F.map_values("leg_latency_ms"), lambda ms: ms.isNull())
+    )
+
+
 def _since_start_ms(at: Column) -> Column:
     return (F.unix_micros(at) - F.unix_micros("start_time")) / F.lit(1000.0)
 
@@ -211,12 +232,16 @@ def _recorded_latency() -> Column:
     return F.map_from_entries(
         F.transform(
             F.filter("r.legs", lambda leg: leg["received"]),
-            lambda leg: F.struct(
-                leg["name"].alias("leg"),
-                F.greatest(_since_start_ms(_ts(leg["received_at"])), F.lit(0.0)).alias("ms"),
-            ),
+            lambda leg: F.struct(leg["name"].alias("leg"), _not_before_start(leg["received_at"])),
         )
     )
+
+
+def _not_before_start(at: Column) -> Column:
+    # Not greatest(ms, 0), which passes over a null: a time that cannot be read stays null
+    # for the file check to find.
+    ms = _since_start_ms(_ts(at))
+    return F.when(ms < 0, F.lit(0.0)).otherwise(ms).alias("ms")
 
 
 def _arrivals(signals: Column) -> Column:
@@ -386,8 +411,8 @@ def gather_facts(
         _ts(F.col("started_at")).alias("start_time"),
         _ts(F.col("closed_at")).alias("end_time"),
         F.regexp_replace("closed_type", "^EVENT_TYPE_WORKFLOW_EXECUTION_", "").alias("closed"),
-        F.from_json(F.unbase64("input_data").cast("string"), _INPUT).alias("input"),
-        F.from_json(F.unbase64("result_data").cast("string"), _RESULT).alias("r"),
+        F.from_json(_unbase64(F.col("input_data")).cast("string"), _INPUT).alias("input"),
+        F.from_json(_unbase64(F.col("result_data")).cast("string"), _RESULT).alias("r"),
     )
     empty = F.array().cast("array<string>")
     facts = base.select(

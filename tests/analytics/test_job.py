@@ -3,7 +3,9 @@ steps after it (which files can hold collectors, whether a run is there twice)."
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from analytics.histories import collect
 from analytics.job import (
     analyze,
     check_files,
+    format_summary,
     good_facts,
     line_facts,
     read_histories,
@@ -184,3 +187,74 @@ def test_files_named_with_spaces_and_accents_are_told_apart(spark, tmp_path):
     result = analyze(spark, [data], tmp_path / "out")
     assert result.summary["gathers"] == 7
     assert set(result.skipped) == {str(broken)}
+
+
+#: A change to a gather's history: given its events and its decoded result (to alter in
+#: place), it returns the result payload's new base64 text, or None to encode the result.
+Change = Callable[[list[dict], dict], str | None]
+
+
+def _altered(line: str, change: Change) -> str:
+    """A synthesized gather's line with ``change`` made to its history."""
+    record = json.loads(line)
+    events = record["history"]["events"]
+    payload = events[-1]["workflowExecutionCompletedEventAttributes"]["result"]["payloads"][0]
+    result = json.loads(base64.b64decode(payload["data"]))
+    data = change(events, result)
+    if data is None:
+        data = base64.b64encode(json.dumps(result).encode()).decode()
+    payload["data"] = data
+    return json.dumps(record)
+
+
+def _time_not_a_time(index: int) -> Change:
+    def change(events: list[dict], _: dict) -> None:
+        events[index]["eventTime"] = "not a time"
+
+    return change
+
+
+def _result_data(data: bytes | str) -> Change:
+    text = data if isinstance(data, str) else base64.b64encode(data).decode()
+    return lambda *_: text
+
+
+def _arrival_not_a_time(_: list[dict], result: dict) -> None:
+    result["legs"][0]["received_at"] = "yesterday"
+
+
+#: Values a damaged or altered export can hold in a line that is still JSON, and still a
+#: history record: Spark's ANSI mode would stop the whole job on any of them.
+UNREADABLE: dict[str, Change] = {
+    "start_time": _time_not_a_time(0),
+    "close_time": _time_not_a_time(-1),
+    "result_not_base64": _result_data("%%% not base64 %%%"),
+    "result_not_json": _result_data(b'{"state": "COMPL'),
+    "result_not_a_result": _result_data(b"[1, 2, 3]"),
+    "arrival_not_a_time": _arrival_not_a_time,
+}
+
+
+def test_a_record_whose_values_cannot_be_read_leaves_its_file_out_by_name(spark, tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    _gathers(data / "good.ndjson", 9)
+    lines = [line for line, _ in synthesize(2 * len(UNREADABLE), seed=7)]
+    altered = {}
+    for i, (name, change) in enumerate(UNREADABLE.items()):
+        # Beside the altered gather, a good one: its file is left out whole.
+        path = data / f"{name}.ndjson"
+        path.write_text(_altered(lines[2 * i], change) + "\n" + lines[2 * i + 1] + "\n")
+        altered[str(path)] = name
+    files = [str(data / "good.ndjson"), *altered]
+    checked = check_files(line_facts(spark, files), files)
+    assert checked.good == [str(data / "good.ndjson")]
+    assert set(checked.skipped) == set(altered)
+    assert all("cannot be read" in why for why in checked.skipped.values())
+    # The whole job runs through, and says which files it left out and why.
+    result = analyze(spark, [data], tmp_path / "out")
+    assert result.summary["gathers"] == 9
+    assert sum(result.summary["outcomes"].values()) == 9
+    assert result.skipped == checked.skipped
+    summary = format_summary(result)
+    assert all(f"skipped {path}: a gather's record" in summary for path in altered)
