@@ -104,10 +104,12 @@ def ids_of(history: History) -> tuple[str, str]:
 
 
 def read_cli_json(path: Path) -> Iterator[tuple[str, str, History]]:
-    """A ``temporal workflow show --output json`` file (one history)."""
+    """A ``temporal workflow show --output json`` file (one history), in UTF-8, UTF-16 or
+    UTF-32, with a byte-order mark or without: a shell's redirection can write any of them
+    (Windows PowerShell's ``>`` writes UTF-16)."""
     try:
-        text = path.read_text()
-        data: Any = json.loads(text)
+        # From bytes, json tells the encoding by the first bytes, as the JSON RFC allows.
+        data: Any = json.loads(path.read_bytes())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadHistoryFile(f"{path}: not a JSON history ({exc})") from exc
     if isinstance(data, dict) and "history" in data and "events" not in data:

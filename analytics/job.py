@@ -61,6 +61,7 @@ from analytics.transforms import (
     one_row_per_run,
     pick_window,
     summaries,
+    unreadable_batch,
     unreadable_fact,
 )
 from mqgather.names import GATHER_ID_PREFIX
@@ -388,8 +389,13 @@ def analyze(
     # and the empty batch facts written without Spark.
     batches: DataFrame | None = None
     batch_totals: dict[str, Any] = dict.fromkeys(batch_summary_columns([], list(_BATCH_TOTALS)))
+    every_batch: DataFrame | None = None
+    unreadable: list[str] = []
     if checked.not_only_gathers:
-        batches = batch_facts(read_histories(spark, checked.not_only_gathers)).cache()
+        every_batch = batch_facts(read_histories(spark, checked.not_only_gathers)).cache()
+        unread = every_batch.filter(unreadable_batch()).select("workflow_id").collect()
+        unreadable = [row[0] for row in unread]
+        batches = every_batch.filter(~unreadable_batch())
         aggregations = {name: make() for name, make in _BATCH_TOTALS.items()}
         totals_row = batch_summary(batches, [], aggregations).first()
         if totals_row is not None:
@@ -482,6 +488,9 @@ def analyze(
         "duplicate_histories_dropped": found.duplicates_dropped,
         # A gather's runs past its first fact: a run read twice, a reset's later run.
         "runs_counted_with_another": folded,
+        # Left out, named by their collector runs: an altered or damaged export.
+        "unreadable_batches": len(unreadable),
+        "unreadable_batch_runs": sorted(set(unreadable)),
     }
     progress("charts and report")
     images = charts(trend_df, leg_df, out / "charts")
@@ -493,8 +502,8 @@ def analyze(
     shutil.rmtree(staging, ignore_errors=True)
     facts.unpersist()
     lines.unpersist()
-    if batches is not None:
-        batches.unpersist()
+    if every_batch is not None:
+        every_batch.unpersist()
     if unrecorded is not None:
         unrecorded.unpersist()
     pictures = [p for paths in images.values() for p in paths]
@@ -542,6 +551,11 @@ def format_summary(result: Analysis) -> str:
     if s["runs_counted_with_another"]:
         lines.append(f"{s['runs_counted_with_another']} run(s) counted with another run of "
                      "their gather (read twice, or started again by a reset)")  # fmt: skip
+    if s["unreadable_batches"]:
+        lines.append(f"{s['unreadable_batches']} collector batch(es) left out: their records "
+                     "hold a value that cannot be read (a time that is not one, an input that "
+                     "does not decode), in the runs of "
+                     + ", ".join(s["unreadable_batch_runs"]))  # fmt: skip
     for name, reason in result.skipped.items():
         lines.append(f"skipped {name}: {reason}")
     lines.append(f"written to {result.out}: facts/ and batch_facts/ (Parquet), trends.csv, "

@@ -876,6 +876,17 @@ def batch_facts(histories: DataFrame) -> DataFrame:
     )
 
 
+def unreadable_batch() -> Column:
+    """On :func:`batch_facts` rows: a batch whose record holds a value the pass could not
+    read (a time that is not one, a collector's input that does not decode)."""
+    return (
+        F.col("collector").isNull()
+        | F.col("opened_at").isNull()
+        | F.col("closed_at").isNull()
+        | F.col("put_at").isNull()
+    )
+
+
 #: The names of :func:`batch_summary`'s wait percentiles.
 _WAIT_PERCENTILES = tuple(f"wait_p{round(q * 100)}_ms" for q in _P50_95_99)
 

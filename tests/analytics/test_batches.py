@@ -4,7 +4,9 @@ size, close reason and wait are known), and a collector run exported from the se
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import shutil
 
 import pandas as pd
 
@@ -166,3 +168,32 @@ async def test_a_reset_collector_counts_each_batch_put_once(temporal_env, spark,
     ours = batches[batches["destination"] == "Reset"].sort_values("put_at")
     assert list(ours["messages"]) == [1, 1] and list(ours["batch"]) == [1, 1]
     assert ours["run_id"].iloc[1] == after != ours["run_id"].iloc[0]
+
+
+def test_a_batch_whose_record_cannot_be_read_is_left_out_and_named(spark, tmp_path):
+    from analytics.job import analyze, format_summary
+
+    data = tmp_path / "in"
+    shutil.copytree(HISTORIES / LATEST, data)
+    altered = data / "collect_count.json"
+    history = json.loads(altered.read_text())
+    for event in history["events"]:
+        details = event.get("markerRecordedEventAttributes", {}).get("details", {})
+        if "result" in details:  # the batch's PUT
+            payload = details["result"]["payloads"][0]
+            put = json.loads(base64.b64decode(payload["data"]))
+            put["batch"]["closed_at"] = "soon"  # JSON still, a time no longer
+            payload["data"] = base64.b64encode(json.dumps(put).encode()).decode()
+    altered.write_text(json.dumps(history))
+    run = history["events"][0]["workflowExecutionStartedEventAttributes"]["workflowId"]
+
+    result = analyze(spark, [data], tmp_path / "out")
+    batches = pd.read_parquet(tmp_path / "out" / "batch_facts")
+    assert "collect_count" not in set(batches["destination"])
+    assert set(batches["destination"]) == set(COLLECT_SCENARIOS) - {"collect_count"}
+    s = result.summary
+    assert (s["unreadable_batches"], s["unreadable_batch_runs"]) == (1, [run])
+    assert s["batches"] == len(batches)
+    said = format_summary(result)
+    assert "1 collector batch(es) left out: their records hold a value that cannot be read" in said
+    assert said.count(run) == 1

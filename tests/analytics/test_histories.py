@@ -1,4 +1,5 @@
-"""Finding sealed payloads in export files before Spark reads them."""
+"""Reading history files before Spark does: sealed payloads in export files, and the
+encodings a CLI history file comes in."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 from analytics.histories import SEALED_MARK, _holds, collect
 from analytics.synth import as_exported, synthesize
 from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key
+from tests.workflows.record import HISTORIES
+from tests.workflows.test_replay import LATEST
 
 BLOCK = 1 << 22  # what _holds reads at a time
 
@@ -111,3 +114,23 @@ def test_a_script_without_a_main_guard_still_gets_its_files_opened(tmp_path):
     staged = [Path(name) for name in result["ndjson"]]
     assert [p.name for p in staged] == ["00000-h-0.ndjson", "00001-h-1.ndjson"]
     assert all(SEALED_MARK not in p.read_text() and p.read_text() for p in staged)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-be", "utf-32"])
+def test_a_cli_history_reads_alike_in_each_encoding_a_shell_writes(tmp_path, encoding):
+    # `temporal workflow show -o json > h.json` in Windows PowerShell writes UTF-16 with a
+    # byte-order mark; other shells and editors write UTF-8, with or without one.
+    recorded = next(
+        p for p in sorted((HISTORIES / LATEST).glob("*.json")) if "collect" not in p.name
+    )
+    text = recorded.read_text(encoding="utf-8")
+    staged = {}
+    for name, codec in (("plain", "utf-8"), ("other", encoding)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "h.json").write_bytes(text.encode(codec))
+        found = collect([folder], tmp_path / f"staging-{name}")
+        assert found.skipped == {}
+        staged[name] = Path(found.ndjson[0]).read_text(encoding="utf-8")
+    assert staged["other"] == staged["plain"]
+    assert len(staged["plain"].splitlines()) == 1
