@@ -368,7 +368,14 @@ def html_report(data: ReportData, images: dict[str, list[Path]], path: Path) -> 
         ("", ""),
         [
             ("history events read", str(s["events"])),
-            ("files skipped (corrupt or truncated)", str(s["skipped_files"])),
+            (
+                "files skipped (corrupt, truncated, or a value that cannot be read)",
+                str(s["skipped_files"]),
+            ),
+            (
+                "collector batches left out (a value that cannot be read)",
+                str(s.get("unreadable_batches", 0)),
+            ),
             ("duplicate histories dropped", str(s["duplicate_histories_dropped"])),
             (
                 "runs counted with another run of their gather (read twice, or reset)",

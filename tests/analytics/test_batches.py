@@ -197,3 +197,5 @@ def test_a_batch_whose_record_cannot_be_read_is_left_out_and_named(spark, tmp_pa
     said = format_summary(result)
     assert "1 collector batch(es) left out: their records hold a value that cannot be read" in said
     assert said.count(run) == 1
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<td>collector batches left out (a value that cannot be read)</td><td>1</td>" in page
