@@ -153,8 +153,9 @@ SEALED_MARK = SEALED_JSON_ENCODING
 
 
 def _open_export(file: Path, cipher: PayloadCipher) -> Iterator[str]:
-    """The lines of an export file whose payloads were kept sealed, opened."""
-    with file.open() as lines:
+    """The lines of an export file whose payloads were kept sealed, opened (a byte-order
+    mark before the first passed over, as Spark passes over it in a file not sealed)."""
+    with file.open(encoding="utf-8-sig") as lines:
         for line in lines:
             if SEALED_MARK not in line:
                 yield line.rstrip("\n")

@@ -113,8 +113,10 @@ class ReplayItem:
 
 
 def _read_export(path: Path) -> Iterator[tuple[str, str, History]]:
-    """``mqgather export`` NDJSON: one ``{"workflowId", "runId", "history"}`` a line."""
-    with path.open() as lines:
+    """``mqgather export`` NDJSON: one ``{"workflowId", "runId", "history"}`` a line (a
+    byte-order mark before the first, which an editor may add, is passed over, as Spark
+    passes over it for the analysis)."""
+    with path.open(encoding="utf-8-sig") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue

@@ -134,3 +134,15 @@ def test_a_cli_history_reads_alike_in_each_encoding_a_shell_writes(tmp_path, enc
         staged[name] = Path(found.ndjson[0]).read_text(encoding="utf-8")
     assert staged["other"] == staged["plain"]
     assert len(staged["plain"].splitlines()) == 1
+
+
+def test_a_sealed_export_with_a_byte_order_mark_is_opened_as_one_without(tmp_path):
+    ring = KeyRing("k1", {"k1": new_key()})
+    lines = [line for line, _ in synthesize(4)]
+    plain = _export(tmp_path / "plain.ndjson", lines)
+    (tmp_path / "kept").mkdir()
+    marked = _export(tmp_path / "kept" / "h.ndjson", lines, PayloadCipher(ring))
+    marked.write_bytes(b"\xef\xbb\xbf" + marked.read_bytes())
+    found = collect([marked.parent], tmp_path / "staging", PayloadCipher(ring), workers=1)
+    assert found.skipped == {}
+    assert _records(Path(found.ndjson[0])) == _records(plain)

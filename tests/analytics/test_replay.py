@@ -10,6 +10,7 @@ import sys
 from temporalio.api.history.v1 import History
 
 from analytics.histories import history_line
+from analytics.replay import ReplayReport, read_histories
 from bridge.mq.models import parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from tests.harness import pipeline
@@ -81,3 +82,21 @@ def test_unreadable_inputs_are_named_and_fail_the_run(tmp_path):
     assert "SKIPPED" in done.stdout and "broken.json" in done.stdout
     assert "notes.txt" in done.stdout
     assert "replayed 0 histories" in done.stdout
+
+
+def test_histories_with_a_byte_order_mark_or_in_utf16_are_read_as_the_analysis_reads_them(
+    tmp_path,
+):
+    recorded = sorted((HISTORIES / "0.1.0-initial").glob("*.json"))[:3]
+    lines = [
+        json.dumps({"workflowId": p.stem, "runId": "", "history": json.loads(p.read_text())})
+        for p in recorded[:2]
+    ]
+    # An export an editor saved with a mark, and a CLI history PowerShell wrote.
+    (tmp_path / "edited.ndjson").write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n")
+    (tmp_path / "shown.json").write_bytes(recorded[2].read_text().encode("utf-16"))
+    report = ReplayReport()
+    items = read_histories([tmp_path], report)
+    assert report.unreadable == {}
+    assert sorted(i.source for i in items) == ["edited.ndjson", "edited.ndjson", "shown.json"]
+    assert {p.stem for p in recorded[:2]} <= {i.history.workflow_id for i in items}
