@@ -59,11 +59,11 @@ from analytics.transforms import (
     gather_facts,
     leg_trends,
     one_row_per_run,
-    pick_window,
     summaries,
     unreadable_batch,
     unreadable_fact,
 )
+from analytics.windows import pick_window, window_seconds
 from mqgather.names import GATHER_ID_PREFIX
 from mqgather.runtime.codec import PayloadCipher, load_key_ring
 
@@ -348,6 +348,8 @@ def analyze(
     Args:
         window: the trend window (e.g. "15 minutes"); None picks one from the data's span.
     """
+    if window is not None:
+        window_seconds(window)  # a window Spark cannot take fails here, before any read
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     staging = out / "_staging"

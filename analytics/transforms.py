@@ -751,29 +751,6 @@ def leg_trends(facts: DataFrame, window: str = "1 hour") -> DataFrame:
 
 #: Outcomes in the order the report lists them; others (TERMINATED...) follow.
 OUTCOMES = ("COMPLETE", "TIMEOUT", "RELEASED", "CANCELLED", "FAILED", "UNKNOWN")
-#: Trend windows the job picks from, shortest first.
-WINDOWS = (
-    ("1 minute", 60),
-    ("5 minutes", 300),
-    ("15 minutes", 900),
-    ("1 hour", 3600),
-    ("6 hours", 6 * 3600),
-    ("1 day", 86400),
-    ("1 week", 7 * 86400),
-)
-#: The most windows a trend should have when the job picks the window.
-MAX_WINDOWS = 48
-
-
-def pick_window(span_seconds: float) -> str:
-    """The shortest window that cuts ``span_seconds`` of data into at most
-    :data:`MAX_WINDOWS` windows (the longest one for a longer span)."""
-    for name, seconds in WINDOWS:
-        if span_seconds / seconds <= MAX_WINDOWS:
-            return name
-    return WINDOWS[-1][0]
-
-
 #: The columns of :func:`batch_facts`, in order: the facts of a run without collectors
 #: are written with this schema and no Spark job.
 BATCH_FACTS_SCHEMA = StructType(

@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from analytics.windows import window_seconds
 from mqgather.errors import ConfigError
 
 
@@ -78,14 +79,26 @@ def export(
     asyncio.run(main())
 
 
+def _window(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # Checked before Spark starts: a typo would otherwise fail only after the whole pass.
+    if value is not None:
+        try:
+            window_seconds(value)
+        except ConfigError as exc:
+            raise click.BadParameter(exc.reason, ctx, param) from exc
+    return value
+
+
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", default="analytics-out", show_default=True, type=click.Path(path_type=Path))
 @click.option(
     "--window",
     default=None,
-    help="Trend window, e.g. '15 minutes' [default: picked from the data's span, at most "
-    "48 windows].",
+    callback=_window,
+    help="Trend window, e.g. '15 minutes' or '1 hour 30 minutes' (weeks, days, hours, "
+    "minutes, seconds, milliseconds) [default: picked from the data's span, at most 48 "
+    "windows].",
 )
 @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
 def analyze(paths: tuple[Path, ...], out: Path, window: str | None, master: str) -> None:

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from analytics.advisor import WHOLE_GATHER, leg_deadlines, target_column, timeout_advice
-from analytics.transforms import pick_window
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 COLUMNS = (
@@ -71,15 +70,6 @@ def test_an_exponential_distribution_gives_its_quantiles(spark):
         assert advised == pytest.approx(-mean * math.log(1 - (k - 0.5) / n), rel=1e-12)
     expected_rate = math.exp(-5000.0 / mean)  # the share later than the configured 5 s
     assert got["rate_at_configured"] == pytest.approx(expected_rate, abs=1 / n)
-
-
-@pytest.mark.parametrize(
-    ("span", "window"),
-    [(0, "1 minute"), (40 * 60, "1 minute"), (3 * 3600, "5 minutes"), (30 * 3600, "1 hour"),
-     (5 * 86400, "6 hours"), (400 * 86400, "1 week")],
-)  # fmt: skip
-def test_the_window_follows_the_span(span, window):
-    assert pick_window(span) == window
 
 
 def test_a_slow_leg_is_advised_a_deadline_of_its_own(spark):
