@@ -55,6 +55,8 @@ def export(
     from mqgather.runtime.temporal import connect
 
     cipher = None if keep_encrypted else PayloadCipher(load_key_ring())
+    # Before Temporal is reached: a bad time is the operator's to mend, whatever the link.
+    after, before = _when(since, "--since"), _when(until, "--until")
 
     console = Console(stderr=True)
 
@@ -66,8 +68,8 @@ def export(
         ) as progress:  # fmt: skip
             bar = progress.add_task("export", total=None)
             result = await export_histories(
-                client, out, aggregate=aggregate, since=_when(since, "--since"),
-                until=_when(until, "--until"), batch_size=batch_size, cipher=cipher,
+                client, out, aggregate=aggregate, since=after, until=before,
+                batch_size=batch_size, cipher=cipher,
                 on_total=lambda n: progress.update(bar, total=n),
                 on_progress=lambda n: progress.update(bar, completed=n),
             )  # fmt: skip
@@ -77,6 +79,10 @@ def export(
         )
 
     asyncio.run(main())
+
+
+#: How a master Spark takes begins ("yarn" aside), as Spark checks it.
+SPARK_MASTERS = ("local", "spark", "k8s")
 
 
 def _window(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -89,9 +95,22 @@ def _window(ctx: click.Context, param: click.Parameter, value: str | None) -> st
     return value
 
 
+def _master(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    # Spark's own rule, checked before its JVM starts (which then only says it exited).
+    if value != "yarn" and not value.startswith(SPARK_MASTERS):
+        raise click.BadParameter(
+            f"{value!r} is not a Spark master: local[*], local[N], spark://HOST:PORT, yarn or "
+            "k8s://…",
+            ctx,
+            param,
+        )
+    return value
+
+
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", default="analytics-out", show_default=True, type=click.Path(path_type=Path))
+@click.option("--out", default="analytics-out", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path))  # fmt: skip
 @click.option(
     "--window",
     default=None,
@@ -100,12 +119,18 @@ def _window(ctx: click.Context, param: click.Parameter, value: str | None) -> st
     "minutes, seconds, milliseconds) [default: picked from the data's span, at most 48 "
     "windows].",
 )
-@click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+@click.option(
+    "--master", default="local[*]", show_default=True, callback=_master,
+    help="Spark master: local[*], local[N], spark://HOST:PORT, yarn or k8s://….",
+)  # fmt: skip
 def analyze(paths: tuple[Path, ...], out: Path, window: str | None, master: str) -> None:
     """Mine gather histories (export files, `temporal workflow show -o json` files or Cloud
     export files) for timeout and latency trends: Parquet facts, CSV trends, PNG charts and
     an HTML report."""
     try:
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkRuntimeError
+
         from analytics.job import analyze as run
         from analytics.job import format_summary, spark_session
     except ImportError as exc:
@@ -114,7 +139,15 @@ def analyze(paths: tuple[Path, ...], out: Path, window: str | None, master: str)
         ) from exc
 
     console = Console(stderr=True)
-    spark = spark_session(master)
+    try:
+        spark = spark_session(master)
+    except (PySparkRuntimeError, Py4JJavaError) as exc:
+        # The JVM logs its own reason above (a master unresponsive, a master it refuses).
+        raise ConfigError(
+            "--master",
+            f"Spark did not start with master {master!r}: {str(exc).strip().splitlines()[0]}; "
+            "its log above says why",
+        ) from exc
     try:
         with console.status("starting") as status:
             result = run(spark, list(paths), out, window=window,
