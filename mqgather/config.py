@@ -654,6 +654,11 @@ def parse_config(data: dict[str, Any], source: str) -> MQGatherConfig:
         found = limits.first_over(collector, limits.COLLECTOR)
         if found is not None:
             raise ConfigError(source, f"collectors.{name}.{found[0]}: {found[1]}")
+    for queue, purpose in referenced_queues(config).items():
+        if problem := limits.queue_name_problem(queue):
+            # A leg's default request queue is made from its name, which may hold a '-'.
+            hint = "; give the leg a request_queue" if " requests of " in purpose else ""
+            raise ConfigError(source, f"queue {queue!r} ({purpose}): {problem}{hint}")
     return config
 
 

@@ -1,5 +1,5 @@
 """Upper limits of configuration keys: what a timer, an MQ Expiry or a Temporal payload
-can still carry, and the names IBM MQ takes for a message property.
+can still carry, and the names IBM MQ takes for a message property and for a queue.
 
 They are checked where a configuration enters (the file, scatter), never where a
 recorded history is read back: a gather started under an earlier release, with a value
@@ -8,6 +8,7 @@ that is past a limit now, replays as it ran.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Mapping
 
@@ -121,3 +122,16 @@ def property_name_problem(name: str) -> str | None:
     if lowered.startswith("mq") and not lowered.startswith("mq_usr") and name.count(".") > 1:
         return f"a name beginning mq has one dot at most ({refused})"
     return None
+
+
+def queue_name_problem(name: str) -> str | None:
+    """Why IBM MQ refuses ``name`` for a queue (DEFINE: MQRCCF_OBJECT_NAME_ERROR; an
+    MQOPEN finds no such queue), or None. An empty name is the caller's to judge (an
+    optional queue left blank).
+
+    MQ's rule: A-Z, a-z, 0-9, period, forward slash, underscore and percent; no blank.
+    """
+    bad = next((c for c in name if not re.match(k.MQ_NAME_PATTERN, c)), None)
+    if bad is None:
+        return None
+    return f"{bad!r} cannot stand in an MQ queue name: only A-Z, a-z, 0-9 and . / _ %"

@@ -70,6 +70,7 @@ REASONS: dict[str, int] = {
     "MQRC_INCONSISTENT_UOW": 2245,
     "MQRC_MATCH_OPTIONS_ERROR": 2247,
     "MQRC_OBJECT_ALREADY_EXISTS": 4001,
+    "MQRCCF_OBJECT_NAME_ERROR": 4008,
     "MQRC_HANDLE_NOT_AVAILABLE": 2017,
     "MQRC_PROPERTY_NAME_ERROR": 2442,
     "MQRC_PROP_VALUE_NOT_CONVERTED": 2466,
@@ -196,6 +197,13 @@ class ObjectAlreadyExists(MQError):
     """MQRC_OBJECT_ALREADY_EXISTS: a define without replace named an existing queue."""
 
     reason = "MQRC_OBJECT_ALREADY_EXISTS"
+
+
+class ObjectNameError(MQError):
+    """MQRCCF_OBJECT_NAME_ERROR: a define named a queue (or a backout queue) with a
+    character MQ does not allow in an object name."""
+
+    reason = "MQRCCF_OBJECT_NAME_ERROR"
 
 
 class TruncatedMessage(MQError):

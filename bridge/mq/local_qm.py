@@ -45,6 +45,7 @@ from bridge.mq.errors import (
     NoMessageAvailable,
     NotAuthorized,
     ObjectAlreadyExists,
+    ObjectNameError,
     QueueFull,
     QueueInhibited,
     QueueManagerUnavailable,
@@ -83,6 +84,7 @@ from mqgather.constants import (
     MAX_QUEUE_DEPTH,
     QMGR_MAXMSGL,
 )
+from mqgather.limits import queue_name_problem
 
 #: Seconds within which a live connection backs out the work of a dead one.
 RECOVERY_INTERVAL = 1.0
@@ -604,6 +606,9 @@ class LocalQueueManager(Transport):
 
     @staticmethod
     def _define(db: sqlite3.Connection, attrs: QueueAttributes, replace: bool = False) -> None:
+        for what, name in (("queue", attrs.name), ("BOQNAME", attrs.boqname)):
+            if problem := queue_name_problem(name):
+                raise ObjectNameError(f"{what} {name!r}: {problem}")
         exists = db.execute("SELECT 1 FROM queues WHERE name = ?", (attrs.name,)).fetchone()
         values = (attrs.maxdepth, attrs.maxmsgl, attrs.bothresh, attrs.boqname, attrs.descr)
         if exists and not replace:

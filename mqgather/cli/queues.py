@@ -20,6 +20,7 @@ from bridge.mq.deadletters import Retried, retry_dead_letters
 from bridge.mq.errors import REASON_NAMES, REASONS, NoMessageAvailable, feedback_name
 from bridge.mq.models import (
     MQENC_NATIVE,
+    MQLONG_MAX,
     MQMT_REPORT,
     MQPER_NOT_PERSISTENT,
     MQPER_PERSISTENT,
@@ -549,7 +550,8 @@ def _show(message: MQMessage, as_json: bool, count: int) -> None:
 @queues.command()
 @click.argument("queue")
 @_group_options
-@click.option("--wait", "wait_ms", type=int, default=0, help="Wait this many ms (-1: forever).")
+@click.option("--wait", "wait_ms", type=click.IntRange(WAIT_UNLIMITED, MQLONG_MAX), default=0,
+              help="Wait this many ms (-1: forever), as MQGET's WaitInterval.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the whole message as JSON.")
 @mq_option
 def get(
@@ -577,7 +579,7 @@ def get(
             while True:
                 message = qm.get(
                     queue,
-                    wait_ms=WAIT_UNLIMITED if wait_ms < 0 else wait_ms,
+                    wait_ms=wait_ms,
                     match=_match(msg_id, correl_id, group_id),
                     logical_order=logical_order,
                     all_available=all_available,

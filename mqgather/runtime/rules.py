@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from mqgather.collector_config import CollectorRule, CollectorSpec
 from mqgather.config import is_state_dir, state_file
 from mqgather.errors import ConfigError, first_problem
+from mqgather.limits import queue_name_problem
 
 log = logging.getLogger("mqgather.collector")
 
@@ -62,11 +63,24 @@ def check_rule(values: dict[str, Any]) -> CollectorRule:
     Raises:
         RuleError: naming the column at fault and why.
     """
+    destination = values.get("destination", "?")
     try:
-        return CollectorRule.model_validate(values)
+        rule = CollectorRule.model_validate(values)
     except ValidationError as exc:
-        destination = values.get("destination", "?")
         raise RuleError(f"rule {destination!r}", rule_problem(exc)) from exc
+    if problem := queue_problem(rule):
+        raise RuleError(f"rule {destination!r}", problem)
+    return rule
+
+
+def queue_problem(rule: CollectorRule) -> str | None:
+    """Why MQ would refuse the rule's target queue, as ``column: reason``, or None.
+
+    Checked where a rule enters (set, or read from the table), not by the model, which
+    a collector's recorded history decodes as it ran.
+    """
+    problem = queue_name_problem(rule.target_queue)
+    return f"column target_queue: {problem}" if problem else None
 
 
 @dataclass(frozen=True)
@@ -141,9 +155,12 @@ class RuleStore:
         for row in found:
             values = dict(zip(COLUMNS, row, strict=True))
             try:
-                out.append(CollectorRule.model_validate(values))
+                rule = CollectorRule.model_validate(values)
             except ValidationError as exc:
                 out.append(BadRule(str(values["destination"]), rule_problem(exc)))
+                continue
+            problem = queue_problem(rule)
+            out.append(rule if problem is None else BadRule(rule.destination, problem))
         return out
 
     def set(self, collector: str, rule: CollectorRule) -> None:

@@ -94,6 +94,14 @@ def test_a_valid_file_loads(tmp_path):
          "aggregates.a.failure_queue: B.IN is also aggregates.b.reply_queue"),
         ("[aggregates.a]\n[collectors.c]\nfailure_queue = 'GATHER.IN'",
          "collectors.c.failure_queue: GATHER.IN is also aggregates.a.reply_queue"),
+        # Queue names MQ does not allow (DEFINE and MQOPEN refuse them):
+        ("[aggregates.a]\nresponse_queue = 'ORDER RESPONSE'",
+         "queue 'ORDER RESPONSE' (responses of aggregate a): ' ' cannot stand in an MQ queue name"),
+        ("[aggregates.a]\nlegs = [{name='CREDIT-CHECK'}]",
+         "(CREDIT-CHECK requests of aggregate a): '-' cannot stand in an MQ queue name: only "
+         "A-Z, a-z, 0-9 and . / _ %; give the leg a request_queue"),
+        ("[queues.'IN.Q']\nboqname = 'IN#BACKOUT'", "'IN#BACKOUT' (BOQNAME of IN.Q)"),
+        ("[collectors.c]\ninput_queue = 'größe'", "(messages to batch of collector c)"),
     ],
 )  # fmt: skip
 def test_invalid_files_name_the_key_and_reason(tmp_path, text, fragment):
@@ -235,3 +243,11 @@ def test_scatter_refuses_a_leg_property_mq_would_refuse_before_it_puts_anything(
     spec = AggregateSpec(name="a", leg_property="leg name", legs=(LegSpec(name="X"),))
     with pytest.raises(ScatterError, match="aggregate a: leg_property: ' ' cannot stand"):
         asyncio.run(scatter(None, None, spec))  # type: ignore[arg-type]
+
+
+def test_a_leg_whose_name_is_not_a_queue_name_loads_with_a_request_queue(tmp_path):
+    path = tmp_path / "ok.toml"
+    path.write_text(
+        "[aggregates.a]\nlegs = [{name='CREDIT-CHECK', request_queue='BACKEND.CREDIT'}]"
+    )
+    assert load_config(path).aggregates["a"].legs[0].queue() == "BACKEND.CREDIT"

@@ -779,3 +779,23 @@ def test_a_redelivered_message_keeps_its_fingerprint_and_a_reused_msg_id_does_no
     assert again.backout_count == first.backout_count + 1 and again.msg_id == twin.msg_id
     assert fingerprint(again) == fingerprint(first)
     assert fingerprint(twin) != fingerprint(first)
+
+
+@pytest.mark.parametrize(
+    ("name", "boqname"),
+    [("BAD NAME", ""), ("ORDER-RESPONSE", ""), ("größe", ""), ("GOOD", "BAD BOQ")],
+)
+def test_a_define_with_a_name_mq_does_not_allow_is_refused(connect, name, boqname):
+    qm = connect()
+    with pytest.raises(MQError) as refused:
+        qm.define(QueueAttributes(name=name, boqname=boqname))
+    assert refused.value.reason == "MQRCCF_OBJECT_NAME_ERROR"
+    assert refused.value.code == 4008
+    assert qm.list_queues(name) == []
+
+
+def test_every_character_mq_allows_in_a_name_defines(connect):
+    qm = connect()
+    name = f"T.a/b_c%{time.time_ns() % 10**9}"
+    qm.define(QueueAttributes(name=name, boqname="Z.back/out_q%1"))
+    assert qm.inquire(name).boqname == "Z.back/out_q%1"

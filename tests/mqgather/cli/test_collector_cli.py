@@ -39,6 +39,9 @@ def test_an_invalid_rule_is_refused_with_the_column_and_reason(tmp_path):
     zero = run(["collector", "rules", "set", "cma", "UK", "--queue", "Q", "--max-messages", "0",
                 *cfg], tmp_path)  # fmt: skip
     assert zero.returncode != 0 and b"column max_messages" in zero.stderr
+    # A name MQ does not allow for a queue: every batch's PUT would fail.
+    blank = run(["collector", "rules", "set", "cma", "UK", "--queue", "CMA OUT", *cfg], tmp_path)
+    assert blank.returncode != 0 and b"column target_queue" in blank.stderr
     # The collector's own input (COLLECT.IN by default): its batches would loop.
     loop = run(["collector", "rules", "set", "cma", "UK", "--queue", "COLLECT.IN", *cfg], tmp_path)
     assert loop.returncode != 0 and b"is collector cma's input_queue" in loop.stderr

@@ -428,3 +428,21 @@ def test_a_put_for_another_queue_manager_waits_on_the_transmission_queue_named_a
     assert "for APP.REPLY@QM9" in listed_plain and "'für QM9'" in listed_plain
     nowhere = run(["queues", "put", "APP.REPLY", "--to-qmgr", "QM7", "--body", "x"], tmp_path)
     assert nowhere.returncode != 0 and b"MQRC_UNKNOWN_REMOTE_Q_MGR" in nowhere.stderr
+
+
+def test_a_wait_mq_would_refuse_is_refused_not_taken_for_ever(tmp_path):
+    # MQGET takes 0 to 2**31-1 ms or MQWI_UNLIMITED (-1); anything else is
+    # MQRC_WAIT_INTERVAL_ERROR, not a wait without end.
+    assert run(["queues", "define", "APP.Q"], tmp_path).returncode == 0
+    done = run(["queues", "get", "APP.Q", "--wait", "-5"], tmp_path)
+    assert done.returncode == 2
+    assert b"Invalid value for '--wait': -5 is not in the range -1<=x<=2147483647" in done.stderr
+    empty = run(["queues", "get", "APP.Q", "--wait", "10"], tmp_path)
+    assert empty.returncode == 2 and b"MQRC_NO_MSG_AVAILABLE" in empty.stderr
+
+
+def test_a_queue_name_mq_does_not_allow_is_refused(tmp_path):
+    done = run(["queues", "define", "BAD NAME"], tmp_path)
+    assert done.returncode != 0
+    assert b"MQRCCF_OBJECT_NAME_ERROR" in done.stderr and b"' '" in done.stderr
+    assert b"BAD NAME" not in run(["queues", "list"], tmp_path).stdout

@@ -40,6 +40,11 @@ def test_a_row_written_by_hand_that_breaks_a_rule_is_reported_with_its_column(st
         db.execute("UPDATE collector_rules SET max_messages = 0 WHERE destination = 'Odd'")
     (row,) = store.rows("c")
     assert isinstance(row, BadRule) and "column max_messages" in row.problem
+    # A target queue MQ would not take: every batch's PUT would fail, so the row is bad.
+    with store._connect() as db:
+        db.execute("UPDATE collector_rules SET max_messages = 5, target_queue = 'OUT-UK'")
+    (row,) = store.rows("c")
+    assert isinstance(row, BadRule) and row.problem.startswith("column target_queue: '-'")
 
 
 def test_an_invalid_rule_is_refused_naming_the_column():
@@ -49,6 +54,9 @@ def test_an_invalid_rule_is_refused_naming_the_column():
     with pytest.raises(RuleError) as info:
         check_rule({"destination": "X", "target_queue": "Q", "max_delay_seconds": 0})
     assert "column max_delay_seconds" in str(info.value)
+    with pytest.raises(RuleError) as info:
+        check_rule({"destination": "X", "target_queue": "OUT UK"})
+    assert "column target_queue: ' ' cannot stand in an MQ queue name" in str(info.value)
 
 
 def test_the_cache_reads_changes_after_its_refresh_and_falls_back_to_the_default(tmp_path):
