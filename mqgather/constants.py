@@ -9,9 +9,9 @@ STATE_DIR = ".mqgather"
 DEFAULT_MQ = f"local:{STATE_DIR}/qm.db"
 DEFAULT_CONFIG_FILE = "mqgather.toml"
 
-#: The characters an MQ object name (a queue's, a queue manager's) may hold: A-Z, a-z,
-#: 0-9, period, forward slash, underscore and percent; no blank. Its length is the field's.
-MQ_NAME_PATTERN = r"^[A-Za-z0-9._/%]*$"
+#: The characters an MQ object name (a queue's, a queue manager's) may hold, as a regex
+#: character range: A-Z, a-z, 0-9, period, forward slash, underscore and percent.
+MQ_NAME_CHARACTERS = "A-Za-z0-9._/%"
 
 # Queue manager defaults (the values of a freshly created IBM MQ queue manager).
 DEFAULT_QMGR_NAME = "MQGATHER"

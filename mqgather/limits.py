@@ -124,6 +124,9 @@ def property_name_problem(name: str) -> str | None:
     return None
 
 
+_NOT_IN_MQ_NAMES = re.compile(f"[^{k.MQ_NAME_CHARACTERS}]")
+
+
 def queue_name_problem(name: str) -> str | None:
     """Why IBM MQ refuses ``name`` for a queue (DEFINE: MQRCCF_OBJECT_NAME_ERROR; an
     MQOPEN finds no such queue), or None. An empty name is the caller's to judge (an
@@ -131,7 +134,7 @@ def queue_name_problem(name: str) -> str | None:
 
     MQ's rule: A-Z, a-z, 0-9, period, forward slash, underscore and percent; no blank.
     """
-    bad = next((c for c in name if not re.match(k.MQ_NAME_PATTERN, c)), None)
+    bad = _NOT_IN_MQ_NAMES.search(name)
     if bad is None:
         return None
-    return f"{bad!r} cannot stand in an MQ queue name: only A-Z, a-z, 0-9 and . / _ %"
+    return f"{bad.group()!r} cannot stand in an MQ queue name: only A-Z, a-z, 0-9 and . / _ %"

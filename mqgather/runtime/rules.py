@@ -68,19 +68,11 @@ def check_rule(values: dict[str, Any]) -> CollectorRule:
         rule = CollectorRule.model_validate(values)
     except ValidationError as exc:
         raise RuleError(f"rule {destination!r}", rule_problem(exc)) from exc
-    if problem := queue_problem(rule):
-        raise RuleError(f"rule {destination!r}", problem)
+    # Checked here, where a rule enters (set, or read from the table), not by the model,
+    # which a collector's recorded history decodes as it ran.
+    if problem := queue_name_problem(rule.target_queue):
+        raise RuleError(f"rule {destination!r}", f"column target_queue: {problem}")
     return rule
-
-
-def queue_problem(rule: CollectorRule) -> str | None:
-    """Why MQ would refuse the rule's target queue, as ``column: reason``, or None.
-
-    Checked where a rule enters (set, or read from the table), not by the model, which
-    a collector's recorded history decodes as it ran.
-    """
-    problem = queue_name_problem(rule.target_queue)
-    return f"column target_queue: {problem}" if problem else None
 
 
 @dataclass(frozen=True)
@@ -155,12 +147,9 @@ class RuleStore:
         for row in found:
             values = dict(zip(COLUMNS, row, strict=True))
             try:
-                rule = CollectorRule.model_validate(values)
-            except ValidationError as exc:
-                out.append(BadRule(str(values["destination"]), rule_problem(exc)))
-                continue
-            problem = queue_problem(rule)
-            out.append(rule if problem is None else BadRule(rule.destination, problem))
+                out.append(check_rule(values))
+            except RuleError as exc:
+                out.append(BadRule(str(values["destination"]), exc.reason))
         return out
 
     def set(self, collector: str, rule: CollectorRule) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from bridge.collect import CollectorBridge
 from bridge.mq.models import MQMessage
+from mqgather.collector_config import CollectorRule
+from mqgather.runtime.rules import RuleStore
 from tests.collecting import SPEC
 
 
@@ -15,3 +17,21 @@ def test_a_message_whose_properties_are_in_an_rfh2_body_says_so(tmp_path):
     assert isinstance(rfh2, str) and "has no destination" in rfh2
     assert "its body begins with an MQRFH2 header (Format MQHRF2)" in rfh2
     assert isinstance(plain, str) and "has no destination" in plain and "MQRFH2" not in plain
+
+
+def test_a_destination_whose_rule_names_a_queue_mq_refuses_goes_to_the_failure_queue(tmp_path):
+    spec = SPEC.model_copy(update={"rules_db": str(tmp_path / "r.db")})
+    assert spec.destination_key == "property:destination"
+    store = RuleStore(spec.rules_db)
+    store.set(spec.name, CollectorRule(destination="UK", target_queue="OUT.UK"))
+    with store._connect() as db:  # as a hand at the database might write it
+        db.execute("UPDATE collector_rules SET target_queue = 'OUT-UK'")
+    bridge = CollectorBridge(None, lambda: None, spec)  # type: ignore[arg-type]
+    bridge.rules.refresh(force=True)
+    routed = bridge._route(MQMessage(properties={"destination": "UK"}, body=b"<a/>"))
+    assert routed == (
+        "the rule of destination 'UK' is invalid: column target_queue: '-' cannot stand in an "
+        "MQ queue name: only A-Z, a-z, 0-9 and . / _ %"
+    )
+    france = bridge._route(MQMessage(properties={"destination": "FR"}, body=b"<a/>"))
+    assert not isinstance(france, str)  # no row: the default rule, batched
