@@ -191,7 +191,9 @@ async def test_a_held_reply_is_kept_as_the_gathers_and_forwarded_as_it_came(temp
                                 reply_to_q="APP.REPORTS")  # fmt: skip
             p.put(queue, message)  # half a second to live, on the reply queue and beside it
         await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
-        (held,) = p.messages(GATHER_HOLD)
+        # The hold put commits with the GET, after the gather took the signal: awaited.
+        held_now = await until(lambda: asyncio.to_thread(p.messages, GATHER_HOLD), bool)
+        (held,) = held_now
         # Until its twin beside it has expired: the time MQ gave it has passed.
         await until(lambda: asyncio.to_thread(p.messages, "PROBE"), lambda left: not left)
         p.reply(spec, sent.correl_id, "STOCK", bodies["STOCK"])
