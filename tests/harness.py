@@ -45,6 +45,30 @@ class Pipeline:
         self.task_queue = task_queue
         self.bridge = bridge
         self.qm = LocalQueueManager(path)  # used from the test's thread only
+        self._bridge_stop = asyncio.Event()
+        self._bridge_task: asyncio.Task[None] | None = None
+
+    def start_bridge(self) -> None:
+        """Run the bridge until :meth:`stop_bridge` (or the pipeline's end)."""
+        self._bridge_stop = asyncio.Event()
+        self._bridge_task = asyncio.create_task(self.bridge.run(self._bridge_stop))
+
+    async def stop_bridge(self) -> None:
+        """Stop the bridge as an operator would: its unit of work ends, it gets no more."""
+        self._bridge_stop.set()
+        task, self._bridge_task = self._bridge_task, None
+        if task is not None:
+            await task
+
+    @asynccontextmanager
+    async def bridge_stopped(self) -> AsyncIterator[None]:
+        """The bridge stopped for the block (so the test's own gets cannot race it), then
+        started again."""
+        await self.stop_bridge()
+        try:
+            yield
+        finally:
+            self.start_bridge()
 
     def connect(self) -> LocalQueueManager:
         return LocalQueueManager(self.path)
@@ -81,7 +105,27 @@ class Pipeline:
         return list(self.qm.browse(queue))
 
     def depth(self, queue: str) -> int:
+        """CURDEPTH, as MQ keeps it: the puts of units of work still open count too."""
         return self.qm.inquire(queue).curdepth
+
+    async def landed(
+        self, queues: str | Sequence[str], check: Callable[[int], bool], timeout: float = 20.0
+    ) -> int:
+        """Await ``check`` on how many messages on ``queues`` a reader could get now.
+
+        CURDEPTH reaches a count while the last put's unit of work is still open, so the
+        depth (cheap) is awaited first, then the committed messages, counted by browsing.
+        """
+        names = [queues] if isinstance(queues, str) else list(queues)
+
+        async def depth() -> int:
+            return sum(self.depth(queue) for queue in names)
+
+        async def readable() -> int:
+            return sum(len(self.messages(queue)) for queue in names)
+
+        await until(depth, check, timeout)
+        return await until(readable, check, timeout)
 
     def empty(self, queue: str) -> bool:
         try:
@@ -158,21 +202,20 @@ async def pipeline(
     bridge = InboundBridge(
         client, connect, aggregates, task_queue=task_queue, wait_ms=100, batch_size=batch_size
     )
-    stop = asyncio.Event()
     tasks = []
     worker = build_worker(client, connect, task_queue=task_queue) if run_worker else None
     if worker is not None:
         tasks.append(asyncio.create_task(worker.run()))
-    if run_bridge:
-        tasks.append(asyncio.create_task(bridge.run(stop)))
     pipe = Pipeline(client, path, task_queue, bridge)
+    if run_bridge:
+        pipe.start_bridge()
     try:
         yield pipe
     finally:
-        stop.set()
+        stopping = asyncio.create_task(pipe.stop_bridge())
         if worker is not None:
             await worker.shutdown()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, stopping, return_exceptions=True)
         pipe.qm.close()
 
 

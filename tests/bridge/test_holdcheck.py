@@ -38,7 +38,7 @@ async def test_check_routes_only_what_no_gather_will_take(temporal_env, tmp_path
         legit = p.reply(SPEC, running.correl_id, "CREDIT", json.dumps({"y": "z" * 500}).encode())
         handle = p.handle(SPEC, running.correl_id)
         await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
-        await until(_depth(p), lambda n: n == 1)
+        await p.landed(GATHER_HOLD, lambda n: n == 1)
         closed = _plant(p, done.correl_id, leg="TAX")
         nobody = _plant(p, parse_id("NO-SUCH-GATHER"), leg="TAX")
         nameless = _plant(p, running.correl_id)  # no leg property: no aggregate claims it
@@ -82,7 +82,7 @@ async def test_an_orphan_that_shares_ids_with_a_running_gathers_reply_is_the_one
         legit = p.reply(SPEC, running.correl_id, "CREDIT", json.dumps({"y": "z" * 500}).encode())
         handle = p.handle(SPEC, running.correl_id)
         await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
-        await until(_depth(p), lambda n: n == 1)
+        await p.landed(GATHER_HOLD, lambda n: n == 1)
         # Behind it on the hold queue, a message with its MsgId and CorrelId that no
         # aggregate claims (no leg property): the check must move that one, not the
         # running gather's, which a get by MsgId and CorrelId finds first.
@@ -101,13 +101,6 @@ async def test_an_orphan_that_shares_ids_with_a_running_gathers_reply_is_the_one
     assert (failed.msg_id, failed.body) == (legit.msg_id, b"stray")
     assert kept.body == legit.body
     assert json.loads(response.body)["legs"]["credit"] == {"y": "z" * 500}
-
-
-def _depth(p):
-    async def get() -> int:
-        return p.depth(GATHER_HOLD)
-
-    return get
 
 
 async def test_the_command_lists_and_routes(temporal_env, tmp_path):

@@ -74,7 +74,7 @@ async def test_each_rule_in_every_order_names_the_legs_used_and_missing(
         used = {result.correl_id: len(result.legs_received) for _, _, result in runs}
         # Every reply after the rule held is routed late: none is lost, none kept twice.
         late = sum(len(NAMES) - n for n in used.values())
-        await until(lambda: _depth(p, spec.late_queue), lambda depth: depth >= late, 30)
+        await p.landed(spec.late_queue, lambda depth: depth >= late, 30)
         late_ids = [m.msg_id for m in p.messages(spec.late_queue)]
         responses = {m.correl_id.hex(): m for m in p.messages(spec.response_queue)}
     assert len(late_ids) == late == len(set(late_ids))
@@ -95,10 +95,6 @@ async def test_each_rule_in_every_order_names_the_legs_used_and_missing(
         body = json.loads(response.body)
         assert sorted(body["legs"]) == sorted(n.lower() for n in result.legs_received)
         assert body["missing"] == [n.lower() for n in missing]
-
-
-async def _depth(p: Pipeline, queue: str) -> int:
-    return p.depth(queue)
 
 
 async def test_an_optional_leg_that_never_answers_ends_at_its_own_deadline(temporal_env, tmp_path):
@@ -261,7 +257,7 @@ async def test_a_flood_of_reports_on_one_leg_is_one_signal_per_batch(temporal_en
         for n in range(200):
             p.qm.put(spec.reply_queue, _queue_full(first, f"FLOOD-{n}"))
         p.qm.commit()
-        await until(lambda: asyncio.sleep(0, p.depth(spec.report_queue)), lambda d: d == 200)
+        await p.landed(spec.report_queue, lambda d: d == 200)
         await until(lambda: status(handle), lambda s: s.legs[0].attempts == 3)
         await handle.execute_update(GatherWorkflow.cancel, CancelInput(reason="test over"))
         events = (await handle.fetch_history()).events

@@ -267,7 +267,7 @@ async def test_a_flood_before_registration_stays_small_and_expires_on_time(tempo
     correl = b"FLOOD".ljust(24, b"\0")
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
         sent = {p.reply(spec, correl, "TAX", b'{"n":%d}' % n).msg_id for n in range(2000)}
-        await until(lambda: asyncio.sleep(0, p.depth("GATHER.UNKNOWN")), lambda d: d == 2000, 120)
+        await p.landed("GATHER.UNKNOWN", lambda d: d == 2000, 120)
         result = await p.result(spec, correl)
         routed = [m.msg_id for m in p.messages("GATHER.UNKNOWN")]
         history = await p.handle(spec, correl).fetch_history()
@@ -360,7 +360,7 @@ async def test_every_batch_fits_maxumsgs_when_each_message_is_moved(
             p.put("GATHER.IN", MQMessage(correl_id=b"C%d" % n, body=b"%d" % n, **fields)).msg_id
             for n in range(60)
         ]
-        await until(lambda: asyncio.sleep(0, p.depth("GATHER.FAILURE")), lambda d: d == 60)
+        await p.landed("GATHER.FAILURE", lambda d: d == 60)
         moved = p.messages("GATHER.FAILURE")
         confirmations = p.messages("APP.REPORTS")
         assert p.empty("GATHER.IN") and p.empty("GATHER.BACKOUT")
@@ -381,11 +381,11 @@ async def test_a_bridge_reads_maxumsgs_again_when_it_was_lowered(temporal_env, t
     spec = AggregateSpec(name="lowered", legs=LEGS)
     async with pipeline(temporal_env.client, tmp_path, [spec], run_worker=False) as p:
         p.put("GATHER.IN", MQMessage(correl_id=b"FIRST", body=b"first"))
-        await until(lambda: asyncio.sleep(0, p.depth("GATHER.FAILURE")), lambda d: d == 1)
+        await p.landed("GATHER.FAILURE", lambda d: d == 1)
         p.qm.set_max_uncommitted(20)
         for n in range(60):
             p.put("GATHER.IN", MQMessage(correl_id=b"C%d" % n, body=b"%d" % n))
-        await until(lambda: asyncio.sleep(0, p.depth("GATHER.FAILURE")), lambda d: d == 61)
+        await p.landed("GATHER.FAILURE", lambda d: d == 61)
         moved = p.messages("GATHER.FAILURE")
         assert p.empty("GATHER.IN") and p.empty("GATHER.BACKOUT")
         assert p.bridge.stats.rollbacks <= 1
@@ -402,7 +402,7 @@ async def test_a_flood_is_routed_within_maxumsgs(temporal_env, tmp_path):
     correl = b"FLOOD".ljust(24, b"\0")
     async with pipeline(temporal_env.client, tmp_path, [spec], maxumsgs=30) as p:
         sent = {p.reply(spec, correl, "TAX", b'{"n":%d}' % n).msg_id for n in range(300)}
-        await until(lambda: asyncio.sleep(0, p.depth("GATHER.UNKNOWN")), lambda d: d == 300, 60)
+        await p.landed("GATHER.UNKNOWN", lambda d: d == 300, 60)
         result = await p.result(spec, correl)
         routed = [m.msg_id for m in p.messages("GATHER.UNKNOWN")]
         assert p.empty("GATHER.IN") and p.empty("GATHER.FAILURE") and p.empty("GATHER.BACKOUT")

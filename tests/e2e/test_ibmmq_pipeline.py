@@ -5,7 +5,6 @@ one place."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime
 
@@ -63,11 +62,7 @@ async def test_a_gather_with_duplicate_late_unknown_and_poison_replies(temporal_
         expected = {dup.msg_id: "GATHER.DUPLICATE", late.msg_id: "GATHER.LATE",
                     unknown.msg_id: "GATHER.UNKNOWN", poison.msg_id: "GATHER.FAILURE",
                     coa.msg_id: "GATHER.REPORT"}  # fmt: skip
-        await until(
-            lambda: asyncio.sleep(0, sum(p.depth(q) for q in OUTPUTS[1:])),
-            lambda n: n == len(expected),
-            30,
-        )
+        await p.landed(OUTPUTS[1:], lambda n: n == len(expected), 30)
         found: dict[bytes, list[str]] = {}
         copies: dict[bytes, MQMessage] = {}
         for queue in OUTPUTS:
