@@ -309,8 +309,9 @@ class CollectorRuns:
 async def collector_unplaced(
     client: Client, workflow_id: str, *, force: bool = False
 ) -> CollectorRuns:
-    """What each run of a collector that ended by hand had taken and not PUT, the newest
-    first; a run that ended longer ago than ``ledger_hours`` only with ``force`` (the
+    """What each run of a collector that ended by hand had taken and not PUT, the oldest
+    first (so that putting them back in turn keeps the order the destination's messages
+    came in); a run that ended longer ago than ``ledger_hours`` only with ``force`` (the
     ledger no longer tells what an earlier salvage put back). The destination's next
     message starts a new run under the same id, so the ended runs are found by their
     status."""
@@ -321,9 +322,9 @@ async def collector_unplaced(
     if _plain(workflow_id):
         query += f" AND WorkflowId = '{workflow_id}'"
     runs = CollectorRuns(found=[])
-    async for run in client.list_workflows(query):
-        if run.id != workflow_id:
-            continue
+    # Visibility lists the newest first.
+    ended = [run async for run in client.list_workflows(query) if run.id == workflow_id]
+    for run in sorted(ended, key=lambda run: run.start_time):
         handle = client.get_workflow_handle(workflow_id, run_id=run.run_id)
         found = await _asked(handle, UnplacedItems, run.status)
         attempts_over(workflow_id, found.mq_work, run.close_time)

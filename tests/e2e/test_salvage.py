@@ -225,6 +225,39 @@ async def test_a_terminated_collectors_messages_are_put_back_and_batched_once(
     assert texts == ["A", "B", "C"]
 
 
+async def test_two_terminated_runs_of_a_collector_are_put_back_oldest_first(temporal_env, tmp_path):
+    """A and B wait in the first run when it is terminated, C and D in the next run (C
+    started it). One salvage puts them back as they first came, A, B, C, D: the destination
+    receives its messages in the order it sent them, not the newer run's first."""
+    from tests.collecting import collecting, order
+    from workflows.collect_models import collector_id
+
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("France", "CMAOUT.FR", max_messages=5, max_delay_seconds=300)
+        handle = c.client.get_workflow_handle(collector_id(c.spec.name, "France"))
+        sent = []
+        for pair in (("A", "B"), ("C", "D")):
+            for text in pair:
+                sent.append("hex:" + c.send("France", order(text)).msg_id.hex())
+            await until(lambda: c.status("France"), lambda s: s.open_messages == 2, timeout=30)
+            await _terminated(handle, "by hand")
+
+        async def listed() -> int:
+            query = f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Terminated'"
+            return len([run async for run in c.client.list_workflows(query)])
+
+        await until(listed, lambda n: n == 2)
+        done = await cli(c.client, *_collector_salvage(c, "France"))
+        c.send("France", order("E"))
+        batch = await c.take("CMAOUT.FR")
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    put_back = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert [m["verdict"] for m in put_back] == ["sent"] * 4
+    assert [m["msg_id"] for m in put_back] == sent
+    texts = [part.split("</Test>")[0] for part in batch.body.decode().split("<Test>")[1:]]
+    assert texts == ["A", "B", "C", "D", "E"]
+
+
 async def test_properties_that_plain_json_cannot_carry_are_salvaged_as_they_came(
     temporal_env, tmp_path
 ):
