@@ -836,6 +836,11 @@ def batch_facts(histories: DataFrame) -> DataFrame:
             _ts(b["opened_at"]).alias("opened_at"),
             _ts(b["closed_at"]).alias("closed_at"),
             put_at.alias("put_at"),
+            # An older collector's batch records no first arrival: its wait counts from
+            # the opening. One recorded and unreadable leaves the wait null.
+            F.when(b["first_received_at"].isNull(), _ts(b["opened_at"]))
+            .otherwise(_ts(b["first_received_at"]))
+            .alias("waited_from"),
         )
         # The same batch in two files (an export read twice), or in the history of a
         # run that a reset started (a copy of the run before, up to the reset, markers
@@ -845,8 +850,7 @@ def batch_facts(histories: DataFrame) -> DataFrame:
         .withColumn("open_ms", _millis_between("opened_at", "closed_at"))
         .withColumn(
             "wait_ms",
-            (F.unix_micros("put_at") - F.unix_micros(F.coalesce("first_received_at", "opened_at")))
-            / F.lit(1000.0),
+            (F.unix_micros("put_at") - F.unix_micros("waited_from")) / F.lit(1000.0),
         )
         # Held to the declared schema (each cast a no-op where the type already agrees).
         .select(*(F.col(f.name).cast(f.dataType) for f in BATCH_FACTS_SCHEMA.fields))
@@ -861,6 +865,7 @@ def unreadable_batch() -> Column:
         | F.col("opened_at").isNull()
         | F.col("closed_at").isNull()
         | F.col("put_at").isNull()
+        | F.col("wait_ms").isNull()  # a first arrival recorded and unreadable
     )
 
 

@@ -9,6 +9,7 @@ import json
 import shutil
 
 import pandas as pd
+import pytest
 
 from analytics.export import export_histories
 from tests.collecting import collecting, order
@@ -170,7 +171,11 @@ async def test_a_reset_collector_counts_each_batch_put_once(temporal_env, spark,
     assert ours["run_id"].iloc[1] == after != ours["run_id"].iloc[0]
 
 
-def test_a_batch_whose_record_cannot_be_read_is_left_out_and_named(spark, tmp_path):
+# closed_at: a time every batch has; first_received_at: one an older collector's batch
+# lacks (its wait then counts from opened_at), which is no licence to pass over one that
+# is there and cannot be read.
+@pytest.mark.parametrize("altered_field", ["closed_at", "first_received_at"])
+def test_a_batch_whose_record_cannot_be_read_is_left_out_and_named(spark, tmp_path, altered_field):
     from analytics.job import analyze, format_summary
 
     data = tmp_path / "in"
@@ -182,7 +187,7 @@ def test_a_batch_whose_record_cannot_be_read_is_left_out_and_named(spark, tmp_pa
         if "result" in details:  # the batch's PUT
             payload = details["result"]["payloads"][0]
             put = json.loads(base64.b64decode(payload["data"]))
-            put["batch"]["closed_at"] = "soon"  # JSON still, a time no longer
+            put["batch"][altered_field] = "soon"  # JSON still, a time no longer
             payload["data"] = base64.b64encode(json.dumps(put).encode()).decode()
     altered.write_text(json.dumps(history))
     run = history["events"][0]["workflowExecutionStartedEventAttributes"]["workflowId"]
@@ -199,3 +204,26 @@ def test_a_batch_whose_record_cannot_be_read_is_left_out_and_named(spark, tmp_pa
     assert said.count(run) == 1
     page = (tmp_path / "out" / "report.html").read_text()
     assert "<td>collector batches left out (a value that cannot be read)</td><td>1</td>" in page
+
+
+def test_a_batch_that_records_no_first_arrival_waits_from_its_opening(spark, tmp_path):
+    from analytics.job import read_histories
+    from analytics.transforms import batch_facts, unreadable_batch
+
+    history = json.loads((HISTORIES / LATEST / "collect_count.json").read_text())
+    for event in history["events"]:
+        details = event.get("markerRecordedEventAttributes", {}).get("details", {})
+        if "result" in details:
+            payload = details["result"]["payloads"][0]
+            put = json.loads(base64.b64decode(payload["data"]))
+            put["batch"]["first_received_at"] = None  # as a batch of no recorded arrival
+            payload["data"] = base64.b64encode(json.dumps(put).encode()).decode()
+    line = {"workflowId": "collect:c:count", "runId": "r1", "history": history}
+    export = tmp_path / "one.ndjson"
+    export.write_text(json.dumps(line) + "\n")
+    rows = batch_facts(read_histories(spark, [str(export)]))
+    [batch] = rows.collect()
+    assert rows.filter(unreadable_batch()).count() == 0
+    assert batch["first_received_at"] is None
+    expected = (batch["put_at"] - batch["opened_at"]).total_seconds() * 1000
+    assert batch["wait_ms"] == pytest.approx(expected)
