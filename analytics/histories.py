@@ -18,12 +18,13 @@ from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
-from temporalio.api.enums.v1 import WorkflowTaskFailedCause
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.export.v1 import WorkflowExecutions
 from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import WorkflowHistory
 
 from mqgather.errors import MQGatherError
+from mqgather.names import GATHER_WORKFLOW
 from mqgather.runtime.codec import (
     SEALED_JSON_ENCODING,
     KeyRing,
@@ -51,6 +52,9 @@ class Inputs:
     ndjson: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     duplicates_dropped: int = 0
+    #: Gathers still running when their file was written (a ``temporal workflow show``
+    #: of an open gather): nothing to count until they close.
+    running: list[str] = field(default_factory=list)
 
 
 def history_line(workflow_id: str, run_id: str, history: History) -> str:
@@ -136,6 +140,30 @@ def read_cloud_export(path: Path) -> Iterator[tuple[str, str, History]]:
         yield workflow_id, run_id, item.history
 
 
+#: The events that end a run: after any other, the run was still going.
+_LAST_EVENTS = frozenset(
+    {
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+    }
+)
+
+
+def ended(history: History) -> bool:
+    """Whether ``history``'s run had ended (continued as new included) when it was read."""
+    return history.events[-1].event_type in _LAST_EVENTS
+
+
+def running_gather(history: History) -> bool:
+    """Whether ``history`` is a gather's that had not ended when it was read."""
+    started = history.events[0].workflow_execution_started_event_attributes
+    return started.workflow_type.name == GATHER_WORKFLOW and not ended(history)
+
+
 def kind_of(path: Path) -> str:
     """``export``, ``cli`` or ``cloud``, by the file's name (and first byte for ``.json``)."""
     name = path.name.lower()
@@ -214,7 +242,8 @@ def collect(
     progress: Callable[[str], None] = lambda _: None,
 ) -> Inputs:
     """Find the history files under ``paths``; turn CLI and Cloud files into NDJSON under
-    ``staging`` (each workflow run once: Cloud exports are delivered at least once).
+    ``staging`` (each workflow run once: Cloud exports are delivered at least once; of a
+    run read more than once, the copy written after it ended, or else the fullest).
 
     Export NDJSON files are passed on as they are; Spark reads them and reports a corrupt
     one by name. Sealed payloads are opened with ``cipher``: export files holding them
@@ -242,6 +271,7 @@ def collect(
     staging.mkdir(parents=True, exist_ok=True)
     staging.chmod(PRIVATE_DIR)
     seen: set[tuple[str, str]] = set()
+    unfinished: dict[tuple[str, str], History] = {}  # runs not ended in their file
     staged = staging / "converted.ndjson"
     wrote = False
     sealed: list[Path] = []
@@ -266,12 +296,29 @@ def collect(
                 found.skipped[str(file)] = str(exc)
                 continue
             for workflow_id, run_id, history in histories:
-                if (workflow_id, run_id) in seen:
+                run = (workflow_id, run_id)
+                if run in seen:
                     found.duplicates_dropped += 1
                     continue
-                seen.add((workflow_id, run_id))
+                if not ended(history):
+                    # Kept back: a copy read later may be fuller, or written once it ended.
+                    earlier = unfinished.get(run)
+                    if earlier is not None:
+                        found.duplicates_dropped += 1
+                        if len(earlier.events) >= len(history.events):
+                            continue
+                    unfinished[run] = history
+                    continue
+                if unfinished.pop(run, None) is not None:
+                    found.duplicates_dropped += 1
+                seen.add(run)
                 out.write(history_line(workflow_id, run_id, history) + "\n")
                 wrote = True
+        for (workflow_id, run_id), history in unfinished.items():
+            if running_gather(history):
+                found.running.append(workflow_id)
+            out.write(history_line(workflow_id, run_id, history) + "\n")
+            wrote = True
     if wrote:
         found.ndjson.append(str(staged))
     else:

@@ -143,7 +143,8 @@ _LINE_COLUMNS = (_FILE, _BAD, _OTHER, FACT, UNRECORDED)
 def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
     """Every line of export NDJSON ``files`` as a history record, a corrupt or truncated
     one included (its fields null), with its file's URI and two flags: ``_bad_line``
-    (not a history record) and ``_not_a_gather`` (a history other than a gather's).
+    (not a history record: not JSON, or without its workflow or run id) and
+    ``_not_a_gather`` (a history other than a gather's).
     ``files`` holds one file at least."""
     return (
         spark.read.schema(RAW_SCHEMA)
@@ -153,7 +154,10 @@ def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
         .select(
             "*",
             F.input_file_name().alias(_FILE),
-            (F.col(CORRUPT).isNotNull() | F.col("workflowId").isNull()).alias(_BAD),
+            # A record without its run id cannot be counted once per run.
+            (
+                F.col(CORRUPT).isNotNull() | F.col("workflowId").isNull() | F.col("runId").isNull()
+            ).alias(_BAD),
             (~F.coalesce(F.col("workflowId").startswith(GATHER_ID_PREFIX), F.lit(False))).alias(
                 _OTHER
             ),
@@ -493,6 +497,8 @@ def analyze(
         # Left out, named by their collector runs: an altered or damaged export.
         "unreadable_batches": len(unreadable),
         "unreadable_batch_runs": sorted(set(unreadable)),
+        # Not counted: a file written while they ran (`temporal workflow show`).
+        "running_gathers": sorted(set(found.running)),
     }
     progress("charts and report")
     images = charts(trend_df, leg_df, out / "charts")
@@ -558,6 +564,10 @@ def format_summary(result: Analysis) -> str:
                      "hold a value that cannot be read (a time that is not one, an input that "
                      "does not decode), in the runs of "
                      + ", ".join(s["unreadable_batch_runs"]))  # fmt: skip
+    if running := s["running_gathers"]:
+        lines.append(f"{len(running)} gather(s) still running when their file was written, "
+                     "not counted (read them again once they close): "
+                     + ", ".join(running))  # fmt: skip
     for name, reason in result.skipped.items():
         lines.append(f"skipped {name}: {reason}")
     lines.append(f"written to {result.out}: facts/ and batch_facts/ (Parquet), trends.csv, "

@@ -378,6 +378,10 @@ def html_report(data: ReportData, images: dict[str, list[Path]], path: Path) -> 
             ),
             ("duplicate histories dropped", str(s["duplicate_histories_dropped"])),
             (
+                "gathers still running in their files (not counted)",
+                str(len(s.get("running_gathers", []))),
+            ),
+            (
                 "runs counted with another run of their gather (read twice, or reset)",
                 str(s.get("runs_counted_with_another", 0)),
             ),

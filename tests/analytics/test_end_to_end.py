@@ -24,6 +24,7 @@ from analytics.export import export_histories
 from bridge.mq.models import parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.errors import MQGatherError
+from tests.analytics.test_histories import running_copy
 from tests.harness import pipeline
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
@@ -417,11 +418,17 @@ def test_corrupt_and_truncated_inputs_are_named_and_skipped(spark, recorded, tmp
     garbage_json.write_text("{ not json")
     garbage_pb = inputs / "garbage.pb"
     garbage_pb.write_bytes(b"\xff\xfe not protobuf")
+    running = running_copy("quorum.json", inputs)  # `temporal workflow show` of an open one
     result = analyze(spark, [inputs], tmp_path / "out")
     assert set(result.skipped) == {str(truncated), str(garbage_json), str(garbage_pb)}
     assert result.summary["gathers"] == 6
+    assert result.summary["running_gathers"] == [running]
     text = format_summary(result)
     assert f"skipped {truncated}" in text and "6 gathers" in text
+    assert "1 gather(s) still running when their file was written, not counted" in text
+    assert text.count(running) == 1
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<td>gathers still running in their files (not counted)</td><td>1</td>" in page
 
 
 def test_analyze_from_a_shell(recorded, tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from analytics.histories import SEALED_MARK, _holds, collect
+from analytics.histories import SEALED_MARK, _holds, collect, read_cli_json
 from analytics.synth import as_exported, synthesize
 from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key
 from tests.workflows.record import HISTORIES
@@ -146,3 +146,46 @@ def test_a_sealed_export_with_a_byte_order_mark_is_opened_as_one_without(tmp_pat
     found = collect([marked.parent], tmp_path / "staging", PayloadCipher(ring), workers=1)
     assert found.skipped == {}
     assert _records(Path(found.ndjson[0])) == _records(plain)
+
+
+def running_copy(recorded: str, folder: Path, events: int = 3) -> str:
+    """A recorded history cut to its first ``events``, as ``temporal workflow show``
+    writes a run that has not ended, into ``folder``; its workflow id."""
+    history = json.loads((HISTORIES / LATEST / recorded).read_text())
+    history["events"] = history["events"][:events]
+    path = folder / f"running-{events}-{recorded}"
+    path.write_text(json.dumps(history))
+    [(workflow_id, _, _)] = read_cli_json(path)
+    return workflow_id
+
+
+def test_a_gather_still_running_in_a_cli_file_is_named_and_the_ended_are_not(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for ended in ("timeout_xml.json", "continue_as_new_run1.json", "collect_count.json"):
+        (folder / ended).write_bytes((HISTORIES / LATEST / ended).read_bytes())
+    running = running_copy("quorum.json", folder)
+    running_copy("collect_count.json", folder)  # a collector runs for ever: its batches count
+    found = collect([folder], tmp_path / "staging")
+    assert found.skipped == {}
+    assert found.running == [running]
+    assert found.duplicates_dropped == 1  # the collector's, read twice
+
+
+@pytest.mark.parametrize("recorded", ["timeout_xml.json", "collect_count.json"])
+@pytest.mark.parametrize("fullest_first", [True, False])
+def test_a_run_read_more_than_once_counts_by_its_fullest_copy_in_either_order(
+    tmp_path, recorded, fullest_first
+):
+    # `temporal workflow show` saved while the run went on, and again later (a gather
+    # once it had ended; a collector, which never ends, further on).
+    folder = tmp_path / "in"
+    folder.mkdir()
+    whole = (HISTORIES / LATEST / recorded).read_bytes()
+    (folder / ("a.json" if fullest_first else "z.json")).write_bytes(whole)
+    running_copy(recorded, folder, events=3)
+    running_copy(recorded, folder, events=5)
+    found = collect([folder], tmp_path / "staging")
+    assert (found.running, found.duplicates_dropped) == ([], 2)
+    [line] = Path(found.ndjson[0]).read_text().splitlines()
+    assert json.loads(line)["history"] == json.loads(whole)

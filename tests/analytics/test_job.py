@@ -189,6 +189,21 @@ def test_files_named_with_spaces_and_accents_are_told_apart(spark, tmp_path):
     assert set(result.skipped) == {str(broken)}
 
 
+def test_a_gather_record_without_its_run_id_leaves_its_file_out(spark, tmp_path):
+    # Each run counts once by its run id: a record without one cannot be counted, nor
+    # passed over unsaid.
+    good = _gathers(tmp_path / "good.ndjson", 5)
+    first, second = (line for line, _ in synthesize(2, seed=11))
+    record = json.loads(first)
+    del record["runId"]
+    broken = tmp_path / "no-run.ndjson"
+    broken.write_text(json.dumps(record) + "\n" + second + "\n")
+    files = [good, str(broken)]
+    checked = check_files(line_facts(spark, files), files)
+    assert checked.good == [good]
+    assert checked.skipped == {str(broken): "corrupt or truncated line (not a history record)"}
+
+
 #: A change to a gather's history: given its events and its decoded result (to alter in
 #: place), it returns the result payload's new base64 text, or None to encode the result.
 Change = Callable[[list[dict], dict], str | None]
