@@ -52,9 +52,9 @@ class Inputs:
     ndjson: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     duplicates_dropped: int = 0
-    #: Gathers still running when their file was written (a ``temporal workflow show``
-    #: of an open gather): nothing to count until they close.
-    running: list[str] = field(default_factory=list)
+    #: (workflow id, run id) of the gathers still running when their file was written
+    #: (a ``temporal workflow show`` of an open gather): nothing to count until they close.
+    running: list[tuple[str, str]] = field(default_factory=list)
 
 
 def history_line(workflow_id: str, run_id: str, history: History) -> str:
@@ -316,7 +316,7 @@ def collect(
                 wrote = True
         for (workflow_id, run_id), history in unfinished.items():
             if running_gather(history):
-                found.running.append(workflow_id)
+                found.running.append((workflow_id, run_id))
             out.write(history_line(workflow_id, run_id, history) + "\n")
             wrote = True
     if wrote:

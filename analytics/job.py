@@ -498,7 +498,7 @@ def analyze(
         "unreadable_batches": len(unreadable),
         "unreadable_batch_runs": sorted(set(unreadable)),
         # Not counted: a file written while they ran (`temporal workflow show`).
-        "running_gathers": sorted(set(found.running)),
+        "running_gathers": still_running(facts, found.running),
     }
     progress("charts and report")
     images = charts(trend_df, leg_df, out / "charts")
@@ -524,6 +524,19 @@ def analyze(
         "report": time.perf_counter() - trends_done,
     }
     return Analysis(out=out, summary=summary, skipped=skipped, files=files, timings=timings)
+
+
+def still_running(facts: DataFrame, runs: list[tuple[str, str]]) -> list[str]:
+    """The gather ids of ``runs`` (read while they ran) that no other file gave as
+    ended: an export of the same run, written after it closed, counts instead."""
+    if not runs:
+        return []
+    ids = sorted({workflow_id for workflow_id, _ in runs})
+    ended = facts.filter(F.col("gather_id").isin(ids)).select("gather_id", "run_id").collect()
+    counted = {(row["gather_id"], row["run_id"]) for row in ended}
+    return sorted(
+        {workflow_id for workflow_id, run_id in runs if (workflow_id, run_id) not in counted}
+    )
 
 
 def format_summary(result: Analysis) -> str:

@@ -168,7 +168,7 @@ def test_a_gather_still_running_in_a_cli_file_is_named_and_the_ended_are_not(tmp
     running_copy("collect_count.json", folder)  # a collector runs for ever: its batches count
     found = collect([folder], tmp_path / "staging")
     assert found.skipped == {}
-    assert found.running == [running]
+    assert [workflow_id for workflow_id, _ in found.running] == [running]
     assert found.duplicates_dropped == 1  # the collector's, read twice
 
 
