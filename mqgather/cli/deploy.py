@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from mqgather.cli.options import deployment_option, run
+from mqgather.cli.options import deployment_option, finite, run
 from mqgather.runtime.deployments import DeploymentInfo
 
 
@@ -68,7 +68,8 @@ def status(deployment: str, as_json: bool) -> None:
 @click.argument("build_id")
 @click.option(
     "--ramp",
-    type=float,
+    type=click.FloatRange(0, 100),
+    callback=finite,
     default=None,
     metavar="PERCENT",
     help="Send only this share (0-100) of new gathers to BUILD_ID; without it, all of them.",

@@ -21,6 +21,7 @@ from bridge.mq.models import ID_LENGTH, format_id, parse_id
 from mqgather.cli.options import (
     connector,
     fanout_options,
+    finite,
     mq_option,
     run,
     salvage_options,
@@ -29,7 +30,7 @@ from mqgather.cli.options import (
     with_progress,
 )
 from mqgather.config import load_config
-from mqgather.constants import DEFAULT_LEDGER_HOURS, MAX_WAIT_SECONDS
+from mqgather.constants import DEFAULT_LEDGER_HOURS, MAX_LEDGER_HOURS, MAX_WAIT_SECONDS
 from mqgather.errors import MQGatherError
 from mqgather.names import (
     CORREL_ID,
@@ -275,6 +276,7 @@ def release(correl_id: str, name: str | None, reason: str, as_json: bool) -> Non
         default=60.0,
         show_default=True,
         type=click.FloatRange(0, MAX_WAIT_SECONDS, min_open=True),
+        callback=finite,
         help="The new deadline, from now (at most 366 days).",
     ),
 )
@@ -334,11 +336,13 @@ def rerequest(correl_id: str, name: str | None, leg: str, reason: str, as_json: 
 )
 @click.option(
     "--within",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(0, MAX_LEDGER_HOURS, min_open=True),
+    callback=finite,
     default=DEFAULT_LEDGER_HOURS,
     show_default=True,
-    help="With --all: how many hours back to look. A run that ended longer ago than its "
-    "aggregate's ledger_hours is left: the ledger no longer tells what was sent of it.",
+    help="With --all: how many hours back to look (at most the longest ledger_hours). A "
+    "run that ended longer ago than its aggregate's ledger_hours is left: the ledger no "
+    "longer tells what was sent of it.",
 )
 @salvage_options(
     "Salvage the gather though it ended longer ago than its ledger_hours: a reply sent by "

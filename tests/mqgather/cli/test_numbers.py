@@ -1,0 +1,31 @@
+"""Numbers the operators' commands take: a value no one could mean (NaN, infinity, out of
+range) is refused by name before Temporal is reached, never a traceback after."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from mqgather.cli.main import cli
+
+NOWHERE = {"TEMPORAL_ADDRESS": "127.0.0.1:9"}  # refused at once, were it reached
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["salvage", "--all", "--within", "nan"], "'--within': not a number"),
+        (["salvage", "--all", "--within", "inf"], "'--within': inf is not in the range"),
+        (["salvage", "--all", "--within", "1e308"], "'--within': 1e+308 is not in the range"),
+        (["salvage", "--all", "--within", "0"], "'--within': 0.0 is not in the range"),
+        (["extend", "--aggregate", "orders", "X", "--seconds", "nan"], "'--seconds': not a number"),
+        (["deploy", "promote", "B1", "--ramp", "nan"], "'--ramp': not a number"),
+        (["deploy", "promote", "B1", "--ramp", "150"], "'--ramp': 150.0 is not in the range"),
+        (["deploy", "promote", "B1", "--ramp", "-3"], "'--ramp': -3.0 is not in the range"),
+    ],
+)
+def test_a_number_no_one_could_mean_is_refused_before_temporal_is_reached(args, said):
+    out = CliRunner().invoke(cli, args, env=NOWHERE)
+    assert out.exit_code == 2, out.output
+    assert said in out.output
+    assert "cannot reach Temporal" not in out.output
