@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 
 from bridge.identify import INDEX_LENGTH, KEY_LENGTH, gather_correl_id, leg_correl_id
 from bridge.mq import hold, reports
@@ -26,7 +27,7 @@ from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec, over_limits
 from mqgather.constants import MAX_KEPT_REQUEST_BYTES, MAX_WAIT_SECONDS
 from mqgather.errors import MQGatherError, first_problem
-from mqgather.limits import shown
+from mqgather.limits import queue_name_problem, shown
 from mqgather.names import PROP_AGGREGATE, SIGNAL_EXPECT, TASK_QUEUE
 from workflows.gather import GatherWorkflow
 from workflows.models import (
@@ -41,6 +42,15 @@ from workflows.models import (
 
 class ScatterError(MQGatherError):
     """The gather could not be registered (for example it is already closed)."""
+
+
+def _refused(exc: RPCError) -> str:
+    """Why Temporal refused a gather's start, and what to do where that is known."""
+    said = f"Temporal refused the start ({exc.status.name}: {exc.message})"
+    if "search attribute" in exc.message:
+        # A namespace no mqgather worker or bridge has started on yet.
+        said += "; a worker or bridge defines mqgather's search attributes as it starts: start one"
+    return said
 
 
 @dataclass(frozen=True)
@@ -202,6 +212,15 @@ async def scatter(
             f"timeout_seconds: {timeout_seconds:g} is not a wait; "
             f"give 0 to {shown(MAX_WAIT_SECONDS)}"
         )
+    for what, name in (("reply_to_q", reply_to_q), ("reply_to_qmgr", reply_to_qmgr)):
+        # Found now, not when the response's PUT fails at the gather's end.
+        if problem := queue_name_problem(name):
+            raise ScatterError(f"{what} {name[:60]!r}: {problem}")
+    if unsent := sorted(set(bodies or {}) - names):
+        raise ScatterError(
+            f"a body for {', '.join(unsent)}, which is not a leg sent "
+            f"(legs: {', '.join(sorted(names))})"
+        )
     correl = correl_id or new_gather_key()
     if len(correl) > ID_LENGTH:
         raise ScatterError(f"a CorrelId is at most {ID_LENGTH} bytes, not {len(correl)}")
@@ -242,6 +261,9 @@ async def scatter(
     except ValidationError as exc:
         transport.backout()
         raise ScatterError(f"gather {gid} not registered: {first_problem(exc)}") from exc
+    except RPCError as exc:
+        transport.backout()
+        raise ScatterError(f"gather {gid} not registered: {_refused(exc)}") from exc
     except BaseException:
         transport.backout()
         raise

@@ -12,6 +12,8 @@ DEFAULT_CONFIG_FILE = "mqgather.toml"
 #: The characters an MQ object name (a queue's, a queue manager's) may hold, as a regex
 #: character range: A-Z, a-z, 0-9, period, forward slash, underscore and percent.
 MQ_NAME_CHARACTERS = "A-Za-z0-9._/%"
+#: MQ_Q_NAME_LENGTH and MQ_Q_MGR_NAME_LENGTH: the longest queue or queue manager name.
+MQ_NAME_LENGTH = 48
 
 # Queue manager defaults (the values of a freshly created IBM MQ queue manager).
 DEFAULT_QMGR_NAME = "MQGATHER"

@@ -132,8 +132,11 @@ def queue_name_problem(name: str) -> str | None:
     MQOPEN finds no such queue), or None. An empty name is the caller's to judge (an
     optional queue left blank).
 
-    MQ's rule: A-Z, a-z, 0-9, period, forward slash, underscore and percent; no blank.
+    MQ's rule: at most 48 characters, of A-Z, a-z, 0-9, period, forward slash, underscore
+    and percent; no blank. A queue manager's name follows the same rule.
     """
+    if len(name) > k.MQ_NAME_LENGTH:
+        return f"{len(name)} characters; MQ names are at most {k.MQ_NAME_LENGTH}"
     bad = _NOT_IN_MQ_NAMES.search(name)
     if bad is None:
         return None

@@ -79,7 +79,13 @@ def scatter(
         leg, eq, text = item.partition("=")
         if not eq:
             raise click.BadParameter(f"{item!r} is not LEG=TEXT", param_hint="--body")
-        leg_bodies[leg] = text.encode()
+        try:
+            leg_bodies[leg] = text.encode()
+        except UnicodeEncodeError:  # bytes the terminal gave that are not UTF-8
+            raise click.BadParameter(
+                f"{leg}'s text is not UTF-8, which the request's CCSID (1208) says it is",
+                param_hint="--body",
+            ) from None
 
     async def main(_: asyncio.Event) -> None:
         client = await connect()

@@ -100,6 +100,9 @@ def test_a_valid_file_loads(tmp_path):
         ("[aggregates.a]\nlegs = [{name='CREDIT-CHECK'}]",
          "(CREDIT-CHECK requests of aggregate a): '-' cannot stand in an MQ queue name: only "
          "A-Z, a-z, 0-9 and . / _ %; give the leg a request_queue"),
+        (f"[aggregates.a]\nlegs = [{{name='{'L' * 41}'}}]",
+         f"'BACKEND.{'L' * 41}' ({'L' * 41} requests of aggregate a): 49 characters; MQ names "
+         "are at most 48; give the leg a request_queue"),
         ("[queues.'IN.Q']\nboqname = 'IN#BACKOUT'", "'IN#BACKOUT' (BOQNAME of IN.Q)"),
         ("[collectors.c]\ninput_queue = 'größe'", "(messages to batch of collector c)"),
     ],

@@ -1,5 +1,6 @@
-"""Numbers the operators' commands take: a value no one could mean (NaN, infinity, out of
-range) is refused by name before Temporal is reached, never a traceback after."""
+"""Arguments the operators' commands take: a value no one could mean (NaN, infinity, out
+of range, text that is not UTF-8) is refused by name before Temporal is reached, never a
+traceback after."""
 
 from __future__ import annotations
 
@@ -29,3 +30,9 @@ def test_a_number_no_one_could_mean_is_refused_before_temporal_is_reached(args, 
     assert out.exit_code == 2, out.output
     assert said in out.output
     assert "cannot reach Temporal" not in out.output
+
+
+def test_a_body_that_is_not_utf8_is_refused_by_leg():
+    out = CliRunner().invoke(cli, ["scatter", "--body", "CREDIT=caf\udce9"], env=NOWHERE)
+    assert out.exit_code == 2, out.output
+    assert "CREDIT's text is not UTF-8" in out.output
