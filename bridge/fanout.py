@@ -29,6 +29,7 @@ from mqgather.constants import MAX_KEPT_REQUEST_BYTES, MAX_WAIT_SECONDS
 from mqgather.errors import MQGatherError, first_problem
 from mqgather.limits import queue_name_problem, shown
 from mqgather.names import PROP_AGGREGATE, SIGNAL_EXPECT, TASK_QUEUE
+from mqgather.runtime.temporal import refusal
 from workflows.gather import GatherWorkflow
 from workflows.models import (
     LegRequest,
@@ -42,15 +43,6 @@ from workflows.models import (
 
 class ScatterError(MQGatherError):
     """The gather could not be registered (for example it is already closed)."""
-
-
-def _refused(exc: RPCError) -> str:
-    """Why Temporal refused a gather's start, and what to do where that is known."""
-    said = f"Temporal refused the start ({exc.status.name}: {exc.message})"
-    if "search attribute" in exc.message:
-        # A namespace no mqgather worker or bridge has started on yet.
-        said += "; a worker or bridge defines mqgather's search attributes as it starts: start one"
-    return said
 
 
 @dataclass(frozen=True)
@@ -263,7 +255,7 @@ async def scatter(
         raise ScatterError(f"gather {gid} not registered: {first_problem(exc)}") from exc
     except RPCError as exc:
         transport.backout()
-        raise ScatterError(f"gather {gid} not registered: {_refused(exc)}") from exc
+        raise ScatterError(f"gather {gid} not registered: {refusal(exc, 'the start')}") from exc
     except BaseException:
         transport.backout()
         raise

@@ -133,6 +133,39 @@ async def temporal_env():
     await env.shutdown()
 
 
+@pytest.fixture(scope="session")
+async def bare_namespace(temporal_env):
+    """A client of a namespace of the dev server on which no mqgather worker or bridge
+    has started: mqgather's search attributes are not defined there."""
+    import uuid
+
+    from google.protobuf.duration_pb2 import Duration
+    from temporalio.api.workflowservice.v1 import (
+        DescribeNamespaceRequest,
+        RegisterNamespaceRequest,
+    )
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from tests.harness import until
+
+    namespace = f"bare-{uuid.uuid4().hex[:8]}"
+    service = temporal_env.client.workflow_service
+    await service.register_namespace(
+        RegisterNamespaceRequest(
+            namespace=namespace, workflow_execution_retention_period=Duration(seconds=86400)
+        )
+    )
+    # A namespace just registered takes a moment to be known.
+    await until(lambda: service.describe_namespace(DescribeNamespaceRequest(namespace=namespace)),
+                lambda _: True, 30)  # fmt: skip
+    return await Client.connect(
+        temporal_env.client.service_client.config.target_host,
+        namespace=namespace,
+        data_converter=pydantic_data_converter,
+    )
+
+
 def _postgres_bin() -> Path | None:
     found = shutil.which("initdb")
     if found:

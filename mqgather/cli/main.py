@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 from pydantic import ValidationError
+from temporalio.service import RPCError
 
 from mqgather import __version__
 from mqgather.cli import (
@@ -25,6 +26,7 @@ from mqgather.cli import (
 )
 from mqgather.errors import MQGatherError, first_problem
 from mqgather.runtime import telemetry
+from mqgather.runtime.temporal import refusal
 
 
 class _Group(click.Group):
@@ -37,6 +39,10 @@ class _Group(click.Group):
             raise click.ClickException(str(exc)) from exc
         except ValidationError as exc:
             raise click.ClickException(first_problem(exc, "")) from exc
+        except RPCError as exc:
+            # A call the server refused that no command expected (a query on a namespace
+            # without mqgather's search attributes): the refusal, not a traceback.
+            raise click.ClickException(refusal(exc)) from exc
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -189,6 +189,18 @@ async def ensure_search_attributes(client: Client) -> None:
             raise _dropped(client, "adding search attributes", exc) from exc
 
 
+def refusal(exc: RPCError, call: str = "the call") -> str:
+    """What Temporal refused and why, and what to do where that is known."""
+    said = f"Temporal refused {call} ({exc.status.name}: {exc.message})"
+    if "search attribute" in exc.message:
+        # A namespace no mqgather worker or bridge has started on yet.
+        said += (
+            "; a worker or bridge defines mqgather's search attributes as it starts: "
+            "start one against this namespace"
+        )
+    return said
+
+
 def _dropped(client: Client, call: str, exc: RPCError) -> TemporalUnavailable:
     """The error of a call the server dropped (it starts, restarts or sheds load)."""
     host = client.service_client.config.target_host

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from bridge.fanout import ScatterError, request_expiry
 from bridge.mq.models import MQEI_UNLIMITED
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import MAX_KEPT_REQUEST_BYTES
-from tests.harness import pipeline, until
+from tests.harness import pipeline
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20, retries=1))
 
@@ -65,42 +63,21 @@ def test_a_request_expires_when_nobody_waits_for_its_reply(expire, leg_timeout, 
     assert request_expiry(spec, leg, timeout) == expiry
 
 
-async def test_a_start_temporal_refuses_says_why_and_sends_no_request(temporal_env, tmp_path):
+async def test_a_start_temporal_refuses_says_why_and_sends_no_request(
+    temporal_env, bare_namespace, tmp_path
+):
     """On a namespace no worker or bridge has started on, mqgather's search attributes
     are not defined: the start is refused, the requests backed out, and the error says
     what to do."""
-    from google.protobuf.duration_pb2 import Duration
-    from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
-    from temporalio.client import Client
-    from temporalio.contrib.pydantic import pydantic_data_converter
-
     from bridge.fanout import scatter
 
-    namespace = f"bare-{uuid.uuid4().hex[:8]}"
-    await temporal_env.client.workflow_service.register_namespace(
-        RegisterNamespaceRequest(
-            namespace=namespace, workflow_execution_retention_period=Duration(seconds=86400)
-        )
-    )
-    bare = await Client.connect(
-        temporal_env.client.service_client.config.target_host,
-        namespace=namespace,
-        data_converter=pydantic_data_converter,
-    )
     spec = AggregateSpec(name="bare", legs=LEGS, timeout_seconds=30)
     async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False) as p:
-
-        async def refused() -> str:
-            try:
-                await scatter(bare, p.qm, spec, task_queue=p.task_queue)
-            except ScatterError as exc:
-                return str(exc)
-            return "started"
-
-        # A namespace just registered may take a moment to be known.
-        said = await until(refused, lambda text: "search attribute" in text, 30)
+        with pytest.raises(ScatterError) as refused:
+            await scatter(bare_namespace, p.qm, spec, task_queue=p.task_queue)
         p.qm.commit()
         depths = {leg.name: p.depth(leg.queue()) for leg in LEGS}
-    assert "Temporal refused the start (INVALID_ARGUMENT" in said
+    said = str(refused.value)
+    assert "Temporal refused the start (INVALID_ARGUMENT" in said and "search attribute" in said
     assert "a worker or bridge defines mqgather's search attributes as it starts" in said
     assert depths == {"CREDIT": 0, "STOCK": 0}

@@ -4,6 +4,10 @@ traceback after."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from click.testing import CliRunner
 
@@ -36,3 +40,16 @@ def test_a_body_that_is_not_utf8_is_refused_by_leg():
     out = CliRunner().invoke(cli, ["scatter", "--body", "CREDIT=caf\udce9"], env=NOWHERE)
     assert out.exit_code == 2, out.output
     assert "CREDIT's text is not UTF-8" in out.output
+
+
+def test_a_call_temporal_refuses_is_said_with_what_to_do_not_a_traceback(bare_namespace):
+    # `status` without --aggregate finds the gather by its CorrelId search attribute,
+    # which a namespace no worker has started on lacks.
+    env = {**os.environ, "TEMPORAL_ADDRESS": bare_namespace.service_client.config.target_host,
+           "TEMPORAL_NAMESPACE": bare_namespace.namespace}  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "mqgather.cli", "status", "ORDER-1"], env=env,
+                         capture_output=True, timeout=60)  # fmt: skip
+    said = out.stderr.decode()
+    assert out.returncode == 1 and "Traceback" not in said, said
+    assert "Error: Temporal refused the call (INVALID_ARGUMENT" in said
+    assert "start one against this namespace" in said
