@@ -244,19 +244,36 @@ def codec_server(
     MQGATHER_CODEC_TOKEN or MQGATHER_CODEC_TOKEN_FILE; the key ring comes from
     MQGATHER_KEYS / MQGATHER_KEYS_FILE.
     """
-    from mqgather.runtime.codec_server import CodecServer, server_tls
+    from mqgather.runtime.codec_server import (
+        CodecServer,
+        namespace_problem,
+        origin_problem,
+        server_tls,
+    )
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("give --tls-cert and --tls-key together")
+    for flag, values, problem_of in (("--ui-origin", origins, origin_problem),
+                                     ("--namespace", namespaces, namespace_problem)):  # fmt: skip
+        for value in values:
+            if problem := problem_of(value):
+                raise click.BadParameter(f"{value!r}: {problem}", param_hint=flag)
     setup_logging()
     ring = load_key_ring()
     if ring is None:
         raise ConfigError(ENV_KEYS, f"the codec server needs the key ring: set {ENV_KEYS} "
                           f"or {ENV_KEYS_FILE}")  # fmt: skip
     tls = server_tls(tls_cert, tls_key) if tls_cert and tls_key else None
-    server = CodecServer(
-        (host, port), PayloadCipher(ring), codec_tokens(), origins, namespaces, tls=tls
-    )
+    try:
+        server = CodecServer(
+            (host, port), PayloadCipher(ring), codec_tokens(), origins, namespaces, tls=tls
+        )
+    except OSError as exc:  # no such address here, or the port is taken
+        raise ConfigError(
+            "--host/--port",
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); give an address of "
+            "this machine and a free port",
+        ) from exc
     click.echo(f"codec server on {server.url} (keys: {', '.join(ring.keys)}; active "
                f"{ring.active}); UI origins: {', '.join(origins) or 'none'}", err=True)  # fmt: skip
     try:

@@ -28,6 +28,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
@@ -40,7 +41,32 @@ log = logging.getLogger("mqgather.codec")
 
 #: A request body larger than this is refused: the UI sends one event's payloads at once.
 MAX_BODY_BYTES = 16 * 1024 * 1024
-_PATH = re.compile(r"^(?:/(?P<namespace>[A-Za-z0-9._-]+))?/(?P<op>encode|decode)/?$")
+#: A namespace as a request's path can name it.
+_NAMESPACE = "[A-Za-z0-9._-]+"
+_PATH = re.compile(rf"^(?:/(?P<namespace>{_NAMESPACE}))?/(?P<op>encode|decode)/?$")
+
+
+def origin_problem(origin: str) -> str | None:
+    """Why a browser never sends ``origin`` as its Origin header (scheme, host and port
+    only), so that allowing it would allow nothing; None when it could."""
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "give the Web UI's scheme, host and port, e.g. http://localhost:8233"
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        return "an origin is scheme, host and port only: no path, query or user"
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port when asked for it
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def namespace_problem(namespace: str) -> str | None:
+    """Why no request could name ``namespace`` (its path takes letters, digits, '.', '_'
+    and '-'), or None."""
+    if re.fullmatch(_NAMESPACE, namespace):
+        return None
+    return "a namespace holds letters, digits, '.', '_' and '-' only"
 
 
 class BadRequest(ValueError):

@@ -3,6 +3,7 @@ one change of the ring at a time."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from pathlib import Path
 
@@ -80,6 +81,34 @@ def test_the_codec_server_refuses_to_start_without_a_token_or_a_ring(tmp_path, m
     writable = _run("codec-server")
     assert writable.exit_code != 0 and "MQGATHER_CODEC_TOKEN_FILE" in writable.output
     assert "chmod go-w" in writable.output and "their-own" not in writable.output
+
+
+@pytest.mark.timeout(60)  # a codec server that starts instead of refusing fails here
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        # Origins no browser sends: allowing them would let no Web UI call.
+        (["--ui-origin", "localhost:8233"], "give the Web UI's scheme, host and port"),
+        (["--ui-origin", "http://localhost:8233/ui"], "scheme, host and port only"),
+        (["--ui-origin", "http://localhost:99999"], "Port out of range"),
+        # A namespace no request's path could name.
+        (["--namespace", "pay ments"], "a namespace holds letters, digits"),
+        # Where it cannot listen: said, not a traceback.
+        (["--host", "no-such-host.invalid"], "--host/--port: cannot listen on no-such-host"),
+        (["--port", "TAKEN"], "Address already in use"),
+    ],
+)
+def test_the_codec_server_refuses_what_would_serve_no_one(tmp_path, monkeypatch, args, said):
+    _run("keys", "init", "--file", str(tmp_path / "k.json"))
+    monkeypatch.setenv("MQGATHER_KEYS_FILE", str(tmp_path / "k.json"))
+    monkeypatch.setenv("MQGATHER_CODEC_TOKEN", "a-token-long-enough-to-pass")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        out = _run("codec-server", "--port", port, *[port if a == "TAKEN" else a for a in args])
+    assert out.exit_code != 0, out.output
+    assert said in out.output
 
 
 def test_a_key_command_waits_for_a_change_under_way_so_neither_key_is_lost(tmp_path, monkeypatch):
