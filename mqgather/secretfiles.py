@@ -3,6 +3,7 @@ an option."""
 
 from __future__ import annotations
 
+import codecs
 import stat
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def read_secret(path: Path, key: str, *, private: bool = False) -> str:
     """
     try:
         mode = path.stat().st_mode
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(key, f"cannot read {path} ({exc.strerror})") from exc
     if private and mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -37,4 +38,18 @@ def read_secret(path: Path, key: str, *, private: bool = False) -> str:
             f"{path} may be written by others (mode {stat.S_IMODE(mode):o}), who could "
             f"put a secret of their own there; chmod go-w {path}",
         )
-    return text
+    try:
+        return _text(data)
+    except UnicodeDecodeError:
+        # Never the bytes themselves: they are the secret.
+        raise ConfigError(
+            key, f"{path} is not text in UTF-8 (or UTF-16 with a byte-order mark)"
+        ) from None
+
+
+def _text(data: bytes) -> str:
+    """A secret file's text whatever the locale: UTF-8, with a byte-order mark or without,
+    or UTF-16 with one (what Windows PowerShell's ``>`` writes)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16")
+    return data.decode("utf-8-sig")

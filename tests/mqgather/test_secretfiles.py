@@ -43,3 +43,25 @@ def test_a_private_secret_others_may_read_is_refused(tmp_path, mode):
         read_secret(path, "MQGATHER_KEYS_FILE", private=True)
     path.chmod(0o600)
     assert read_secret(path, "MQGATHER_KEYS_FILE", private=True) == "s3cret\n"
+
+
+@pytest.mark.parametrize("codec", ["utf-8", "utf-8-sig", "utf-16", "utf-16-be"])
+def test_a_secret_reads_alike_in_each_encoding_an_editor_or_shell_writes(tmp_path, codec):
+    # Whatever the process's locale: a password may hold a letter outside ASCII, and
+    # Windows PowerShell's `>` writes UTF-16 with a byte-order mark.
+    path = tmp_path / "secret"
+    data = "pässwörd\n".encode(codec)
+    path.write_bytes(b"\xfe\xff" + data if codec == "utf-16-be" else data)
+    path.chmod(0o600)
+    assert read_secret(path, "MQGATHER_X_FILE") == "pässwörd\n"
+
+
+def test_a_secret_that_is_not_text_is_refused_without_showing_it(tmp_path):
+    path = tmp_path / "secret"
+    path.write_bytes(b"s3cr\xe9t\xff")  # Latin-1, not UTF-8
+    path.chmod(0o600)
+    with pytest.raises(ConfigError) as refused:
+        read_secret(path, "MQGATHER_X_FILE")
+    text = str(refused.value)
+    assert "MQGATHER_X_FILE" in text and "not text in UTF-8" in text
+    assert "s3cr" not in text
