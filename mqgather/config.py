@@ -680,9 +680,14 @@ def load_config(path: str | os.PathLike[str] | None = None) -> MQGatherConfig:
             collectors=default_collectors(),
         )
     try:
-        data = tomllib.loads(file.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
+        # TOML is UTF-8 whatever the locale; an editor's byte-order mark is passed over.
+        data = tomllib.loads(file.read_bytes().decode("utf-8-sig"))
+    except OSError as exc:
         raise ConfigError(str(file), f"cannot read: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            str(file), f"not UTF-8 ({exc.reason} at byte {exc.start}): TOML is UTF-8; save it so"
+        ) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(file), f"not valid TOML: {exc}") from exc
     config = parse_config(data, str(file))

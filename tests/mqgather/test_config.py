@@ -115,6 +115,21 @@ def test_invalid_files_name_the_key_and_reason(tmp_path, text, fragment):
     assert fragment in str(info.value) and str(path) in str(info.value)
 
 
+def test_a_file_an_editor_saved_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "bom.toml"
+    path.write_bytes("\ufeff# café\n[aggregates.a]\ntimeout_seconds = 30\n".encode())
+    assert load_config(path).aggregate("a").timeout_seconds == 30
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "latin-1"])
+def test_a_file_not_in_utf8_says_so_and_how_to_mend_it(tmp_path, codec):
+    path = tmp_path / "other.toml"
+    path.write_bytes("# café\n[aggregates.a]\n".encode(codec))
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert str(path) in str(refused.value) and "TOML is UTF-8; save it so" in str(refused.value)
+
+
 def test_the_longest_values_each_limit_allows_load_as_written(tmp_path):
     path = tmp_path / "long.toml"
     path.write_text(
