@@ -19,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from analytics.histories import history_line
-from mqgather.errors import MQGatherError
+from mqgather.errors import MQGatherError, first_problem
 from mqgather.names import AGGREGATE_NAME, COLLECT_WORKFLOW, GATHER_WORKFLOW
 from mqgather.runtime.codec import PayloadCipher, open_all
 from mqgather.runtime.files import PRIVATE_DIR, write_whole
@@ -77,14 +77,30 @@ def _writable(path: Path, write: Callable[[], None]) -> None:
         ) from exc
 
 
-def _load_state(path: Path) -> dict[str, Any]:
+class ExportState(BaseModel):
+    """What an export remembers between runs: the newest close time it exported, and
+    the runs it exported that the next run's overlap window can list again."""
+
+    # Strict: the times as an export writes them (ISO 8601 text), not a number taken for one.
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    watermark: AwareDatetime | None = None
+    recent: dict[str, AwareDatetime] = Field(default_factory=dict)
+
+
+def _load_state(path: Path) -> ExportState:
     if not path.exists():
-        return {"watermark": None, "recent": {}}
+        return ExportState()
     try:
-        state: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        return ExportState.model_validate_json(path.read_bytes())
+    except OSError as exc:
         raise MQGatherError(f"{path}: unreadable export state ({exc}); move it aside") from exc
-    return state
+    except ValidationError as exc:
+        raise MQGatherError(
+            f"{path}: not an export state ({first_problem(exc)}); move it aside, and the "
+            "next export starts from the first closed run (`analyze` counts a run exported "
+            "twice once)"
+        ) from exc
 
 
 async def export_histories(
@@ -116,8 +132,8 @@ async def export_histories(
     _writable(out, lambda: out.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True))
     state_path = out / STATE_FILE
     state = _load_state(state_path)
-    watermark = datetime.fromisoformat(state["watermark"]) if state["watermark"] else None
-    recent: dict[str, str] = dict(state["recent"])
+    watermark = state.watermark
+    recent = {key: closed.isoformat() for key, closed in state.recent.items()}
     start = since
     if start is None and watermark is not None:
         start = watermark - overlap
@@ -193,6 +209,6 @@ async def export_histories(
         # Keep only the runs that the next overlap window can still list.
         horizon = newest - overlap - timedelta(minutes=1)
         recent = {k: v for k, v in recent.items() if datetime.fromisoformat(v) >= horizon}
-        state = {"watermark": newest.isoformat(), "recent": recent}
-        _writable(state_path, lambda: write_whole(state_path, json.dumps(state, indent=1)))
+        kept = {"watermark": newest.isoformat(), "recent": recent}
+        _writable(state_path, lambda: write_whole(state_path, json.dumps(kept, indent=1)))
     return ExportResult(exported, skipped, files, newest)

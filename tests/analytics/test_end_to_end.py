@@ -406,6 +406,30 @@ async def test_an_export_that_cannot_write_says_which_path_and_why(temporal_env,
     assert blocked.read_text() == "a file where the export's directory goes"
 
 
+@pytest.mark.parametrize(
+    "state",
+    [
+        b"[]",  # JSON, not the state
+        b'{"watermark": "yesterday", "recent": {}}',
+        b'{"watermark": "2026-11-30T10:00:00", "recent": {}}',  # a time without its zone
+        b'{"watermark": null, "recent": {"gather:a|r1": 7}}',
+        b'{"watermark": null, "recent": {}}\xff',  # not UTF-8
+    ],
+)
+async def test_an_export_state_that_is_not_one_says_so_and_is_left_as_it_was(
+    temporal_env, tmp_path, state
+):
+    from analytics.export import STATE_FILE
+
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / STATE_FILE).write_bytes(state)
+    with pytest.raises(MQGatherError, match=r"_export_state.json: not an export state \("):
+        await export_histories(temporal_env.client, out)
+    assert (out / STATE_FILE).read_bytes() == state
+    assert sorted(p.name for p in out.iterdir()) == [STATE_FILE]
+
+
 def test_corrupt_and_truncated_inputs_are_named_and_skipped(spark, recorded, tmp_path):
     from analytics.job import analyze, format_summary
 
