@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from mqgather.errors import ConfigError
 from mqgather.runtime.files import PRIVATE_DIR, write_whole
 
 #: The secrets ``docker-compose.yml`` requires, each a random value in ``.env``.
@@ -156,11 +157,21 @@ def ssha(password: str) -> str:
 
 
 def read_env(path: Path) -> dict[str, str]:
-    """``KEY=value`` lines of an ``.env`` file (comments and blank lines skipped)."""
+    """``KEY=value`` lines of an ``.env`` file (comments and blank lines skipped), in UTF-8
+    whatever the locale, an editor's byte-order mark passed over (else the first name
+    would hold it, and that secret be taken for missing and made anew).
+
+    Raises:
+        ConfigError: the file is not UTF-8 (nothing of it is shown: it holds secrets).
+    """
     if not path.exists():
         return {}
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), "not UTF-8: save it so (its passwords are kept)") from None
     pairs = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#") and "=" in line:
             name, _, value = line.partition("=")
             pairs[name.strip()] = value.strip()

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import stat
 
+import pytest
 from click.testing import CliRunner
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -13,6 +14,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key, p
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from mqgather.cli.main import cli
+from mqgather.errors import ConfigError
 from mqgather.runtime.stack import (
     COMPLETE,
     PARTS,
@@ -50,6 +52,24 @@ def test_init_fills_in_what_is_missing_and_force_replaces_all(tmp_path):
     init_env(tmp_path, force=True)
     replaced = read_env(tmp_path / ".env")
     assert all(replaced[name] != env[name] for name in SECRET_NAMES)
+
+
+def test_an_env_an_editor_saved_keeps_its_passwords(tmp_path):
+    # Notepad's byte-order mark and line ends: the operator's password is still theirs,
+    # not taken for missing and replaced (the databases keep the one they were made with).
+    chosen = "MQ_APP_PASSWORD=chosen-by-the-operator\r\nUI_PASSWORD=théirs\r\n"
+    (tmp_path / ".env").write_bytes(b"\xef\xbb\xbf" + chosen.encode())
+    init_env(tmp_path)
+    env = read_env(tmp_path / ".env")
+    assert env["MQ_APP_PASSWORD"] == "chosen-by-the-operator" and env["UI_PASSWORD"] == "théirs"
+    assert set(env) == set(SECRET_NAMES)
+
+
+def test_an_env_not_in_utf8_is_refused_and_left_as_it_was(tmp_path):
+    (tmp_path / ".env").write_bytes(b"UI_PASSWORD=th\xe9irs\n")
+    with pytest.raises(ConfigError, match="not UTF-8: save it so"):
+        init_env(tmp_path)
+    assert (tmp_path / ".env").read_bytes() == b"UI_PASSWORD=th\xe9irs\n"
 
 
 def test_each_part_gets_a_certificate_of_the_stacks_authority_for_its_names(tmp_path):
