@@ -97,10 +97,23 @@ def json_or_text(text: str) -> Any:
 
 
 def _json_value(leg: str, text: str) -> Any:
+    """A leg's body as strict JSON (RFC 8259): NaN, Infinity or a number out of range
+    would be written back as no JSON reader takes them, so they are refused here."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+    except RecursionError:
+        raise MergeError(leg, "JSON", "nested too deep to read") from None
+    except ValueError as exc:  # JSONDecodeError, and a number json cannot hold
         raise MergeError(leg, "JSON", str(exc)) from exc
+
+
+def _json_text(doc: dict[str, Any], ccsid: int) -> Merged:
+    try:
+        text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        # A body nested just short of what json reads, inside the response's own levels.
+        raise MergeError("(response)", "JSON", "a reply nested too deep to write") from None
+    return _written(text, ccsid)
 
 
 def merge_json(
@@ -128,7 +141,7 @@ def merge_json(
         "legs": out,
         "missing": [name.lower() for name in missing],
     }
-    return _written(json.dumps(doc, separators=(",", ":"), ensure_ascii=False), ccsid)
+    return _json_text(doc, ccsid)
 
 
 def _xml_fragment(leg: str, text: str) -> str:
@@ -171,7 +184,7 @@ def merge_folders(legs: Sequence[LegBodies], *, ccsid: int = CCSID_UTF8) -> Merg
         values = [json_or_text(text) for text in leg.texts("text", lenient=True)]
         folders[leg.name] = values if len(values) > 1 else values[0]
     doc = {"ComIbmAggregateReplyBody": folders}
-    return _written(json.dumps(doc, separators=(",", ":"), ensure_ascii=False), ccsid)
+    return _json_text(doc, ccsid)
 
 
 def merge(

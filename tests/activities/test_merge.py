@@ -77,6 +77,47 @@ def test_json_rejects_invalid_json():
         )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        # Python's json reads these, and would write them back as no JSON reader takes.
+        (b"NaN", "NaN is not JSON"),
+        (b'{"rate": Infinity}', "Infinity is not JSON"),
+        (b'{"rate": -Infinity}', "-Infinity is not JSON"),
+        (b"[1e999]", "1e999 is out of JSON's range"),
+        # More digits than Python turns into a number: refused as a merge, not a crash.
+        (b"1" * 5000, "integer string conversion"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deep to read"),
+    ],
+)
+def test_json_refuses_what_it_could_not_write_back_as_json(body, why):
+    with pytest.raises(MergeError, match=f"leg CREDIT: body is not valid JSON.*{why}"):
+        merge(
+            AggregateSpec(name="j"), legs(("CREDIT", 1, body)),
+            correl_id="", state="COMPLETE", missing=[],
+        )  # fmt: skip
+
+
+def test_json_nested_just_short_of_what_json_reads_fails_the_merge_not_the_worker():
+    # Read at a depth the response's own levels then take past what json writes.
+    depth = next(n for n in range(2000, 0, -1) if _reads("[" * n + "]" * n))
+    with pytest.raises(MergeError, match="a reply nested too deep to write"):
+        merge(
+            AggregateSpec(name="j"), legs(("CREDIT", 1, b"[" * depth + b"]" * depth)),
+            correl_id="", state="COMPLETE", missing=[],
+        )  # fmt: skip
+
+
+def _reads(text: str) -> bool:
+    from activities.merge import _json_value
+
+    try:
+        _json_value("CREDIT", text)
+    except MergeError:
+        return False
+    return True
+
+
 def test_folders_are_the_ace_shape_with_arrays_for_repeats():
     merged = merge_folders(
         [LegBodies("TAXI", 1, (b'{"id":1}', b'{"id":2}')), LegBodies("HOTEL", 2, (b"text",))]
