@@ -8,13 +8,12 @@ element, as seed 002's output), ``blob`` (the bodies joined by the separator), a
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
 from temporalio import activity
 
-from activities.merge import json_or_text
+from activities.merge import embedded_json
 from activities.mq import MQActivities
 from bridge.mq import hold, ledger
 from bridge.mq.forward import forward
@@ -65,8 +64,7 @@ def format_batch(batch: ClosedBatch, wrapper: str) -> tuple[bytes, str, int]:
     rule = batch.rule
     messages = [item.message for item in batch.items]
     if rule.format == "json":
-        values = [json_or_text(message.decoded()) for message in messages]
-        body = json.dumps(values, ensure_ascii=False, allow_nan=False)
+        body = embedded_json([message.decoded() for message in messages], list, (", ", ": "))
         return body.encode(), MQFMT_STRING, CCSID_UTF8
     if rule.format == "xml":
         parts = [_XML_DECLARATION.sub("", m.decoded()).strip() for m in messages]

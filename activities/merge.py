@@ -9,7 +9,7 @@ import json
 import math
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,17 +174,58 @@ def merge_blob(legs: Sequence[LegBodies], *, separator: bytes, text: bool) -> Me
     return Merged(separator.join(bodies), "MQSTR" if text else "", ccsid)
 
 
+#: Levels of a document of ours above an embedded body (folders: 3), with some to spare.
+_DOCUMENT_LEVELS = 5
+
+
+def _too_deep(value: Any) -> bool:
+    for _ in range(_DOCUMENT_LEVELS):
+        value = [value]
+    try:
+        json.dumps(value)
+    except RecursionError:
+        return True
+    return False
+
+
+def embedded_json(
+    texts: Sequence[str],
+    document: Callable[[list[Any]], Any],
+    separators: tuple[str, str] = (",", ":"),
+) -> str:
+    """The JSON text of ``document(values)``, each text embedded as its JSON value, or as
+    its text where that is not strict JSON (:func:`json_or_text`) or is nested so deep that
+    json reads it and cannot write it inside the document."""
+    values = [json_or_text(text) for text in texts]
+
+    def written(embedded: list[Any]) -> str:
+        return json.dumps(
+            document(embedded), separators=separators, ensure_ascii=False, allow_nan=False
+        )
+
+    try:
+        return written(values)
+    except RecursionError:
+        # Found only when writing fails, so that no body is written twice on the way.
+        return written([t if _too_deep(v) else v for v, t in zip(values, texts, strict=True)])
+
+
 def merge_folders(legs: Sequence[LegBodies], *, ccsid: int = CCSID_UTF8) -> Merged:
     """ACE shape: ``{"ComIbmAggregateReplyBody": {"<folder>": reply | [replies]}}``.
 
     A JSON body is embedded as JSON, any other body as its text.
     """
-    folders: dict[str, Any] = {}
-    for leg in legs:
-        values = [json_or_text(text) for text in leg.texts("text", lenient=True)]
-        folders[leg.name] = values if len(values) > 1 else values[0]
-    doc = {"ComIbmAggregateReplyBody": folders}
-    return _json_text(doc, ccsid)
+    texts = [leg.texts("text", lenient=True) for leg in legs]
+
+    def document(values: list[Any]) -> dict[str, Any]:
+        folders: dict[str, Any] = {}
+        flat = iter(values)
+        for leg, theirs in zip(legs, texts, strict=True):
+            mine = [next(flat) for _ in theirs]
+            folders[leg.name] = mine if len(mine) > 1 else mine[0]
+        return {"ComIbmAggregateReplyBody": folders}
+
+    return _written(embedded_json([t for each in texts for t in each], document), ccsid)
 
 
 def merge(

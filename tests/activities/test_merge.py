@@ -108,6 +108,19 @@ def test_json_nested_just_short_of_what_json_reads_fails_the_merge_not_the_worke
         )  # fmt: skip
 
 
+def test_folders_embed_as_text_a_body_too_deep_to_write_inside_them():
+    from activities.merge import json_or_text
+
+    depth = next(n for n in range(2000, 0, -1)
+                 if not isinstance(json_or_text("[" * n + "]" * n), str))  # fmt: skip
+    deep = "[" * depth + "]" * depth
+    merged = merge_folders([LegBodies("TAXI", 1, (deep.encode(),)),
+                            LegBodies("HOTEL", 2, (b'{"id": 2}',))])  # fmt: skip
+    assert json.loads(merged.body) == {
+        "ComIbmAggregateReplyBody": {"TAXI": deep, "HOTEL": {"id": 2}}
+    }
+
+
 def _reads(text: str) -> bool:
     from activities.merge import _json_value
 
