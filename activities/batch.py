@@ -64,7 +64,8 @@ def format_batch(batch: ClosedBatch, wrapper: str) -> tuple[bytes, str, int]:
     rule = batch.rule
     messages = [item.message for item in batch.items]
     if rule.format == "json":
-        body = embedded_json([message.decoded() for message in messages], list, (", ", ": "))
+        texts = [message.decoded() for message in messages]
+        body = embedded_json([texts], lambda values: values[0], (", ", ": "))
         return body.encode(), MQFMT_STRING, CCSID_UTF8
     if rule.format == "xml":
         parts = [_XML_DECLARATION.sub("", m.decoded()).strip() for m in messages]

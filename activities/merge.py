@@ -107,9 +107,13 @@ def _json_value(leg: str, text: str) -> Any:
         raise MergeError(leg, "JSON", str(exc)) from exc
 
 
+def _dumps(doc: Any, separators: tuple[str, str] = (",", ":")) -> str:
+    return json.dumps(doc, separators=separators, ensure_ascii=False, allow_nan=False)
+
+
 def _json_text(doc: dict[str, Any], ccsid: int) -> Merged:
     try:
-        text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _dumps(doc)
     except RecursionError:
         # A body nested just short of what json reads, inside the response's own levels.
         raise MergeError("(response)", "JSON", "a reply nested too deep to write") from None
@@ -189,25 +193,21 @@ def _too_deep(value: Any) -> bool:
 
 
 def embedded_json(
-    texts: Sequence[str],
-    document: Callable[[list[Any]], Any],
+    groups: Sequence[Sequence[str]],
+    document: Callable[[list[list[Any]]], Any],
     separators: tuple[str, str] = (",", ":"),
 ) -> str:
-    """The JSON text of ``document(values)``, each text embedded as its JSON value, or as
-    its text where that is not strict JSON (:func:`json_or_text`) or is nested so deep that
-    json reads it and cannot write it inside the document."""
-    values = [json_or_text(text) for text in texts]
-
-    def written(embedded: list[Any]) -> str:
-        return json.dumps(
-            document(embedded), separators=separators, ensure_ascii=False, allow_nan=False
-        )
-
+    """The JSON text of ``document(values)``, ``values`` being ``groups`` with each text
+    as its JSON value, or as its text where that is not strict JSON (:func:`json_or_text`)
+    or is nested so deep that json reads it and cannot write it inside the document."""
+    values = [[json_or_text(text) for text in group] for group in groups]
     try:
-        return written(values)
+        return _dumps(document(values), separators)
     except RecursionError:
         # Found only when writing fails, so that no body is written twice on the way.
-        return written([t if _too_deep(v) else v for v, t in zip(values, texts, strict=True)])
+        kept = [[t if _too_deep(v) else v for v, t in zip(vs, ts, strict=True)]
+                for vs, ts in zip(values, groups, strict=True)]  # fmt: skip
+        return _dumps(document(kept), separators)
 
 
 def merge_folders(legs: Sequence[LegBodies], *, ccsid: int = CCSID_UTF8) -> Merged:
@@ -215,17 +215,13 @@ def merge_folders(legs: Sequence[LegBodies], *, ccsid: int = CCSID_UTF8) -> Merg
 
     A JSON body is embedded as JSON, any other body as its text.
     """
-    texts = [leg.texts("text", lenient=True) for leg in legs]
 
-    def document(values: list[Any]) -> dict[str, Any]:
-        folders: dict[str, Any] = {}
-        flat = iter(values)
-        for leg, theirs in zip(legs, texts, strict=True):
-            mine = [next(flat) for _ in theirs]
-            folders[leg.name] = mine if len(mine) > 1 else mine[0]
+    def document(values: list[list[Any]]) -> dict[str, Any]:
+        folders = {leg.name: v if len(v) > 1 else v[0] for leg, v in zip(legs, values, strict=True)}
         return {"ComIbmAggregateReplyBody": folders}
 
-    return _written(embedded_json([t for each in texts for t in each], document), ccsid)
+    texts = [leg.texts("text", lenient=True) for leg in legs]
+    return _written(embedded_json(texts, document), ccsid)
 
 
 def merge(

@@ -14,7 +14,6 @@ since and never writes a history twice.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -133,7 +132,7 @@ async def export_histories(
     state_path = out / STATE_FILE
     state = _load_state(state_path)
     watermark = state.watermark
-    recent = {key: closed.isoformat() for key, closed in state.recent.items()}
+    recent = dict(state.recent)
     start = since
     if start is None and watermark is not None:
         start = watermark - overlap
@@ -181,7 +180,7 @@ async def export_histories(
             buffers.setdefault(day, []).append(line)
             if len(buffers[day]) >= batch_size:
                 flush(day)
-            recent[key] = closed.isoformat()
+            recent[key] = closed
             exported += 1
             done += 1
             on_progress(done)
@@ -208,7 +207,7 @@ async def export_histories(
     if newest is not None:
         # Keep only the runs that the next overlap window can still list.
         horizon = newest - overlap - timedelta(minutes=1)
-        recent = {k: v for k, v in recent.items() if datetime.fromisoformat(v) >= horizon}
-        kept = {"watermark": newest.isoformat(), "recent": recent}
-        _writable(state_path, lambda: write_whole(state_path, json.dumps(kept, indent=1)))
+        kept = ExportState(watermark=newest,
+                           recent={k: v for k, v in recent.items() if v >= horizon})  # fmt: skip
+        _writable(state_path, lambda: write_whole(state_path, kept.model_dump_json(indent=1)))
     return ExportResult(exported, skipped, files, newest)

@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from bridge.mq.connect import open_transport
 from bridge.mq.models import ID_LENGTH, format_id, parse_id
+from mqgather.ccsid import CCSID_UTF8
 from mqgather.cli.options import (
     connector,
     fanout_options,
@@ -83,7 +84,7 @@ def scatter(
             leg_bodies[leg] = text.encode()
         except UnicodeEncodeError:  # bytes the terminal gave that are not UTF-8
             raise click.BadParameter(
-                f"{leg}'s text is not UTF-8, which the request's CCSID (1208) says it is",
+                f"{leg}'s text is not UTF-8, which the request's CCSID ({CCSID_UTF8}) says it is",
                 param_hint="--body",
             ) from None
 

@@ -102,6 +102,8 @@ def test_the_codec_server_refuses_what_would_serve_no_one(tmp_path, monkeypatch,
     _run("keys", "init", "--file", str(tmp_path / "k.json"))
     monkeypatch.setenv("MQGATHER_KEYS_FILE", str(tmp_path / "k.json"))
     monkeypatch.setenv("MQGATHER_CODEC_TOKEN", "a-token-long-enough-to-pass")
+    # Every case runs on a port already taken: a check that no longer refuses ends in
+    # "Address already in use", not in a server that serves until the timeout.
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
