@@ -16,12 +16,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from mqgather.constants import MAX_LEGS
 from mqgather.errors import MQGatherError
 
 ALL = "all"
 ANY = "any"
 QUORUM_PREFIX = "quorum:"
 _AND, _OR = "and", "or"
+#: Parentheses nested deeper than this are refused: no rule over real legs needs more,
+#: and the parser recurses once per level.
+MAX_NESTING = 32
 _TOKEN = re.compile(r"\s*(?:(?P<paren>[()])|(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)|(?P<bad>\S))")
 
 
@@ -114,10 +118,17 @@ def parse_rule(text: str) -> Rule:
         return Rule(text=stripped, kind=stripped)
     if stripped.startswith(QUORUM_PREFIX):
         count = stripped[len(QUORUM_PREFIX) :].strip()
-        if not count.isdigit() or int(count) < 1:
-            column = text.index(QUORUM_PREFIX) + len(QUORUM_PREFIX) + 1
+        column = text.index(QUORUM_PREFIX) + len(QUORUM_PREFIX) + 1
+        number = count.lstrip("0")
+        # ASCII digits only: str.isdigit also takes '²', which int() refuses, and other
+        # scripts' digits, which the history would record as written.
+        if not (count.isascii() and count.isdigit()) or not number:
             raise RuleError(text, column, "quorum:N needs a whole number N of at least 1")
-        return Rule(text=stripped, kind=QUORUM_PREFIX, quorum=int(count))
+        # Compared as text first: int() refuses a string of over 4,300 digits.
+        if len(number) > len(str(MAX_LEGS)) or int(number) > MAX_LEGS:
+            reason = f"quorum:N is more than the {MAX_LEGS} legs a gather can have"
+            raise RuleError(text, column, reason)
+        return Rule(text=stripped, kind=QUORUM_PREFIX, quorum=int(number))
     return Rule(text=stripped, kind="expression", expr=_Parser(text).parse())
 
 
@@ -138,6 +149,7 @@ class _Parser:
                 kind, value = "op", value.lower()
             self.tokens.append((kind, value, column))
         self.at = 0
+        self.depth = 0
 
     def _peek(self) -> tuple[str, str, int]:
         if self.at < len(self.tokens):
@@ -172,8 +184,12 @@ class _Parser:
             self.at += 1
             return Leg(value)
         if (kind, value) == ("paren", "("):
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise RuleError(self.text, column, f"parentheses nested over {MAX_NESTING} deep")
             self.at += 1
             inner = self._expr()
+            self.depth -= 1
             kind, value, close = self._peek()
             if (kind, value) != ("paren", ")"):
                 raise RuleError(self.text, close, f"the '(' at column {column} is not closed")

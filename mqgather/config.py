@@ -18,7 +18,7 @@ from mqgather import limits
 from mqgather.ccsid import codec
 from mqgather.collector_config import COLLECTOR_OUTPUT_QUEUES, CollectorSpec
 from mqgather.completion import ALL, QUORUM_PREFIX, Rule, RuleError, parse_rule
-from mqgather.errors import ConfigError
+from mqgather.errors import ConfigError, problem_reason
 from mqgather.names import ENV_CONFIG
 
 
@@ -577,7 +577,7 @@ def _flatten_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{where}: {err['msg']}")
+        parts.append(f"{where}: {problem_reason(err)}")
     return "; ".join(parts)
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
+    from pydantic_core import ErrorDetails
 
 
 class MQGatherError(Exception):
@@ -25,4 +26,13 @@ def first_problem(exc: ValidationError, whole: str = "input") -> str:
     """A model's first failed check as ``field.path: reason`` (``whole`` when it is the
     model's own check). The reason only, never the input, which may hold secrets."""
     err = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in err['loc']) or whole}: {err['msg']}"
+    return f"{'.'.join(str(p) for p in err['loc']) or whole}: {problem_reason(err)}"
+
+
+def problem_reason(err: ErrorDetails) -> str:
+    """One failed check's reason; a check of mqgather's own raises ValueError with the
+    whole reason, shown without the "Value error, " pydantic puts before it."""
+    error = err.get("ctx", {}).get("error")
+    if err["type"] == "value_error" and isinstance(error, ValueError):
+        return str(error)
+    return err["msg"]

@@ -50,12 +50,27 @@ def test_an_expression_names_its_legs():
         ("", 1, "empty rule"),
         ("(CREDIT))", 9, "found ')'"),
         ("not CREDIT", 5, "found 'CREDIT'"),
+        # str.isdigit takes these; int() refuses the first and reads the second as 1.
+        ("quorum:²", 8, "whole number"),
+        ("quorum:\u0661", 8, "whole number"),
+        ("quorum:" + "0" * 5000, 8, "at least 1"),
+        ("quorum:5001", 8, "more than the 5000 legs"),
+        # More digits than int() converts.
+        ("quorum:" + "9" * 5000, 8, "more than the 5000 legs"),
+        ("(" * 33 + "A" + ")" * 33, 33, "nested over 32 deep"),
+        ("(" * 100_000 + "A" + ")" * 100_000, 33, "nested over 32 deep"),
     ],
 )
 def test_a_bad_rule_names_the_column(text, column, reason):
     with pytest.raises(RuleError) as info:
         parse_rule(text)
     assert info.value.column == column and reason in str(info.value)
+
+
+def test_a_rule_at_the_limits_parses():
+    assert parse_rule("quorum:5000").quorum == 5000
+    assert parse_rule("quorum:0002").quorum == 2
+    assert parse_rule("(" * 32 + "A" + ")" * 32).names() == {"A"}
 
 
 def test_rules_are_monotone_one_more_reply_never_breaks_one():
@@ -76,6 +91,8 @@ LEGS = [{"name": "CREDIT"}, {"name": "STOCK"}, {"name": "STOCK_ALT"}]
         ({"complete_when": "CREDIT and TAX"}, "complete_when: TAX is not a leg"),
         ({"complete_when": "quorum:4"}, "complete_when: quorum 4 is more than the 3 legs"),
         ({"complete_when": "CREDIT or (STOCK"}, "complete_when"),
+        ({"complete_when": "quorum:²"}, "complete_when: 'quorum:²', column 8"),
+        ({"complete_when": "(" * 5000 + "CREDIT" + ")" * 5000}, "nested over 32 deep"),
         (
             {"mode": "static", "legs": [{"name": "CREDIT", "retries": 2}]},
             "legs.0.retries: a static aggregate sends no requests",
