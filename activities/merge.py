@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqgather.ccsid import CCSID_UTF8, CCSIDError, decode, encode
-from mqgather.config import AggregateSpec
+from mqgather.config import AggregateSpec, leg_name_clash
 from mqgather.errors import MQGatherError
 
 JSON_SCHEMA_VERSION = 1
@@ -28,6 +28,15 @@ class MergeError(MQGatherError):
     def __init__(self, leg: str, fmt: str, reason: str) -> None:
         self.leg = leg
         super().__init__(f"leg {leg}: body is not valid {fmt} ({reason})")
+
+
+class LegsClash(MergeError):
+    """The gather's legs cannot be merged apart: a leg named twice, or two that one key
+    of the json merge would name."""
+
+    def __init__(self, reason: str) -> None:
+        self.leg = ""
+        MQGatherError.__init__(self, f"the legs cannot be merged: {reason}")
 
 
 @dataclass(frozen=True)
@@ -236,8 +245,13 @@ def merge(
     """Merge per the aggregate's format.
 
     Raises:
-        MergeError: a body is not valid for the format (json, xml).
+        MergeError: a body is not valid for the format (json, xml), or the legs clash
+            (:class:`LegsClash`).
     """
+    if clash := leg_name_clash((leg.name for leg in legs), spec.merge):
+        # Refused where legs enter (the configuration, scatter, a registration); a gather
+        # started before those checks could still hold them.
+        raise LegsClash(clash)
     ccsid = spec.response_ccsid
     if spec.merge == "json":
         many = spec.duplicates == "all"

@@ -70,6 +70,7 @@ from workflows.models import (
     HeldBody,
     PutResponseInput,
     PutResponseResult,
+    ReceivedLeg,
     Reply,
     ReplyTerms,
     RouteInput,
@@ -493,7 +494,7 @@ class MQActivities:
     def _merge_failed(self, inp: PutResponseInput, exc: MergeError) -> PutResponseResult:
         """A bad leg body: every reply of the gather goes, intact, to the failure queue."""
         failure_queue = queue_for(inp.aggregate, Destination.FAILURE)
-        replies = [reply for leg in inp.legs for reply in leg.replies]
+        replies = [reply for leg in _distinct(inp) for reply in leg.replies]
         self.forward_once(
             inp.aggregate,
             inp.gather_id,
@@ -733,7 +734,8 @@ def _held(reader: hold.HeldReader, reply: Reply) -> MQMessage:
 
 
 def _bodies(reader: hold.HeldReader, inp: PutResponseInput) -> list[LegBodies]:
-    """Each leg's bodies in reply order, held ones read from the hold queue."""
+    """Each leg's bodies in reply order, held ones read from the hold queue; a leg named
+    twice (a registration taken before such were refused) once, as its replies are."""
     return [
         LegBodies(
             name=leg.leg.name,
@@ -741,8 +743,16 @@ def _bodies(reader: hold.HeldReader, inp: PutResponseInput) -> list[LegBodies]:
             bodies=tuple(_held(reader, r).body if r.held else r.message.body for r in leg.replies),
             ccsids=tuple(r.message.coded_char_set_id for r in leg.replies),
         )
-        for leg in inp.legs
+        for leg in _distinct(inp)
     ]
+
+
+def _distinct(inp: PutResponseInput) -> list[ReceivedLeg]:
+    """The gather's received legs, each name once (the first)."""
+    first: dict[str, ReceivedLeg] = {}
+    for leg in inp.legs:
+        first.setdefault(leg.leg.name, leg)
+    return list(first.values())
 
 
 def _merged(inp: PutResponseInput, legs: list[LegBodies]) -> Merged:

@@ -24,7 +24,7 @@ from bridge.mq.models import (
     expiry_tenths,
 )
 from bridge.mq.transport import Transport
-from mqgather.config import AggregateSpec, LegSpec, over_limits
+from mqgather.config import AggregateSpec, LegSpec, leg_name_clash, over_limits
 from mqgather.constants import MAX_KEPT_REQUEST_BYTES, MAX_WAIT_SECONDS
 from mqgather.errors import MQGatherError, first_problem
 from mqgather.limits import queue_name_problem, shown
@@ -188,6 +188,9 @@ async def scatter(
     chosen = tuple(legs or spec.legs)
     if not chosen:
         raise ScatterError(f"aggregate {spec.name} lists no legs; pass the legs to scatter")
+    # The legs given here are not the spec's, which its model checked.
+    if clash := leg_name_clash((leg.name for leg in chosen), spec.merge):
+        raise ScatterError(f"aggregate {spec.name}: {clash}")
     names = {leg.name for leg in chosen}
     rule = spec.rule()
     needed = {leg.name for leg in chosen if leg.needed(rule.kind)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -597,6 +598,26 @@ def leg_over_limits(leg: LegSpec) -> tuple[str, str] | None:
     return found
 
 
+def leg_name_clash(names: Iterable[str], merge: str) -> str | None:
+    """Why these names cannot name one gather's legs, or None: a name given twice, or,
+    for the json merge (whose response keys each leg by its name in lower case), two
+    names equal but for case, whose replies would be written under one key."""
+    seen: dict[str, str] = {}
+    for name in names:
+        key = name.lower() if merge == "json" else name
+        first = seen.get(key)
+        if first is None:
+            seen[key] = name
+            continue
+        if first == name:
+            return f"leg {name} is named twice"
+        return (
+            f"legs {first} and {name} are one key in the json merge's response, which names "
+            "each leg in lower case: rename one"
+        )
+    return None
+
+
 def over_limits(spec: AggregateSpec) -> tuple[str, str] | None:
     """The first key of ``spec`` past its limit (:mod:`mqgather.limits`), its legs'
     included (``legs.N.key``), or naming a property IBM MQ would refuse to set, and why;
@@ -647,6 +668,10 @@ def parse_config(data: dict[str, Any], source: str) -> MQGatherConfig:
     except ValidationError as exc:
         raise ConfigError(source, _flatten_error(exc)) from exc
     for name, spec in config.aggregates.items():
+        # Checked where the configuration enters, not by the model, which a gather's
+        # recorded input decodes as it ran.
+        if clash := leg_name_clash((leg.name for leg in spec.legs), spec.merge):
+            raise ConfigError(source, f"aggregates.{name}.legs: {clash}")
         found = over_limits(spec)
         if found is not None:
             raise ConfigError(source, f"aggregates.{name}.{found[0]}: {found[1]}")

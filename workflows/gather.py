@@ -112,7 +112,7 @@ class GatherWorkflow:
     @workflow.signal(name=names.SIGNAL_EXPECT)
     def expect(self, reg: Registration) -> None:
         """A registration from the fan-out side: legs, where to reply, the timer."""
-        refused = logic.registration_refusal(reg) if self._input.legs_bounded else None
+        refused = logic.registration_refusal(self.spec, reg) if self._input.legs_bounded else None
         if refused is not None:
             # A signal has no sender to answer: the worker's log says why it was left.
             workflow.logger.warning("registration of %s left: %s", self.id, refused)

@@ -12,7 +12,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributeUpdate, TypedSe
 
 from bridge.mq.models import NONE_ID
 from mqgather import names
-from mqgather.config import AggregateSpec, LegSpec
+from mqgather.config import AggregateSpec, LegSpec, leg_name_clash
 from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS
 from mqgather.limits import shown
 from mqgather.routing import Destination
@@ -387,14 +387,16 @@ def release(spec: AggregateSpec, state: GatherState, reason: str, now: datetime)
     return _accepted(spec, state, now, reason)
 
 
-def registration_refusal(reg: Registration) -> str | None:
+def registration_refusal(spec: AggregateSpec, reg: Registration) -> str | None:
     """Why a registration is refused, or None: it asks for more legs than a gather holds
-    (``MAX_LEGS``). Scatter never sends one; a hand-made signal could, and taken, it
-    would grow the gather's state and result past what a payload carries."""
+    (``MAX_LEGS``), or names a leg twice (:func:`leg_name_clash`). Scatter never sends
+    one; a hand-made signal could, and taken, the one would grow the gather's state and
+    result past what a payload carries, the other merge a reply twice or one over
+    another."""
     asked = max(len(reg.legs), reg.count)
     if asked > MAX_LEGS:
         return f"{asked:,} legs, more than a gather holds ({MAX_LEGS:,})"
-    return None
+    return leg_name_clash((leg.name for leg in reg.legs), spec.merge)
 
 
 def update_refusal(inp: ExtendInput | ReleaseInput | CancelInput | RerequestInput) -> str | None:

@@ -185,3 +185,25 @@ def test_a_character_the_response_ccsid_cannot_hold_fails_the_merge():
     spec = AggregateSpec(name="x", merge="json", response_ccsid=819)
     with pytest.raises(MergeError, match="cannot be written in CCSID 819"):
         merge(spec, [_leg("A", 1, '{"x": "€"}', 1208)], correl_id="c", state="C", missing=[])
+
+
+@pytest.mark.parametrize(
+    ("fmt", "names", "reason"),
+    [
+        ("json", ("CREDIT", "credit"), "CREDIT and credit are one key"),
+        ("xml", ("A", "A"), "leg A is named twice"),
+        ("folders", ("A", "A"), "leg A is named twice"),
+    ],
+)
+def test_legs_that_one_key_would_name_fail_the_merge_not_one_over_the_other(fmt, names, reason):
+    spec = AggregateSpec(name="m", merge=fmt)
+    both = [LegBodies(name, n, (f"<r>{n}</r>".encode(),)) for n, name in enumerate(names, 1)]
+    with pytest.raises(MergeError, match=reason):
+        merge(spec, both, correl_id="c", state="COMPLETE", missing=[])
+
+
+def test_legs_equal_but_for_case_merge_apart_where_no_key_is_lower_cased():
+    spec = AggregateSpec(name="m", merge="folders")
+    both = [LegBodies("CREDIT", 1, (b"1",)), LegBodies("credit", 2, (b"2",))]
+    merged = merge(spec, both, correl_id="c", state="COMPLETE", missing=[])
+    assert json.loads(merged.body)["ComIbmAggregateReplyBody"] == {"CREDIT": 1, "credit": 2}

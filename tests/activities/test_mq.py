@@ -737,3 +737,33 @@ def test_a_gather_whose_legs_cannot_be_merged_tells_its_requester_once(qm_path):
         assert drain(qm, "APP.REPLY") == []  # nor is the requester told again
         assert [m.msg_id for m in drain(qm, "GATHER.LATE")] == [bytes([4]) * 24]
     assert result.outcome == "FAILED" and "merge failed" in result.error
+
+
+def test_a_leg_named_twice_is_merged_once_with_its_replies(qm_path):
+    # A registration taken before such were refused: both entries carry the leg's replies.
+    spec = AggregateSpec(name="t", legs=(LEG,), merge="blob")
+    twice = [ReceivedLeg(leg=LEG, replies=[reply(5)]), ReceivedLeg(leg=LEG, replies=[reply(5)])]
+    result = attempt_env().run(
+        MQActivities(lambda: LocalQueueManager(qm_path)).put_response,
+        response_input(spec, legs=twice),
+    )
+    with LocalQueueManager(qm_path) as qm:
+        (response,) = drain(qm, "ORDER.RESPONSE")
+    assert result.outcome == "COMPLETE" and response.body == b'{"ok":1}'
+
+
+def test_json_legs_equal_but_for_case_fail_the_merge_and_go_to_failure_whole(qm_path):
+    lower = LegSpec(name="credit", sequence=20)
+    spec = AggregateSpec(name="t", legs=(LEG,), merge="json")
+    second = reply(7).model_copy(update={"leg": "credit"})
+    legs = [ReceivedLeg(leg=LEG, replies=[reply(6)]), ReceivedLeg(leg=lower, replies=[second])]
+    result = attempt_env().run(
+        MQActivities(lambda: LocalQueueManager(qm_path)).put_response,
+        response_input(spec, legs=legs),
+    )
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, "ORDER.RESPONSE") == []
+        failed = drain(qm, "GATHER.FAILURE")
+    # Merged, the one would have been written over the other under the key "credit".
+    assert sorted(m.msg_id for m in failed) == [bytes([6]) * 24, bytes([7]) * 24]
+    assert result.outcome == "FAILED" and "CREDIT and credit are one key" in result.error

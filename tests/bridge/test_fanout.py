@@ -24,6 +24,8 @@ LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20, 
         ({"timeout_seconds": 1e12}, "timeout_seconds"),
         ({"legs": tuple(LegSpec(name=f"L{i}") for i in range(5001))}, "5,001 of them"),
         ({"legs": (LegSpec(name="CREDIT", retries=10, retry_backoff=10),)}, "re-request"),
+        # Legs given here are not the aggregate's, which its model checked.
+        ({"legs": (LegSpec(name="CREDIT"), LegSpec(name="CREDIT", sequence=2))}, "named twice"),
         # Where the response would go, MQ would refuse: found now, not at the gather's end.
         ({"reply_to_q": "ORDER RESPONSE"}, "reply_to_q 'ORDER RESPONSE': ' ' cannot stand"),
         ({"reply_to_q": "Q" * 49}, "reply_to_q .*: 49 characters; MQ names are at most 48"),

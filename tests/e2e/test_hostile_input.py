@@ -451,6 +451,26 @@ async def test_a_hand_made_registration_of_more_legs_than_a_gather_holds_is_left
     assert result.state == "COMPLETE" and result.legs_expected == ["R1", "R2", "R3"]
 
 
+async def test_a_hand_made_registration_that_names_a_leg_twice_is_left(temporal_env, tmp_path):
+    # Taken, the leg would be merged twice (or, equal but for case, one reply written
+    # over the other under the json merge's lower-case key); scatter never sends one.
+    spec = AggregateSpec(name="twice", merge="blob")
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        correl = parse_id("TWICE-1")
+        twice = {"legs": [{"name": "CREDIT"}, {"name": "CREDIT"}]}
+        handle = await p.client.start_workflow(
+            GatherWorkflow.run, start_input(spec, correl),
+            id=p.handle(spec, correl).id, task_queue=p.task_queue,
+            start_signal=SIGNAL_EXPECT, start_signal_args=[twice],
+        )  # fmt: skip
+        await handle.signal(SIGNAL_EXPECT, Registration(legs=[LegSpec(name="CREDIT")]))
+        p.reply(spec, correl, "CREDIT", b"a")
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, correl, timeout=20)
+    assert response.body == b"a"
+    assert result.state == "COMPLETE" and result.legs_expected == ["CREDIT"]
+
+
 async def test_replies_that_share_a_msg_id_are_each_taken_not_dropped_as_redeliveries(
     temporal_env, tmp_path
 ):

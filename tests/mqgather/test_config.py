@@ -47,6 +47,11 @@ def test_a_valid_file_loads(tmp_path):
         ('[aggregates.a]\nhex_separator = "zz"', "aggregates.a.hex_separator"),
         ('[aggregates.a]\nmode = "static"', "static mode needs the legs"),
         ('[aggregates.a]\nlegs = [{name="X"}, {name="X"}]', "leg names must be unique"),
+        # The json merge keys legs in lower case: one reply would be written over the other.
+        (
+            '[aggregates.a]\nmerge = "json"\nlegs = [{name="CREDIT"}, {name="credit"}]',
+            "aggregates.a.legs: legs CREDIT and credit are one key in the json merge",
+        ),
         ('[aggregates.a]\ncolour = "red"', "aggregates.a.colour"),
         ("[queues.Q]\nmaxdepth = -5", "queues.Q.maxdepth"),
         # Waits and retentions no timer or MQ Expiry keeps (TOML writes infinity as inf):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -334,10 +335,21 @@ def test_a_reason_too_long_to_carry_is_refused_and_the_longest_is_taken(update):
 
 
 def test_a_registration_of_more_legs_than_a_gather_holds_is_refused():
-    assert logic.registration_refusal(Registration(count=MAX_LEGS)) is None
-    assert "5,001 legs" in (logic.registration_refusal(Registration(count=MAX_LEGS + 1)) or "")
+    refusal = functools.partial(logic.registration_refusal, spec())
+    assert refusal(Registration(count=MAX_LEGS)) is None
+    assert "5,001 legs" in (refusal(Registration(count=MAX_LEGS + 1)) or "")
     many = [LegSpec(name=f"L{i}") for i in range(MAX_LEGS + 1)]
-    assert logic.registration_refusal(Registration(legs=many)) is not None
+    assert refusal(Registration(legs=many)) is not None
+
+
+def test_a_registration_that_names_a_leg_twice_is_refused():
+    def refusal(merge: str, *names: str) -> str | None:
+        legs = [LegSpec(name=n) for n in names]
+        return logic.registration_refusal(spec(merge=merge), Registration(legs=legs))
+
+    assert "leg A is named twice" in (refusal("folders", "A", "B", "A") or "")
+    assert "A and a are one key" in (refusal("json", "A", "a") or "")
+    assert refusal("folders", "A", "a") is None
 
 
 def test_the_longest_extend_is_taken_and_its_deadline_is_a_datetime():
