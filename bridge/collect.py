@@ -73,6 +73,9 @@ def destination_of(message: MQMessage, key: str) -> str | None:
     elif kind == "json":
         try:
             value = json.loads(_text(message))
+        except RecursionError:
+            # A RuntimeError: uncaught, the bridge would back out its whole batch again.
+            raise DestinationKeyError("the body is JSON nested too deep to read") from None
         except ValueError as exc:
             raise DestinationKeyError(f"the body is not JSON ({exc})") from exc
         for step in where.split("."):

@@ -35,3 +35,17 @@ def test_a_destination_whose_rule_names_a_queue_mq_refuses_goes_to_the_failure_q
     )
     france = bridge._route(MQMessage(properties={"destination": "FR"}, body=b"<a/>"))
     assert not isinstance(france, str)  # no row: the default rule, batched
+
+
+def test_a_json_key_in_a_body_nested_too_deep_to_read_is_a_reason_not_a_runtime_error(tmp_path):
+    # RecursionError is a RuntimeError, which the bridge takes for Temporal being away:
+    # it backed the whole batch out and read the same message again.
+    spec = SPEC.model_copy(update={"destination_key": "json:to", "missing_key": "failure",
+                                   "rules_db": str(tmp_path / "r.db")})  # fmt: skip
+    bridge = CollectorBridge(None, lambda: None, spec)  # type: ignore[arg-type]
+    deep = bridge._route(MQMessage(body=b"[" * 100_000 + b"]" * 100_000))
+    fine = bridge._route(MQMessage(body=b'{"to": "UK"}'))
+    assert (
+        deep == "no destination: the body is JSON nested too deep to read (destination_key json:to)"
+    )
+    assert not isinstance(fine, str)
