@@ -114,8 +114,10 @@ def read_cli_json(path: Path) -> Iterator[tuple[str, str, History]]:
     try:
         # From bytes, json tells the encoding by the first bytes, as the JSON RFC allows.
         data: Any = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # a number json cannot hold; UnicodeDecodeError
         raise BadHistoryFile(f"{path}: not a JSON history ({exc})") from exc
+    except RecursionError:
+        raise BadHistoryFile(f"{path}: not a JSON history (nested too deep to read)") from None
     if isinstance(data, dict) and "history" in data and "events" not in data:
         data = data["history"]
     try:
@@ -202,6 +204,9 @@ def _stage_opened(file: Path, staged: Path, cipher: PayloadCipher) -> str | None
     except (SealedPayloadError, ValueError) as exc:
         staged.unlink(missing_ok=True)
         return str(exc)
+    except RecursionError:
+        staged.unlink(missing_ok=True)
+        return "a line nested too deep to read as JSON"
     return None
 
 

@@ -124,8 +124,13 @@ def _read_export(path: Path) -> Iterator[tuple[str, str, History]]:
                 record = json.loads(line)
                 history = History()
                 json_format.ParseDict(record["history"], history, ignore_unknown_fields=True)
-            except (json.JSONDecodeError, json_format.ParseError, KeyError, TypeError) as exc:
+            except (ValueError, json_format.ParseError, KeyError, TypeError) as exc:
                 raise BadHistoryFile(f"{path}:{number}: not an exported history ({exc})") from exc
+            except RecursionError:
+                reason = "nested too deep to read"
+                raise BadHistoryFile(
+                    f"{path}:{number}: not an exported history ({reason})"
+                ) from None
             yield str(record.get("workflowId", "")), str(record.get("runId", "")), history
 
 

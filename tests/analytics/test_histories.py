@@ -189,3 +189,19 @@ def test_a_run_read_more_than_once_counts_by_its_fullest_copy_in_either_order(
     assert (found.running, found.duplicates_dropped) == ([], 2)
     [line] = Path(found.ndjson[0]).read_text().splitlines()
     assert json.loads(line)["history"] == json.loads(whole)
+
+
+def test_files_json_cannot_read_are_skipped_by_name(tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000
+    cli = tmp_path / "cli"
+    cli.mkdir()
+    (cli / "deep.json").write_text(deep)
+    (cli / "digits.json").write_text('{"events": ' + "1" * 5000 + "}")
+    sealed = tmp_path / "sealed.ndjson"
+    sealed.write_text(f'{{"history": {deep}, "note": "{SEALED_MARK}"}}\n')
+    ring = KeyRing("k1", {"k1": new_key()})
+    found = collect([cli, sealed], tmp_path / "staging", PayloadCipher(ring), workers=1)
+    assert found.ndjson == []
+    assert "nested too deep to read" in found.skipped[str(cli / "deep.json")]
+    assert "Exceeds the limit" in found.skipped[str(cli / "digits.json")]
+    assert found.skipped[str(sealed)] == "a line nested too deep to read as JSON"

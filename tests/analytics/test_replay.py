@@ -77,11 +77,19 @@ async def test_replay_reports_the_clean_and_the_incompatible_histories(temporal_
 def test_unreadable_inputs_are_named_and_fail_the_run(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     (tmp_path / "broken.json").write_text("{")
+    # JSON that json cannot read: a RecursionError and a ValueError, each a traceback.
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "deep.json").write_text(deep)
+    (tmp_path / "deep.ndjson").write_text(f'{{"workflowId": "w", "history": {deep}}}\n')
+    (tmp_path / "digits.json").write_text('{"events": ' + "1" * 5000 + "}")
     done = replay_cli(tmp_path)
     assert done.returncode == 1
     assert "SKIPPED" in done.stdout and "broken.json" in done.stdout
     assert "notes.txt" in done.stdout
-    assert "replayed 0 histories" in done.stdout
+    for name in ("deep.json", "deep.ndjson:1"):
+        assert f"{name}: not a" in done.stdout and "(nested too deep to read)" in done.stdout
+    assert "digits.json: not a JSON history (Exceeds the limit" in done.stdout
+    assert "replayed 0 histories" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_histories_with_a_byte_order_mark_or_in_utf16_are_read_as_the_analysis_reads_them(
