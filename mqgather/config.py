@@ -661,6 +661,20 @@ def shared_spec(spec: AggregateSpec) -> AggregateSpec:
     return spec
 
 
+def _shadowing_collectors(collectors: dict[str, CollectorSpec]) -> str | None:
+    """Why two collectors' destinations could share a workflow, or None: each
+    destination's is ``collect:<collector>:<destination>``, so collector ``c`` sending to
+    ``x:y`` would be collector ``c:x`` sending to ``y``."""
+    for name in collectors:
+        for other in collectors:
+            if name.startswith(f"{other}:"):
+                return (
+                    f"collectors.{name}: its name begins with collector {other}'s and ':', so "
+                    f"a destination of {other} could name one of {name}'s workflows; rename one"
+                )
+    return None
+
+
 def parse_config(data: dict[str, Any], source: str) -> MQGatherConfig:
     """Validate a configuration mapping; errors name the key at fault and the file."""
     try:
@@ -675,6 +689,8 @@ def parse_config(data: dict[str, Any], source: str) -> MQGatherConfig:
         found = over_limits(spec)
         if found is not None:
             raise ConfigError(source, f"aggregates.{name}.{found[0]}: {found[1]}")
+    if shadow := _shadowing_collectors(config.collectors):
+        raise ConfigError(source, shadow)
     for name, collector in config.collectors.items():
         found = limits.first_over(collector, limits.COLLECTOR)
         if found is not None:

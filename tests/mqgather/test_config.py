@@ -65,6 +65,11 @@ def test_a_valid_file_loads(tmp_path):
             "the last re-request would wait 5e+09 s",
         ),
         ("[collectors.c]\nledger_hours = inf", "collectors.c.ledger_hours"),
+        # collect:c:x:y is collector c's destination x:y and collector c:x's destination y.
+        (
+            "[collectors.c]\n[collectors.'c:x']\ninput_queue = 'CMAIN2'",
+            "collectors.c:x: its name begins with collector c's and ':'",
+        ),
         # More legs than a gather holds:
         (
             "[aggregates.a]\nlegs = [" + ",".join(f"{{name='L{i}'}}" for i in range(5001)) + "]",
