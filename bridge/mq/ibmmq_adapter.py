@@ -955,5 +955,8 @@ def _put_time(date: str, time_text: str) -> datetime | None:
         stamp = datetime.strptime(date + time_text[:6], "%Y%m%d%H%M%S")
     except ValueError:
         return None
-    hundredths = int(time_text[6:8]) if time_text[6:8].isdigit() else 0
+    # ASCII only: an application setting all context may write any bytes, and isdigit
+    # also takes '²', which int() refuses.
+    tail = time_text[6:8]
+    hundredths = int(tail) if tail.isascii() and tail.isdigit() else 0
     return stamp.replace(tzinfo=UTC, microsecond=hundredths * 10000)

@@ -666,7 +666,7 @@ def clear(queue: str, mq: str) -> None:
 
 def _reason_code(text: str) -> int:
     """An MQ reason as a code: 2053, MQRC_Q_FULL or Q_FULL."""
-    if text.isdigit():
+    if text.isascii() and text.isdigit() and len(text) <= 10:  # an MQLONG
         return int(text)
     name = text.upper() if text.upper().startswith("MQRC_") else f"MQRC_{text.upper()}"
     if name not in REASONS:

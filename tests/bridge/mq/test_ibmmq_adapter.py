@@ -155,3 +155,6 @@ def test_put_time_parsing():
     )  # fmt: skip
     assert stamp.microsecond == 120000
     assert _put_time("", "") is None
+    # Context an application set: hundredths that are not ASCII digits count as none.
+    assert _put_time("20260102", "030405\u00b2\u00b3") == stamp.replace(microsecond=0)
+    assert _put_time("20260102", "030405\ufffd") == stamp.replace(microsecond=0)

@@ -27,6 +27,9 @@ NOWHERE = {"TEMPORAL_ADDRESS": "127.0.0.1:9"}  # refused at once, were it reache
         (["deploy", "promote", "B1", "--ramp", "nan"], "'--ramp': not a number"),
         (["deploy", "promote", "B1", "--ramp", "150"], "'--ramp': 150.0 is not in the range"),
         (["deploy", "promote", "B1", "--ramp", "-3"], "'--ramp': -3.0 is not in the range"),
+        # str.isdigit takes '²', which int() refuses; an MQ reason is an MQLONG.
+        (["queues", "retry", "--reason", "\u00b2"], "'\u00b2' is not a reason code"),
+        (["queues", "retry", "--reason", "9" * 5000], "is not a reason code"),
     ],
 )
 def test_a_number_no_one_could_mean_is_refused_before_temporal_is_reached(args, said):
