@@ -1,19 +1,19 @@
 """The collector's activity: format a closed batch and PUT it in one unit of work, once.
 
 Formats: ``json`` (an array; a body that is JSON is embedded as such, any other text as
-a string), ``xml`` (the bodies, their XML declarations dropped, inside one wrapper
-element, as seed 002's output), ``blob`` (the bodies joined by the separator), and
+a string), ``xml`` (the bodies, each one element with its prolog dropped, inside one
+wrapper element, as seed 002's output), ``blob`` (the bodies joined by the separator), and
 ``group`` (every message PUT as it came, as one MQ logical group in logical order).
 """
 
 from __future__ import annotations
 
-import re
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from temporalio import activity
 
-from activities.merge import embedded_json
+from activities.merge import embedded_json, xml_element
 from activities.mq import MQActivities
 from bridge.mq import hold, ledger
 from bridge.mq.forward import forward
@@ -41,20 +41,24 @@ from workflows.collect_models import (
     PutBatchResult,
 )
 
-_XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>\s*")
-
 
 def unreadable(batch: ClosedBatch) -> list[tuple[MQMessage, str]]:
     """The messages of a json or xml batch whose body is not text in its CodedCharSetId,
-    with the reason: they go to the failure queue, not into the batch."""
-    if batch.rule.format not in ("json", "xml"):
+    or (xml) not one XML element, with the reason: they go to the failure queue, not
+    into the batch, which a reader could not parse with them in it."""
+    fmt = batch.rule.format
+    if fmt not in ("json", "xml"):
         return []
     out = []
     for item in batch.items:
         try:
-            item.message.decoded()
+            text = item.message.decoded()
+            if fmt == "xml":
+                xml_element(text)
         except CCSIDError as exc:
-            out.append((item.message, f"not text for a {batch.rule.format} batch: {exc}"))
+            out.append((item.message, f"not text for a {fmt} batch: {exc}"))
+        except ET.ParseError as exc:
+            out.append((item.message, f"not an XML element for an xml batch: {exc}"))
     return out
 
 
@@ -68,7 +72,7 @@ def format_batch(batch: ClosedBatch, wrapper: str) -> tuple[bytes, str, int]:
         body = embedded_json([texts], lambda values: values[0], (", ", ": "))
         return body.encode(), MQFMT_STRING, CCSID_UTF8
     if rule.format == "xml":
-        parts = [_XML_DECLARATION.sub("", m.decoded()).strip() for m in messages]
+        parts = [xml_element(m.decoded()) for m in messages]
         inner = "".join(f"\n  {part}" for part in parts)
         text = f'<?xml version="1.0" encoding="utf-8"?>\n<{wrapper}>{inner}\n</{wrapper}>\n'
         return text.encode(), MQFMT_STRING, CCSID_UTF8

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from xml.parsers import expat
 
 from mqgather.ccsid import CCSID_UTF8, CCSIDError, decode, encode
 from mqgather.config import AggregateSpec, leg_name_clash
 from mqgather.errors import MQGatherError
 
 JSON_SCHEMA_VERSION = 1
-
-_XML_PROLOG = re.compile(r"^\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>\[]*(\[[^\]]*\])?\s*>\s*)?", re.S)
 
 
 class MergeError(MQGatherError):
@@ -157,13 +155,57 @@ def merge_json(
     return _json_text(doc, ccsid)
 
 
-def _xml_fragment(leg: str, text: str) -> str:
-    fragment = _XML_PROLOG.sub("", text, count=1).strip()
+class _RootFound(Exception):
+    """Stops the parse at the root element's start tag."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+
+def _root_element(text: str) -> str:
+    """``text`` from its root element on: the prolog before it (the XML declaration,
+    comments, processing instructions, a DOCTYPE whatever its internal subset holds)
+    left out, as the parser reads it, since no part of a prolog may stand inside an
+    element of the response.
+
+    Raises:
+        ET.ParseError: the prolog is not well-formed, or no element follows it.
+    """
+    parser = expat.ParserCreate()
+
+    def found(name: str, attributes: object) -> None:
+        raise _RootFound(parser.CurrentByteIndex)
+
+    parser.StartElementHandler = found
     try:
-        ET.fromstring(fragment)
+        parser.Parse(text, True)  # a str is parsed as UTF-8, and so indexed
+    except _RootFound as root:
+        return text.encode()[root.at :].decode()
+    except expat.ExpatError as exc:
+        raise ET.ParseError(str(exc)) from None
+    raise ET.ParseError("no element found")
+
+
+def xml_element(text: str) -> str:
+    """An XML document's text as one element to stand inside another's: its prolog left
+    out (:func:`_root_element`).
+
+    Raises:
+        ET.ParseError: it is not one well-formed element once its prolog is left out (an
+            entity its DOCTYPE declared is undefined without it).
+    """
+    fragment = text.strip()
+    if fragment.startswith(("<?", "<!")) or not fragment.startswith("<"):
+        fragment = _root_element(fragment).strip()
+    ET.fromstring(fragment)
+    return fragment
+
+
+def _xml_fragment(leg: str, text: str) -> str:
+    try:
+        return xml_element(text)
     except ET.ParseError as exc:
         raise MergeError(leg, "XML", str(exc)) from exc
-    return fragment
 
 
 def merge_xml(legs: Sequence[LegBodies], *, label: str, ccsid: int = CCSID_UTF8) -> Merged:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -161,3 +162,26 @@ def test_a_message_that_shares_its_msg_id_with_unreadable_text_is_still_batched(
         (failed,) = drain(qm, SPEC.failure_queue)
     assert "<Test>Hola</Test>" in batch.text()
     assert failed.body == broken.body
+
+
+def test_an_xml_batch_is_well_formed_whatever_its_bodies_prologs_and_the_rest_go_to_failure(
+    tmp_path,
+):
+    # A DOCTYPE (its subset holding a ']' in a literal, or after a comment) stayed inside
+    # the wrapper, and text that is no element went in as it was: no reader took the batch.
+    path = tmp_path / "qm.db"
+    prepare_queues(path, ["OUT", SPEC.failure_queue])
+    acts = CollectorActivities(lambda: LocalQueueManager(path))
+    kept = [b'<?xml version="1.0"?><!-- x --><!DOCTYPE T><T>1</T>',
+            b'<!DOCTYPE T [<!ATTLIST T a CDATA "]">]><T>2</T>', b"<T>3</T>"]  # fmt: skip
+    refused = [b"a < b & c", b"<T>4</T><T>5</T>", b'<!DOCTYPE T [<!ENTITY e "6">]><T>&e;</T>']
+    messages = [message(n, b) for n, b in enumerate([*kept, *refused], 1)]
+    attempt_env().run(acts.put_batch, batch_input(messages, fmt="xml"))
+    with LocalQueueManager(path) as qm:
+        (batch,) = drain(qm, "OUT")
+        failed = drain(qm, SPEC.failure_queue)
+    root = ET.fromstring(batch.body)
+    assert [t.text for t in root] == ["1", "2", "3"]
+    assert sorted(m.body for m in failed) == sorted(refused)
+    assert all("not an XML element for an xml batch" in str(m.properties[PROP_REASON])
+               for m in failed)  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -29,6 +30,40 @@ def test_xml_is_the_ia72_shape_in_sequence_order():
 def test_xml_drops_each_replys_declaration_and_dtd():
     body = b'<?xml version="1.0"?>\n<!DOCTYPE reply [<!ELEMENT reply (#PCDATA)>]>\n<reply>x</reply>'
     assert merge_xml(legs(("A", 1, body)), label="R").body == b"<R><R1><reply>x</reply></R1></R>"
+
+
+@pytest.mark.parametrize(
+    "prolog",
+    [
+        # A ']' inside a literal of the internal subset, which ends no subset.
+        '<!DOCTYPE reply [<!ATTLIST reply a CDATA "]x">]>',
+        '<!DOCTYPE reply [<!ENTITY e "]>">]>',
+        # Comments and processing instructions before (and between) the prolog's parts.
+        '<?xml version="1.0"?><!-- made by X --><!DOCTYPE reply>',
+        '<?xml version="1.0"?>\n<?xml-stylesheet href="s.xsl"?>\n',
+        "\ufeff<?xml version='1.0' encoding='ISO-8859-1'?>",
+    ],
+)
+def test_xml_leaves_out_every_prolog_so_the_response_is_well_formed(prolog):
+    # Each was left inside the response's element, which no XML reader then takes.
+    body = f"{prolog}<reply>x</reply><!-- after -->".encode()
+    merged = merge_xml(legs(("A", 1, body)), label="R")
+    assert merged.body == b"<R><R1><reply>x</reply><!-- after --></R1></R>"
+    ET.fromstring(merged.body)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        # Its entity is declared in the DOCTYPE the merge leaves out.
+        (b'<!DOCTYPE r [<!ENTITY e "x">]><r>&e;</r>', "undefined entity"),
+        (b'<?xml version="1.0"?>', "no element found"),
+        (b'<!DOCTYPE r [<!ENTITY x SYSTEM "file:///etc/passwd">]><r>&x;</r>', "undefined entity"),
+    ],
+)
+def test_xml_refuses_a_body_whose_element_cannot_stand_without_its_prolog(body, reason):
+    with pytest.raises(MergeError, match=reason):
+        merge_xml(legs(("A", 1, body)), label="R")
 
 
 def test_xml_rejects_a_body_that_is_not_xml():

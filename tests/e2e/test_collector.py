@@ -82,13 +82,14 @@ async def test_a_rule_change_applies_to_the_next_batch_within_the_bound(temporal
         sent = []
         while (offset := time.monotonic() - changed_at) < 6:
             sent.append(round(offset, 2))
-            c.send("Spain", json.dumps({"sent": sent[-1]}).encode())
+            c.send("Spain", f"<sent>{sent[-1]}</sent>".encode())
             await asyncio.sleep(0.25)
         old = [await c.take("CMAOUT.SP") for _ in range(c.depth("CMAOUT.SP"))]
         new = [await c.take("CMAOUT.JSON") for _ in range(len(sent) - len(old))]
-    # Old rule: xml, the JSON text inside the wrapper.
-    old_offsets = [float(re.search(r'"sent": ([0-9.]+)', m.text())[1]) for m in old]
-    new_offsets = [json.loads(m.body)[0]["sent"] for m in new]
+    # Old rule: xml, the element inside the wrapper; new: json, the element as text.
+    sent_at = re.compile(r"<sent>([0-9.]+)</sent>")
+    old_offsets = [float(sent_at.search(m.text())[1]) for m in old]
+    new_offsets = [float(sent_at.search(json.loads(m.body)[0])[1]) for m in new]
     assert sorted(old_offsets + new_offsets) == sent  # every message, once
     assert max(old_offsets, default=0.0) < 5  # the old rule held at most 5 s
     assert min(new_offsets) < 5 and new_offsets == sorted(new_offsets)
@@ -451,7 +452,7 @@ async def test_a_body_too_deep_for_its_json_key_goes_to_failure_and_the_batch_go
     # backed the batch out and read it again, and nothing behind it was batched.
     spec = SPEC.model_copy(update={"destination_key": "json:to", "missing_key": "failure"})
     async with collecting(temporal_env.client, tmp_path, spec=spec) as c:
-        c.rule("FR", "CMAOUT.FR", max_messages=1)
+        c.rule("FR", "CMAOUT.FR", max_messages=1, format="json")
         deep = c.send(None, b"[" * 100_000 + b"]" * 100_000)
         good = c.send(None, b'{"to": "FR"}')
         failed = await c.take(c.spec.failure_queue)
