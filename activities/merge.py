@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -93,21 +94,45 @@ def _finite(token: str) -> float:
     return value
 
 
+#: A JSON escape of a UTF-16 surrogate: json reads a lone one into a str no UTF-8 holds.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _strict_json(text: str) -> Any:
+    """``text``'s value as strict JSON (RFC 8259), one that can be written back as JSON
+    in UTF-8.
+
+    Raises:
+        ValueError: NaN, Infinity, a number out of range or json cannot hold, a string
+            escaping a lone surrogate, or not JSON at all.
+        RecursionError: nested too deep to read.
+    """
+    value = json.loads(text, parse_constant=_not_json, parse_float=_finite)
+    # Looked for only where an escape of one is (a pair becomes one character).
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            _dumps(value).encode()
+        except UnicodeEncodeError:
+            raise ValueError("a string escapes a lone surrogate, which no text holds") from None
+    return value
+
+
 def json_or_text(text: str) -> Any:
-    """A body's JSON value, or its text when it is not strict JSON: NaN, Infinity, a
-    number out of range or nesting too deep to read are text, so the document written
-    from it is always valid JSON."""
+    """A body's JSON value, or its text when it is not strict JSON (:func:`_strict_json`):
+    NaN, Infinity, a number out of range, a lone surrogate or nesting too deep to read
+    are text, so the document written from it is always valid JSON."""
     try:
-        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+        return _strict_json(text)
     except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         return text
 
 
 def _json_value(leg: str, text: str) -> Any:
-    """A leg's body as strict JSON (RFC 8259): NaN, Infinity or a number out of range
-    would be written back as no JSON reader takes them, so they are refused here."""
+    """A leg's body as strict JSON (RFC 8259): NaN, Infinity, a number out of range or
+    a lone surrogate would be written back as no JSON reader takes them, so they are
+    refused here."""
     try:
-        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+        return _strict_json(text)
     except RecursionError:
         raise MergeError(leg, "JSON", "nested too deep to read") from None
     except ValueError as exc:  # JSONDecodeError, and a number json cannot hold

@@ -132,12 +132,14 @@ def test_ebcdic_is_read_in_its_ccsid_and_invalid_utf8_goes_to_the_failure_queue(
 
 
 def test_bodies_that_are_not_strict_json_are_batched_as_text_and_the_batch_is_put(tmp_path):
-    """NaN, Infinity, a number out of range and nesting too deep to read would make the
-    batch unwritable as JSON (and its PUT fail for ever): they are batched as text."""
+    """NaN, Infinity, a number out of range, nesting too deep to read and a lone
+    surrogate would make the batch unwritable as JSON (and its PUT fail for ever): they
+    are batched as text."""
     path = tmp_path / "qm.db"
     prepare_queues(path, ["OUT"])
     acts = CollectorActivities(lambda: LocalQueueManager(path))
-    odd = [b'{"x": NaN}', b"[Infinity]", b"1e999", b"[" * 100_000 + b"]" * 100_000]
+    odd = [b'{"x": NaN}', b"[Infinity]", b"1e999", b"[" * 100_000 + b"]" * 100_000,
+           b'{"x": "\\udcff"}']  # fmt: skip
     bodies = [b'{"ok": 1.5}', *odd]
     attempt_env().run(acts.put_batch, batch_input([message(n, b) for n, b in enumerate(bodies, 1)]))
     with LocalQueueManager(path) as qm:

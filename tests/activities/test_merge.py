@@ -123,6 +123,9 @@ def test_json_rejects_invalid_json():
         # More digits than Python turns into a number: refused as a merge, not a crash.
         (b"1" * 5000, "integer string conversion"),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deep to read"),
+        # Valid escapes of a surrogate alone: read, a str that no UTF-8 response holds.
+        (b'{"name": "\\udcff"}', "escapes a lone surrogate"),
+        (b'["\\uD83D"]', "escapes a lone surrogate"),
     ],
 )
 def test_json_refuses_what_it_could_not_write_back_as_json(body, why):
@@ -242,3 +245,15 @@ def test_legs_equal_but_for_case_merge_apart_where_no_key_is_lower_cased():
     both = [LegBodies("CREDIT", 1, (b"1",)), LegBodies("credit", 2, (b"2",))]
     merged = merge(spec, both, correl_id="c", state="COMPLETE", missing=[])
     assert json.loads(merged.body)["ComIbmAggregateReplyBody"] == {"CREDIT": 1, "credit": 2}
+
+
+def test_a_surrogate_pair_is_json_and_a_lone_one_is_embedded_as_its_text():
+    pair, lone = b'{"s": "\\ud83d\\ude00"}', b'{"s": "\\udcff", "t": "\\\\udcff"}'
+    json_merged = merge(AggregateSpec(name="j"), legs(("A", 1, pair)),
+                        correl_id="", state="COMPLETE", missing=[])  # fmt: skip
+    assert json.loads(json_merged.body)["legs"]["a"] == {"s": "\U0001f600"}
+    folders = merge_folders(legs(("A", 1, lone), ("B", 2, pair)))
+    assert json.loads(folders.body)["ComIbmAggregateReplyBody"] == {
+        "A": lone.decode(),
+        "B": {"s": "\U0001f600"},
+    }
