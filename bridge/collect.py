@@ -31,7 +31,14 @@ from bridge.inbound import (
     refused_for_content,
 )
 from bridge.mq import hold
-from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole, rfh2_hint
+from bridge.mq.models import (
+    MQMessage,
+    QueueAttributes,
+    fingerprint,
+    is_text,
+    not_whole,
+    rfh2_hint,
+)
 from bridge.mq.transport import Transport
 from mqgather.ccsid import CCSIDError
 from mqgather.collector_config import CollectorRule, CollectorSpec
@@ -139,6 +146,13 @@ class CollectorBridge(QueueBridge):
             destination = spec.default_destination
         if len(destination) > MAX_DESTINATION:
             return f"destination {destination[:40]!r}... is longer than {MAX_DESTINATION}"
+        if not destination.isprintable() or not is_text(destination):
+            # It names a workflow and a rule: neither takes it. Raised past here, it
+            # stopped the bridge before BOTHRESH could move the message aside.
+            return (
+                f"destination {destination!r} is not printable text (a control or invisible "
+                "character, or a lone surrogate from a property that is not valid text)"
+            )
         rule = self.rules.rule_for(destination)
         if isinstance(rule, BadRule):
             return f"the rule of destination {destination!r} is invalid: {rule.problem}"

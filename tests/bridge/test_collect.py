@@ -49,3 +49,15 @@ def test_a_json_key_in_a_body_nested_too_deep_to_read_is_a_reason_not_a_runtime_
         deep == "no destination: the body is JSON nested too deep to read (destination_key json:to)"
     )
     assert not isinstance(fine, str)
+
+
+def test_a_destination_that_is_not_printable_text_is_a_reason(tmp_path):
+    spec = SPEC.model_copy(update={"rules_db": str(tmp_path / "r.db")})
+    bridge = CollectorBridge(None, lambda: None, spec)  # type: ignore[arg-type]
+    for odd in ("bad\udcff", "a\x00b", "a\nb", "zero\u200bwidth"):
+        routed = bridge._route(MQMessage(properties={"destination": odd}, body=b"<a/>"))
+        assert routed == (
+            f"destination {odd!r} is not printable text (a control or invisible character, "
+            "or a lone surrogate from a property that is not valid text)"
+        )
+    assert not isinstance(bridge._route(MQMessage(properties={"destination": "Côte"})), str)

@@ -461,3 +461,22 @@ async def test_a_body_too_deep_for_its_json_key_goes_to_failure_and_the_batch_go
     assert (failed.msg_id, failed.body) == (deep.msg_id, deep.body)
     assert "nested too deep" in str(failed.properties[PROP_REASON])
     assert good.body in batch.body and left == (0, 0)
+
+
+async def test_a_destination_that_is_not_valid_text_goes_to_failure_and_the_bridge_goes_on(
+    temporal_env, tmp_path
+):
+    # A property read from bytes that are not UTF-8 holds a lone surrogate, which no rule
+    # takes: its ValidationError stopped the bridge, before BOTHRESH could move it aside.
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("FR", "CMAOUT.FR", max_messages=1)
+        bad = c.send("bad\udcff", order("bad"))
+        good = c.send("FR", order("good"))
+        failed = await c.take(c.spec.failure_queue)
+        batch = await c.take("CMAOUT.FR")
+        left = (c.depth("CMAIN"), c.depth(c.spec.failure_queue))
+    assert (failed.msg_id, failed.body) == (bad.msg_id, bad.body)
+    assert failed.properties["destination"] == "bad\udcff"
+    assert "is not printable text" in str(failed.properties[PROP_REASON])
+    assert b"<Test>good</Test>" in batch.body and left == (0, 0)
+    assert good.body.endswith(b"<Test>good</Test>")
