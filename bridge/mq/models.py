@@ -146,7 +146,8 @@ def parse_id(text: str) -> bytes:
             with NULs to 24 bytes, as MQ pads ids.
 
     Raises:
-        ConfigError: the id is longer than 24 bytes or the hex is invalid.
+        ConfigError: the id is longer than 24 bytes, the hex is invalid, or the text is
+            not UTF-8.
     """
     if text.startswith("hex:"):
         try:
@@ -154,7 +155,10 @@ def parse_id(text: str) -> bytes:
         except ValueError as exc:
             raise ConfigError("id", f"{text!r} is not valid hex ({exc})") from exc
     else:
-        raw = text.encode("utf-8")
+        try:
+            raw = text.encode("utf-8")
+        except UnicodeEncodeError:  # bytes a terminal gave that are not UTF-8
+            raise ConfigError("id", f"{text!r} is not UTF-8 text; give it as hex:") from None
     if len(raw) > ID_LENGTH:
         raise ConfigError("id", f"{text!r} is {len(raw)} bytes; MQ ids are at most {ID_LENGTH}")
     return raw.ljust(ID_LENGTH, b"\x00")

@@ -28,11 +28,12 @@ from mqgather.cli.options import (
     salvage_options,
     salvage_summary,
     show_fields,
+    utf8_text,
     with_progress,
 )
 from mqgather.config import load_config
 from mqgather.constants import DEFAULT_LEDGER_HOURS, MAX_LEDGER_HOURS, MAX_WAIT_SECONDS
-from mqgather.errors import MQGatherError
+from mqgather.errors import ConfigError, MQGatherError
 from mqgather.names import (
     CORREL_ID,
     GATHER_ID_PREFIX,
@@ -127,6 +128,16 @@ def operator_id(text: str) -> tuple[bytes, str | None]:
     return parse_id(stripped), None
 
 
+def _checked_correl_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A click callback refusing a CORRELID :func:`operator_id` cannot read, before
+    Temporal is reached."""
+    try:
+        operator_id(value)
+    except ConfigError as exc:
+        raise click.BadParameter(exc.reason) from None
+    return value
+
+
 async def find_gather(
     client: Client, correl_text: str, name: str | None
 ) -> WorkflowHandle[Any, GatherResult]:
@@ -173,7 +184,7 @@ CORRELID_HELP = (
 
 @click.command(help=f"Show a gather: state, legs received and missing, deadline, the MQ "
                f"error it is retrying, if any. {CORRELID_HELP}")  # fmt: skip
-@click.argument("correl_id")
+@click.argument("correl_id", callback=_checked_correl_id)
 @find_aggregate_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
 def status(correl_id: str, name: str | None, as_json: bool) -> None:
@@ -255,7 +266,7 @@ def _operator_command(help_text: str, option: Callable[[F], F]) -> Callable[[F],
             click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
             option,
             find_aggregate_option,
-            click.argument("correl_id"),
+            click.argument("correl_id", callback=_checked_correl_id),
         ):
             fn = decorate(fn)
         return click.command(help=f"{help_text} {CORRELID_HELP}")(fn)
@@ -267,7 +278,9 @@ def _reason_option(
     default: str,
     help_text: str = "Recorded in the response (mqgather_reason) and the gather's result.",
 ) -> Callable[[F], F]:
-    return click.option("--reason", default=default, show_default=True, help=help_text)
+    return click.option(
+        "--reason", default=default, show_default=True, callback=utf8_text, help=help_text
+    )
 
 
 @_operator_command("PUT what a gather has now, as a RELEASED response.",
@@ -302,7 +315,7 @@ def _leg_and_reason(fn: F) -> F:
     fn = _reason_option("re-requested by an operator", "Carried by the request (mqgather_reason).")(
         fn
     )
-    return click.argument("leg")(fn)
+    return click.argument("leg", callback=utf8_text)(fn)
 
 
 @_operator_command(

@@ -35,6 +35,17 @@ def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> f
     return value
 
 
+def utf8_text(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback refusing text the terminal gave as bytes that are not UTF-8:
+    Python holds them as lone surrogates, which no payload or MQ property carries."""
+    if value is not None:
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise click.BadParameter("not UTF-8 text (the terminal gave other bytes)") from None
+    return value
+
+
 #: A share of the requests (0 to 1).
 SHARE = click.FloatRange(0, 1)
 #: Requests per second.

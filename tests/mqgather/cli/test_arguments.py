@@ -39,6 +39,27 @@ def test_a_number_no_one_could_mean_is_refused_before_temporal_is_reached(args, 
     assert "cannot reach Temporal" not in out.output
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["release", "ORDER-1", "--reason", "caf\udce9"], "'--reason': not UTF-8 text"),
+        (["cancel", "ORDER-1", "--reason", "caf\udce9"], "'--reason': not UTF-8 text"),
+        (["rerequest", "ORDER-1", "CR\udce9DIT"], "'LEG': not UTF-8 text"),
+        (["status", "ORDER\udce9-1"], "'ORDER\\udce9-1' is not UTF-8 text; give it as hex:"),
+        (["release", "gather:orders:zz"], "is not valid hex"),
+        (["extend", "O" * 25], "is 25 bytes; MQ ids are at most 24"),
+        (["queues", "put", "Q", "--body", "x", "--correl-id", "\udce9"], "not UTF-8 text"),
+    ],
+)
+def test_text_the_terminal_gave_as_bytes_that_are_not_utf8_is_refused(args, said):
+    # Python holds such bytes as lone surrogates, which no payload or property carries:
+    # each was a traceback from the data converter, or from the id's encoding.
+    out = CliRunner().invoke(cli, args, env=NOWHERE)
+    assert out.exit_code in (1, 2), out.output
+    assert said in out.output and "Traceback" not in out.output
+    assert not isinstance(out.exception, UnicodeError)
+
+
 def test_a_body_that_is_not_utf8_is_refused_by_leg():
     out = CliRunner().invoke(cli, ["scatter", "--body", "CREDIT=caf\udce9"], env=NOWHERE)
     assert out.exit_code == 2, out.output
