@@ -19,6 +19,7 @@ from bridge.mq.connect import check_mq_url, open_transport
 from bridge.mq.transport import Transport
 from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_MQ, SALVAGE_PROGRESS_SECONDS
 from mqgather.errors import ConfigError, MQGatherError
+from mqgather.limits import queue_name_problem
 from mqgather.names import ENV_CONFIG, ENV_DEPLOYMENT, ENV_MQ, TASK_QUEUE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -43,6 +44,14 @@ def utf8_text(ctx: click.Context, param: click.Parameter, value: str | None) -> 
             value.encode()
         except UnicodeEncodeError:
             raise click.BadParameter("not UTF-8 text (the terminal gave other bytes)") from None
+    return value
+
+
+def queue_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback refusing a queue name MQ refuses (:func:`queue_name_problem`),
+    before the queue manager is asked."""
+    if value and (problem := queue_name_problem(value)):
+        raise click.BadParameter(f"{value!r}: {problem}")
     return value
 
 

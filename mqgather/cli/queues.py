@@ -38,7 +38,7 @@ from bridge.mq.models import (
 )
 from bridge.mq.transport import WAIT_UNLIMITED
 from mqgather.ccsid import CCSID_UTF8, CCSIDError, decode, encode
-from mqgather.cli.options import config_option, mq_option
+from mqgather.cli.options import config_option, mq_option, queue_name
 from mqgather.config import MQGatherConfig, load_config
 from mqgather.constants import (
     DEFAULT_MAXDEPTH,
@@ -353,7 +353,7 @@ def list_(pattern: str, as_json: bool, mq: str) -> None:
 
 
 @queues.command()
-@click.argument("queue")
+@click.argument("queue", callback=queue_name)
 @click.option(
     "--body",
     "body_texts",
@@ -548,7 +548,7 @@ def _show(message: MQMessage, as_json: bool, count: int) -> None:
 
 
 @queues.command()
-@click.argument("queue")
+@click.argument("queue", callback=queue_name)
 @_group_options
 @click.option("--wait", "wait_ms", type=click.IntRange(WAIT_UNLIMITED, MQLONG_MAX), default=0,
               help="Wait this many ms (-1: forever), as MQGET's WaitInterval.")  # fmt: skip
@@ -627,7 +627,7 @@ def _stdout_gone() -> None:
 
 
 @queues.command()
-@click.argument("queue")
+@click.argument("queue", callback=queue_name)
 @_group_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
 @mq_option
@@ -655,7 +655,7 @@ def browse(
 
 
 @queues.command()
-@click.argument("queue")
+@click.argument("queue", callback=queue_name)
 @mq_option
 def clear(queue: str, mq: str) -> None:
     """Remove every message from a queue (CLEAR QLOCAL)."""
@@ -675,7 +675,7 @@ def _reason_code(text: str) -> int:
 
 
 @queues.command()
-@click.argument("queue", required=False)
+@click.argument("queue", required=False, callback=queue_name)
 @click.option("--reason", "reasons", multiple=True, metavar="REASON",
               help="Only dead letters whose MQDLH names this reason: 2053, MQRC_Q_FULL or "
               "Q_FULL (repeatable).")  # fmt: skip

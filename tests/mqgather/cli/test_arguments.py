@@ -60,6 +60,19 @@ def test_text_the_terminal_gave_as_bytes_that_are_not_utf8_is_refused(args, said
     assert not isinstance(out.exception, UnicodeError)
 
 
+@pytest.mark.parametrize("command", ["browse", "get", "clear", "put"])
+@pytest.mark.parametrize("queue", ["Q\udce9", "ORDER RESPONSE", "Q" * 49])
+def test_a_queue_name_mq_refuses_is_refused_before_the_queue_manager_is_asked(
+    command, queue, tmp_path
+):
+    # The first was a UnicodeEncodeError traceback out of the embedded queue manager.
+    # (define and alter refuse such names through the queue's own attributes model.)
+    out = CliRunner().invoke(cli, ["queues", command, queue, "--mq", f"local:{tmp_path / 'q.db'}"])
+    assert out.exit_code == 2, out.output
+    assert "Invalid value for 'QUEUE'" in out.output and "MQ" in out.output
+    assert not (tmp_path / "q.db").exists()
+
+
 def test_a_body_that_is_not_utf8_is_refused_by_leg():
     out = CliRunner().invoke(cli, ["scatter", "--body", "CREDIT=caf\udce9"], env=NOWHERE)
     assert out.exit_code == 2, out.output
