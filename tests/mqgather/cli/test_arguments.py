@@ -90,3 +90,23 @@ def test_a_call_temporal_refuses_is_said_with_what_to_do_not_a_traceback(bare_na
     assert out.returncode == 1 and "Traceback" not in said, said
     assert "Error: Temporal refused the call (INVALID_ARGUMENT" in said
     assert "start one against this namespace" in said
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [b"status", b"ORDER-1", b"--aggregate", b"or\xffders"],
+        [b"salvage", b"--all", b"--aggregate", b"or\xffders"],
+        [b"release", b"ORDER-1", b"--aggregate", b"or\xffders"],
+    ],
+)
+def test_an_argument_that_is_not_utf8_is_named_wherever_it_would_have_gone(bare_namespace, args):
+    # Python reads it into a lone surrogate, which no request to Temporal can carry: the
+    # encoding's traceback, until the command names the argument.
+    env = {**os.environ, "TEMPORAL_ADDRESS": bare_namespace.service_client.config.target_host,
+           "TEMPORAL_NAMESPACE": bare_namespace.namespace}  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "mqgather.cli", *args], env=env,
+                         capture_output=True, timeout=60)  # fmt: skip
+    said = out.stderr.decode()
+    assert out.returncode == 1 and "Traceback" not in said, said
+    assert "the argument 'or\\udcffders' is not UTF-8 text" in said
