@@ -44,21 +44,19 @@ class _Group(click.Group):
             # without mqgather's search attributes): the refusal, not a traceback.
             raise click.ClickException(refusal(exc)) from exc
         except UnicodeEncodeError as exc:
-            given = _argument_not_utf8(exc)
+            given = _given_not_utf8(exc)
             if given is None:
                 raise
-            raise click.ClickException(
-                f"the argument {given!r} is not UTF-8 text (the terminal gave other bytes); "
-                "give it in UTF-8"
-            ) from exc
+            raise click.ClickException(f"{given} is not UTF-8 text; give it in UTF-8") from exc
 
 
-def _argument_not_utf8(exc: UnicodeEncodeError) -> str | None:
+def _given_not_utf8(exc: UnicodeEncodeError) -> str | None:
     """The command-line argument holding what ``exc`` could not encode: Python reads
-    arguments that are not UTF-8 into lone surrogates, which no request carries. None
-    when no argument holds it (then it came from elsewhere)."""
+    bytes there that are not UTF-8 into lone surrogates, which no request carries. None
+    when none holds it (then it came from elsewhere)."""
     bad = exc.object[exc.start : exc.end]
-    return next((arg for arg in sys.argv[1:] if bad in arg), None)
+    arg = next((a for a in sys.argv[1:] if bad in a), None)
+    return None if arg is None else f"the argument {arg!r}"
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -94,7 +94,19 @@ TRANSIENT_RPC = frozenset({
 
 
 def connect_config(address: str | None = None) -> dict[str, Any]:
-    """Client.connect keyword arguments from Temporal's environment configuration."""
+    """Client.connect keyword arguments from Temporal's environment configuration.
+
+    Raises:
+        ConfigError: the configuration cannot be loaded, or a ``TEMPORAL_`` variable is
+            not UTF-8 text (named only: the loader's own error would show its value,
+            which may be an API key).
+    """
+    for name, value in os.environ.items():
+        if name.startswith("TEMPORAL_"):
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                raise ConfigError(name, "not UTF-8 text; set it in UTF-8") from None
     try:
         config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
     # The native loader reports a bad file or profile as RuntimeError; reading it, OSError.
