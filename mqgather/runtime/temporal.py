@@ -97,16 +97,10 @@ def connect_config(address: str | None = None) -> dict[str, Any]:
     """Client.connect keyword arguments from Temporal's environment configuration.
 
     Raises:
-        ConfigError: the configuration cannot be loaded, or a ``TEMPORAL_`` variable is
-            not UTF-8 text (named only: the loader's own error would show its value,
-            which may be an API key).
+        ConfigError: the configuration cannot be loaded, or an environment variable is
+            not UTF-8 text (named only).
     """
-    for name, value in os.environ.items():
-        if name.startswith("TEMPORAL_"):
-            try:
-                value.encode()
-            except UnicodeEncodeError:
-                raise ConfigError(name, "not UTF-8 text; set it in UTF-8") from None
+    _environment_is_text()
     try:
         config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
     # The native loader reports a bad file or profile as RuntimeError; reading it, OSError.
@@ -118,6 +112,30 @@ def connect_config(address: str | None = None) -> dict[str, Any]:
     config.setdefault("namespace", DEFAULT_NAMESPACE)
     config["grpc_compression"] = grpc_compression()
     return config
+
+
+def _environment_is_text() -> None:
+    """Refuse an environment that Temporal's client cannot read: its loader reads every
+    variable, and one whose name or value is not UTF-8 stops the process with a panic
+    that prints the value, which may be a password or a key.
+
+    Raises:
+        ConfigError: naming the variable, never showing its value.
+    """
+    for name, value in os.environ.items():
+        try:
+            name.encode()
+        except UnicodeEncodeError:
+            raise ConfigError(
+                repr(name), "an environment variable's name is not UTF-8 text"
+            ) from None
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ConfigError(
+                name,
+                "not UTF-8 text, which Temporal's client cannot read; set it in UTF-8 or unset it",
+            ) from None
 
 
 def grpc_compression_name() -> str:
