@@ -31,7 +31,11 @@ UNIT_SECONDS = {
     "millisecond": 1e-3,
     "microsecond": 1e-6,
 }
-_PART = re.compile(r"(\d+)\s+([a-z]+?)s?(?=\s|$)")
+#: ASCII digits only: Spark reads no other script's.
+_PART = re.compile(r"([0-9]+)\s+([a-z]+?)s?(?=\s|$)", re.ASCII)
+#: The longest window taken: a trend's windows then still fall inside the calendar
+#: (Spark cannot read a number of over 18 digits; Python, a window ending past 9999).
+MAX_WINDOW_SECONDS = 366 * 86400.0
 
 
 def pick_window(span_seconds: float) -> str:
@@ -62,7 +66,14 @@ def window_seconds(text: str, key: str = "--window") -> float:
             f"{', '.join(f'{u}s' for u in UNIT_SECONDS)}, e.g. '15 minutes' or '1 hour 30 "
             "minutes'",
         )
-    seconds = sum(int(m.group(1)) * UNIT_SECONDS[m.group(2)] for m in parts)
+    # Each number as text first: int() refuses one of over 4,300 digits.
+    if any(len(m.group(1).lstrip("0")) > 9 for m in parts):
+        seconds = float("inf")
+    else:
+        seconds = sum(int(m.group(1)) * UNIT_SECONDS[m.group(2)] for m in parts)
     if seconds <= 0:
         raise ConfigError(key, f"{text!r} is a window of no length: give a longer one")
+    if seconds > MAX_WINDOW_SECONDS:
+        shown = text if len(text) <= 40 else f"{text[:40]}..."
+        raise ConfigError(key, f"{shown!r} is longer than 366 days: give a shorter window")
     return seconds

@@ -33,7 +33,10 @@ def test_a_window_spark_takes_is_measured(text, seconds):
      ("-5 minutes", "is not a window"), ("1.5 hours", "is not a window"),
      ("15", "is not a window"), ("1 month", "is not a window"),
      ("15 minutes ago", "is not a window"),
-     ("0 minutes", "of no length"), ("0 seconds 0 days", "of no length")],
+     ("0 minutes", "of no length"), ("0 seconds 0 days", "of no length"),
+     # Another script's digits, which Spark does not read; windows past the calendar.
+     ("\u0661\u0665 minutes", "is not a window"), ("367 days", "longer than 366 days"),
+     ("1000000 weeks", "longer than 366 days"), ("9" * 5000 + " days", "longer than 366")],
 )  # fmt: skip
 def test_a_window_spark_cannot_take_is_refused_naming_the_option(text, why):
     with pytest.raises(ConfigError, match=why) as raised:
