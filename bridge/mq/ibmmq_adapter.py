@@ -55,7 +55,7 @@ from mqgather.secretfiles import read_secret
 #: Secrets a URL must not carry, with where each belongs instead.
 _SECRET_KEYS = {"password": ENV_MQ_PASSWORD, "keyrepo_password": ENV_MQ_KEYREPO_PASSWORD}
 log = logging.getLogger("mqgather.mq")
-_CONNAME = re.compile(r"^[A-Za-z0-9.\-:\[\]]+\(\d{1,5}\)$")
+_CONNAME = re.compile(r"^[A-Za-z0-9.\-:\[\]]+\([0-9]{1,5}\)$")
 _QUERY_KEYS = {
     "ccdt", "cipher", "keyrepo", "keyrepo_password_file", "certlabel", "user",
     "password_file", "channel",

@@ -79,6 +79,8 @@ def test_password_from_env_or_file_and_never_shown(tmp_path):
     ("url", "fragment"),
     [
         ("ibmmq://QM1@host/CH", "host(port)"),
+        # Full-width digits: the check's \d took them, and no MQ client reads them.
+        ("ibmmq://QM1@host(\uff11\uff14\uff11\uff14)/CH", "host(port)"),
         ("ibmmq://QM1@host(1414)", "channel"),
         ("ibmmq://QM1", "ccdt"),
         ("ibmmq://QM1@h(1414)/CH?password=x", "MQGATHER_MQ_PASSWORD"),
