@@ -501,7 +501,9 @@ def default_queues() -> dict[str, QueueDefinition]:
         k.GATHER_REPORT: carrying("report messages that reached the reply queue"),
         k.GATHER_HOLD: carrying("large replies held for their gathers"),
         k.LEDGER_QUEUE: QueueDefinition(
-            maxdepth=1_000_000, maxmsgl=4096, descr="markers of PUTs done (exactly once)"
+            maxdepth=1_000_000,
+            maxmsgl=k.LEDGER_MAXMSGL,
+            descr="markers of PUTs done (exactly once)",
         ),
     }
     for leg in DEMO_LEGS:

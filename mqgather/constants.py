@@ -43,6 +43,10 @@ MAX_LEDGER_HOURS = MAX_EXPIRY_TENTHS // 36_000
 #: re-request's delay, an operator's extend (366 days). A time far past it (or infinite)
 #: is no wait a timer can keep: it would stop the gather's workflow at its first step.
 MAX_WAIT_SECONDS = 366 * 24 * 3600.0
+#: Bytes one search attribute's value may take (its JSON), as Temporal allows by default
+#: (``limit.searchAttributesSizeOfValue``): an upsert past it fails the workflow task,
+#: and the server then ends the workflow.
+SEARCH_VALUE_BYTES = 2048
 #: The longest reason an operator may give (release, cancel, re-request): it travels in
 #: the gather's result and as a property of the message PUT.
 MAX_REASON_CHARS = 1000
@@ -94,6 +98,10 @@ EARLIER_ATTEMPT_WAIT_SECONDS = 20.0
 #: the PUT's own unit of work: a retried activity finds them even when the requester has
 #: consumed the response already.
 LEDGER_QUEUE = "MQGATHER.LEDGER"
+#: MAXMSGL a ledger queue needs: a marker keeps 17 bytes of each message its PUT
+#: carried (a gather's replies, as many as its state holds; a batch's up to 10,000
+#: messages), beside a note of at most 1 KB.
+LEDGER_MAXMSGL = 1024 * 1024
 #: How long a PUT's marker is kept (its MQ Expiry), by default: what the ledger remembers.
 DEFAULT_LEDGER_HOURS = 168.0
 

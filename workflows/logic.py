@@ -4,6 +4,7 @@ it is compiled once per worker rather than once per gather."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -13,7 +14,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributeUpdate, TypedSe
 from bridge.mq.models import NONE_ID
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec, leg_name_clash
-from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS
+from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS, SEARCH_VALUE_BYTES
 from mqgather.limits import shown
 from mqgather.routing import Destination
 from workflows import legs, redelivery
@@ -71,13 +72,33 @@ def search_values(
         (names.GATHER_STATE, state.state),
         (names.LEGS_PENDING, len(state.expected) - received),
         (names.LEGS_RECEIVED, received),
-        (names.LEGS_MISSING, missing(state)),
+        (names.LEGS_MISSING, within_search_limit(missing(state))),
         (names.GATHER_DEADLINE, None if is_closed(state) else state.deadline),
     ]
     # Only once a leg was asked again: gathers without re-requests never carry it.
     if state.rerequested:
-        values.append((names.LEGS_REREQUESTED, sorted(state.rerequested)))
+        values.append((names.LEGS_REREQUESTED, within_search_limit(sorted(state.rerequested))))
     return values
+
+
+def within_search_limit(legs: list[str], limit: int = SEARCH_VALUE_BYTES) -> list[str]:
+    """``legs`` as a keyword list the server takes: all of them when their JSON fits one
+    search attribute's ``limit``, else as many as fit and then ``+N more`` for the rest
+    (the gather's status and details still name every one)."""
+    # Measured as the payload converter writes it, as the server measures it.
+    if len(json.dumps(legs, separators=(",", ":"))) <= limit:
+        return legs
+    kept: list[str] = []
+    size = 2  # the brackets
+    for name in legs:
+        # Room for this name, its comma, and the marker of whatever would follow it.
+        marker = len(json.dumps(f"+{len(legs) - len(kept)} more")) + 1
+        step = len(json.dumps(name)) + 1
+        if size + step + marker > limit:
+            break
+        kept.append(name)
+        size += step
+    return [*kept, f"+{len(legs) - len(kept)} more"]
 
 
 def search_updates(

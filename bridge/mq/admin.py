@@ -8,14 +8,17 @@ from bridge.mq.errors import MQError, UnknownObjectName
 from bridge.mq.models import QueueAttributes
 from bridge.mq.transport import Transport
 from mqgather.config import SET_ASIDE, MQGatherConfig, referenced_queues
-from mqgather.constants import LEAST_MAXUMSGS_COLLECTOR, LEAST_MAXUMSGS_GATHER, QMGR_MAXMSGL
+from mqgather.constants import (
+    LEAST_MAXUMSGS_COLLECTOR,
+    LEAST_MAXUMSGS_GATHER,
+    LEDGER_MAXMSGL,
+    QMGR_MAXMSGL,
+)
 
 #: MAXDEPTH of a referenced queue the configuration does not define itself.
 REFERENCED_QUEUE_MAXDEPTH = 100_000
 #: MAXDEPTH of a ledger queue the configuration does not define itself.
 LEDGER_MAXDEPTH = 1_000_000
-#: MAXMSGL of such a ledger queue: a marker is a few hundred bytes.
-LEDGER_MAXMSGL = 4096
 
 
 def setup_queues(qm: Transport, config: MQGatherConfig) -> list[str]:
@@ -107,7 +110,26 @@ def check_queues(
         if queue in inputs:
             found += _backouts(qm, queue, where, a)
     found += _set_aside_room(config, attrs, purposes)
+    found += _ledger_room(config, attrs, purposes)
     return found + _qmgr(qm, config)
+
+
+def _ledger_room(
+    config: MQGatherConfig, attrs: dict[str, QueueAttributes], purposes: dict[str, str]
+) -> list[Finding]:
+    """Each ledger queue takes the largest marker: one too long for it fails its PUT on
+    every attempt (MQRC_MSG_TOO_BIG_FOR_Q), and the response or batch with it."""
+    ledgers = {spec.ledger_queue for spec in config.aggregates.values()}
+    ledgers |= {c.ledger_queue for c in config.collectors.values()}
+    return [
+        Finding(queue, purposes[queue],
+                f"MAXMSGL({attrs[queue].maxmsgl}) is below {LEDGER_MAXMSGL}: the marker of a "
+                "gather of many replies, or of a large batch, would not fit (17 bytes a "
+                f"message), and its PUT would fail each time; ALTER QLOCAL({queue}) "
+                f"MAXMSGL({LEDGER_MAXMSGL})")
+        for queue in sorted(ledgers)
+        if queue in attrs and attrs[queue].maxmsgl < LEDGER_MAXMSGL
+    ]  # fmt: skip
 
 
 def _backouts(qm: Transport, queue: str, where: str, a: QueueAttributes) -> list[Finding]:

@@ -273,7 +273,8 @@ def check(as_json: bool, mq: str, config_path: str | None) -> None:
     """Check the queue manager against the configuration, changing nothing: every queue
     it names defined and not PUT/GET(DISABLED) where it is used, reply queues with a
     BOTHRESH and an existing BOQNAME, set-aside queues whose MAXMSGL takes what their
-    input takes, none a transmission queue, a dead-letter queue that exists and takes
+    input takes, ledger queues whose MAXMSGL takes the largest marker, none a transmission
+    queue, a dead-letter queue that exists and takes
     puts, and a MAXUMSGS a unit of work fits in. Exits 1 when anything is found."""
     from bridge.mq.admin import check_queues
 

@@ -480,3 +480,15 @@ async def test_a_destination_that_is_not_valid_text_goes_to_failure_and_the_brid
     assert "is not printable text" in str(failed.properties[PROP_REASON])
     assert b"<Test>good</Test>" in batch.body and left == (0, 0)
     assert good.body.endswith(b"<Test>good</Test>")
+
+
+async def test_a_batch_of_hundreds_of_messages_is_put_with_its_marker(temporal_env, tmp_path):
+    # Its ledger marker keeps 17 bytes a message: past 4 KB (MAXMSGL of the ledger as it
+    # was set up) the batch's PUT failed on every attempt, and the destination stood.
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("FR", "CMAOUT.FR", max_messages=300)
+        sent = [c.send("FR", order(str(n))) for n in range(300)]
+        batch = await c.take("CMAOUT.FR", timeout=60)
+        left = (c.depth("CMAIN"), c.depth("CMAOUT.FR"))
+    assert batch.properties["mqgather_batch_size"] == 300 == len(sent)
+    assert batch.text().count("<Test>") == 300 and left == (0, 0)

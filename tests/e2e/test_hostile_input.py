@@ -28,7 +28,13 @@ from bridge.mq.models import (
 )
 from mqgather.ccsid import codec as ccsid_codec
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.names import GATHER_STATE, PROP_REASON, SIGNAL_EXPECT, SIGNAL_REPLIES
+from mqgather.names import (
+    GATHER_STATE,
+    LEGS_MISSING,
+    PROP_REASON,
+    SIGNAL_EXPECT,
+    SIGNAL_REPLIES,
+)
 from tests.conftest import standin_connector
 from tests.harness import pipeline, status, until
 from workflows.gather import GatherWorkflow
@@ -644,3 +650,29 @@ async def test_a_segmented_reply_goes_to_failure_whole_not_merged_truncated(
         assert moved.msg_flags & SEGMENT_FLAGS == sent.msg_flags
         assert (moved.offset, moved.original_length) == (sent.offset, len(sent.body))
         assert "a segment of a segmented message" in str(moved.properties[PROP_REASON])
+
+
+async def test_a_gather_of_many_legs_keeps_its_missing_legs_within_the_servers_limit(
+    temporal_env, tmp_path
+):
+    # 400 legs R1..R400 missing are 2.6 KB of JSON; upserted whole, the server failed the
+    # workflow task (BadSearchAttributes) and ended the gather with its replies taken.
+    spec = AggregateSpec(name="wide", leg_identification="count", merge="blob", label="R",
+                         timeout_seconds=120)  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        correl = parse_id("WIDE-1")
+        handle = await p.client.start_workflow(
+            GatherWorkflow.run, start_input(spec, correl),
+            id=p.handle(spec, correl).id, task_queue=p.task_queue,
+            start_signal=SIGNAL_EXPECT, start_signal_args=[Registration(count=400)],
+        )  # fmt: skip
+        shown = await until(
+            handle.describe, lambda d: d.typed_search_attributes.get(LEGS_MISSING), timeout=20
+        )
+        for _ in range(400):
+            p.put(spec.reply_queue, MQMessage(correl_id=correl, body=b"a"))
+        response = await p.wait_message("ORDER.RESPONSE", timeout=60)
+        result = await p.result(spec, correl, timeout=30)
+    missing = shown.typed_search_attributes.get(LEGS_MISSING)
+    assert missing[0] == "R1" and missing[-1] == f"+{401 - len(missing)} more"
+    assert result.state == "COMPLETE" and response.body == b"a" * 400

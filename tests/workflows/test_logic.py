@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,7 +20,7 @@ from bridge.mq.models import (
 )
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS
+from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS, SEARCH_VALUE_BYTES
 from mqgather.routing import Destination
 from workflows import logic
 from workflows.models import (
@@ -644,3 +645,18 @@ def test_the_terms_a_request_asks_for_reach_the_response_and_a_later_registratio
     logic.register(s, state, Registration(reply_terms=terms), T0)
     logic.register(s, state, Registration(), T0)  # IA72's restart: no request this time
     assert logic.response_input(s, state, b"C", GATHER, "COMPLETE").reply_terms == terms
+
+
+def test_a_keyword_list_past_the_servers_limit_keeps_what_fits_and_counts_the_rest():
+    # Past 2 KB of JSON the server fails the upsert's workflow task and ends the gather.
+    few = [f"R{i}" for i in range(1, 251)]
+    assert logic.within_search_limit(few) == few  # as gathers have always upserted it
+    many = [f"R{i}" for i in range(1, 2001)]
+    kept = logic.within_search_limit(many)
+    assert kept[:-1] == many[: len(kept) - 1] and kept[-1] == f"+{2001 - len(kept)} more"
+    assert len(json.dumps(kept, separators=(",", ":"))) <= SEARCH_VALUE_BYTES
+    long = [f"{'L' * 60}{i:04d}" for i in range(100)]
+    assert len(json.dumps(logic.within_search_limit(long), separators=(",", ":"))) <= 2048
+    state = GatherState(registered=True, expected=[LegSpec(name=n) for n in many])
+    values = dict(logic.search_values(spec(legs=()), state, b"C"))
+    assert values[names.LEGS_MISSING] == kept

@@ -20,6 +20,9 @@ def test_check_names_each_problem_and_nothing_once_set_up(connect):
     qm.define(inbound.model_copy(update={"get": "disabled", "boqname": "NO.SUCH.Q"}),
               replace=True)  # fmt: skip
     qm.define(QueueAttributes(name="GATHER.LATE", maxmsgl=10), replace=True)
+    # As it was defined before a marker kept a digest of each message its PUT carried.
+    ledger = qm.inquire("MQGATHER.LEDGER")
+    qm.define(ledger.model_copy(update={"maxmsgl": 4096}), replace=True)
     unknown = qm.inquire("GATHER.UNKNOWN")
     qm.define(unknown.model_copy(update={"usage": "xmitq"}), replace=True)
     found = {(f.queue, f.problem.split(":")[0].split(" is")[0]) for f in check_queues(qm, config)
@@ -28,6 +31,7 @@ def test_check_names_each_problem_and_nothing_once_set_up(connect):
         ("CHK.IN", "GET(DISABLED)"),
         ("CHK.IN", "BOQNAME(NO.SUCH.Q)"),
         ("GATHER.LATE", "MAXMSGL(10)"),
+        ("MQGATHER.LEDGER", "MAXMSGL(4096)"),
         ("GATHER.UNKNOWN", "USAGE(XMITQ)"),
     }
 
