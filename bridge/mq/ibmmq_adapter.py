@@ -40,6 +40,7 @@ from bridge.mq.models import (
     wait_refusal,
 )
 from bridge.mq.transport import WAIT_UNLIMITED, Browse, Transport
+from mqgather.ccsid import CCSID_UTF8
 from mqgather.constants import QMGR_MAXMSGL
 from mqgather.errors import ConfigError
 from mqgather.names import (
@@ -346,8 +347,6 @@ ENV_IBMMQ_NO_OTEL = "MQIPY_NOOTEL"
 #: Property values are read into a buffer this large first; a longer one is read again
 #: with the length MQ reports (MQRC_PROPERTY_VALUE_TOO_BIG).
 PROPERTY_BUFFER = 4096
-#: UTF-8: property text is written and read in it whatever the process's own CCSID.
-CCSID_UTF8 = 1208
 
 
 def load_mq_module() -> ModuleType:
@@ -518,6 +517,7 @@ class IBMMQTransport(Transport):
 
     def _set_properties(self, handle: Any, properties: dict[str, PropertyValue]) -> None:
         C = self.C
+        # Property text is written and read in UTF-8 whatever the process's own CCSID.
         smpo = self.mq.SMPO(ValueCCSID=CCSID_UTF8)
         for name, value in settable(properties).items():
             raw_name = _name_bytes(name)
