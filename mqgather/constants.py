@@ -47,6 +47,10 @@ MAX_WAIT_SECONDS = 366 * 24 * 3600.0
 #: (``limit.searchAttributesSizeOfValue``): an upsert past it fails the workflow task,
 #: and the server then ends the workflow.
 SEARCH_VALUE_BYTES = 2048
+#: The most bytes of state a gather carries into a run of its own when Temporal suggests
+#: continuing as new: well under the 2 MB Temporal takes in one payload, beside the
+#: gather's input.
+CARRIED_STATE_BYTES = 1536 * 1024
 #: The longest reason an operator may give (release, cancel, re-request): it travels in
 #: the gather's result and as a property of the message PUT.
 MAX_REASON_CHARS = 1000

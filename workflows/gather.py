@@ -324,7 +324,11 @@ class GatherWorkflow:
             if self.s.to_request:
                 await self._send_requests()
                 continue  # time passed: decide again
-            if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
+            if (
+                workflow.info().is_continue_as_new_suggested()
+                and workflow.all_handlers_finished()
+                and logic.carriable(self.s)
+            ):
                 # Whatever came with the settling event is in the state the next run
                 # carries (its outbox and re-requests too), so a flood cannot hold it off.
                 await self._settled()

@@ -14,7 +14,13 @@ from temporalio.common import SearchAttributeKey, SearchAttributeUpdate, TypedSe
 from bridge.mq.models import NONE_ID
 from mqgather import names
 from mqgather.config import AggregateSpec, LegSpec, leg_name_clash
-from mqgather.constants import MAX_LEGS, MAX_REASON_CHARS, MAX_WAIT_SECONDS, SEARCH_VALUE_BYTES
+from mqgather.constants import (
+    CARRIED_STATE_BYTES,
+    MAX_LEGS,
+    MAX_REASON_CHARS,
+    MAX_WAIT_SECONDS,
+    SEARCH_VALUE_BYTES,
+)
 from mqgather.limits import shown
 from mqgather.routing import Destination
 from workflows import legs, redelivery
@@ -79,6 +85,13 @@ def search_values(
     if state.rerequested:
         values.append((names.LEGS_REREQUESTED, within_search_limit(sorted(state.rerequested))))
     return values
+
+
+def carriable(state: GatherState, limit: int = CARRIED_STATE_BYTES) -> bool:
+    """Whether the next run could carry ``state`` (its JSON within ``limit``). One
+    holding more replies than a payload takes stays in this run: continued as new, it
+    failed its workflow task each time (TMPRL1103), and the gather stood."""
+    return len(state.model_dump_json()) <= limit
 
 
 def within_search_limit(legs: list[str], limit: int = SEARCH_VALUE_BYTES) -> list[str]:

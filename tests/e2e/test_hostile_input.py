@@ -676,3 +676,29 @@ async def test_a_gather_of_many_legs_keeps_its_missing_legs_within_the_servers_l
     missing = shown.typed_search_attributes.get(LEGS_MISSING)
     assert missing[0] == "R1" and missing[-1] == f"+{401 - len(missing)} more"
     assert result.state == "COMPLETE" and response.body == b"a" * 400
+
+
+async def test_a_gather_too_large_to_carry_into_a_new_run_completes_in_its_own(
+    temporal_env, tmp_path
+):
+    # 1,000 replies of 5 KB make a history past the size at which the server suggests
+    # continuing as new while the gather still waits, with a state past what one payload
+    # takes: continued as new, it failed its workflow task each time (TMPRL1103), and
+    # never answered.
+    spec = AggregateSpec(name="heavy", leg_identification="count", merge="blob", label="R",
+                         timeout_seconds=300)  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        correl = parse_id("HEAVY-1")
+        handle = await p.client.start_workflow(
+            GatherWorkflow.run, start_input(spec, correl),
+            id=p.handle(spec, correl).id, task_queue=p.task_queue,
+            start_signal=SIGNAL_EXPECT, start_signal_args=[Registration(count=1000)],
+        )  # fmt: skip
+        for _ in range(1000):
+            p.put(spec.reply_queue, MQMessage(correl_id=correl, body=b"v" * 5000))
+        response = await p.wait_message("ORDER.RESPONSE", timeout=90)
+        result = await p.result(spec, correl, timeout=30)
+        failed = [e async for e in handle.fetch_history_events()
+                  if e.HasField("workflow_task_failed_event_attributes")]  # fmt: skip
+    assert result.state == "COMPLETE" and response.body == b"v" * 5_000_000
+    assert failed == []

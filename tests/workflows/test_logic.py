@@ -660,3 +660,11 @@ def test_a_keyword_list_past_the_servers_limit_keeps_what_fits_and_counts_the_re
     state = GatherState(registered=True, expected=[LegSpec(name=n) for n in many])
     values = dict(logic.search_values(spec(legs=()), state, b"C"))
     assert values[names.LEGS_MISSING] == kept
+
+
+def test_a_state_is_carried_into_a_new_run_only_while_a_payload_takes_it():
+    small = GatherState(registered=True, expected=[LegSpec(name="A")])
+    assert logic.carriable(small)
+    big = GatherState(registered=True, received={"A": [reply(n) for n in range(5)]})
+    assert logic.carriable(big, limit=len(big.model_dump_json()))
+    assert not logic.carriable(big, limit=len(big.model_dump_json()) - 1)
