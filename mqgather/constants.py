@@ -51,6 +51,10 @@ SEARCH_VALUE_BYTES = 2048
 #: continuing as new: well under the 2 MB Temporal takes in one payload, beside the
 #: gather's input.
 CARRIED_STATE_BYTES = 1536 * 1024
+#: The most bytes a collector's batch's messages take as its PUT's input carries them
+#: (their JSON): past it the batch closes, as past its max_bytes, since Temporal takes
+#: 2 MB in one payload and the PUT of a larger batch failed each time.
+BATCH_CARRIED_BYTES = 1024 * 1024
 #: The longest reason an operator may give (release, cancel, re-request): it travels in
 #: the gather's result and as a property of the message PUT.
 MAX_REASON_CHARS = 1000

@@ -47,6 +47,9 @@ PATCH_SETTLE = "settle-before-close"
 #: MsgId is taken (collectors recorded before tell by MsgId alone; gathers carry the
 #: same step in their input).
 PATCH_BY_CONTENT = "redelivery-by-content"
+#: Patch: a collector's batch closes before its messages outgrow what its PUT's input
+#: carries (BATCH_CARRIED_BYTES); collectors recorded before count bodies alone.
+PATCH_BATCH_CARRIED = "batch-carried-bytes"
 
 AGGREGATE_NAME = SearchAttributeKey.for_keyword("AggregateName")
 CORREL_ID = SearchAttributeKey.for_keyword("CorrelId")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timedelta
 
+from mqgather.constants import BATCH_CARRIED_BYTES
 from workflows import redelivery
 from workflows.collect_models import (
     BatchFacts,
@@ -105,6 +106,7 @@ def take(
     remember: int,
     from_arrival: bool = True,
     by_content: bool = False,
+    carry_bound: bool = False,
 ) -> None:
     """Add a bridge batch's messages to the open batch, closing batches as they fill.
 
@@ -114,6 +116,8 @@ def take(
     ``remember`` bounds how many recent messages are remembered.
     A new batch's delay counts from when the bridge got its first message
     (``from_arrival``; collectors that started before that rule count from ``now``).
+    With ``carry_bound`` a batch also closes before its messages' JSON outgrows
+    ``BATCH_CARRIED_BYTES``, which its PUT's input carries.
     """
     seen = _seen(state)
     for item in signal.items:
@@ -126,14 +130,19 @@ def take(
         state.seen.append(remembered)
         state.messages += 1
         size = item.body_bytes()
+        carried = len(item.model_dump_json()) if carry_bound else 0
         batch = state.open
-        if batch is not None and batch.size_bytes + size > batch.rule.max_bytes:
+        if batch is not None and (
+            batch.size_bytes + size > batch.rule.max_bytes
+            or batch.carried_bytes + carried > BATCH_CARRIED_BYTES
+        ):
             close(state, now, "bytes")
             batch = None
         if batch is None:
             batch = _open(state, signal, item, now, from_arrival)
         batch.items.append(item)
         batch.size_bytes += size
+        batch.carried_bytes += carried
         if len(batch.items) >= batch.rule.max_messages:
             close(state, now, "count")
         elif batch.size_bytes >= batch.rule.max_bytes:

@@ -46,6 +46,8 @@ class OpenBatch(BaseModel):
     rule: CollectorRule
     items: list[Item] = Field(default_factory=list)
     size_bytes: int = 0
+    #: The items' JSON, as the batch's PUT carries them (counted once the patch is on).
+    carried_bytes: int = 0
     opened_at: datetime
     closes_at: datetime
 

@@ -69,7 +69,8 @@ class CollectorWorkflow:
         """Messages for this destination from one bridge batch."""
         logic.take(self.s, signal, workflow.now(), self.spec.remembered_msg_ids,
                    from_arrival=workflow.patched(PATCH_DELAY_FROM_ARRIVAL),
-                   by_content=workflow.patched(names.PATCH_BY_CONTENT))  # fmt: skip
+                   by_content=workflow.patched(names.PATCH_BY_CONTENT),
+                   carry_bound=workflow.patched(names.PATCH_BATCH_CARRIED))  # fmt: skip
         self._wake = True
 
     @workflow.query(name=names.QUERY_STATUS)

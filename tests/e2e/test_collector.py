@@ -492,3 +492,26 @@ async def test_a_batch_of_hundreds_of_messages_is_put_with_its_marker(temporal_e
         left = (c.depth("CMAIN"), c.depth("CMAOUT.FR"))
     assert batch.properties["mqgather_batch_size"] == 300 == len(sent)
     assert batch.text().count("<Test>") == 300 and left == (0, 0)
+
+
+async def test_a_batch_whose_messages_outgrow_one_payload_is_put_in_parts(temporal_env, tmp_path):
+    # 1,000 bodies of 5 KB are within max_bytes; their JSON is 7.5 MB, which the batch's
+    # PUT carried in one payload (Temporal takes 2 MB): it failed each time (TMPRL1103).
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule(
+            "FR",
+            "CMAOUT.FR",
+            max_messages=1000,
+            max_bytes=20_000_000,
+            format="blob",
+            max_delay_seconds=1,
+        )
+        for _ in range(1000):
+            c.send("FR", b"v" * 5000)
+        batches = []
+        while sum(b.properties["mqgather_batch_size"] for b in batches) < 1000:
+            batches.append(await c.take("CMAOUT.FR", timeout=60))
+        left = (c.depth("CMAIN"), c.depth("CMAOUT.FR"), c.depth(c.spec.failure_queue))
+    assert len(batches) >= 5 and b"".join(b.body for b in batches) == b"v" * 5_000_000
+    assert {b.properties["mqgather_batch_reason"] for b in batches[:-1]} == {"bytes"}
+    assert left == (0, 0, 0)

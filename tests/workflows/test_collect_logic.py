@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from bridge.mq.models import MQMessage, fingerprint
 from mqgather.collector_config import CollectorRule
+from mqgather.constants import BATCH_CARRIED_BYTES
 from workflows import collect_logic as logic
 from workflows.collect_models import CollectInput, CollectorState, Item
 
@@ -157,3 +158,21 @@ def test_messages_that_reuse_a_msg_id_are_batched_and_a_redelivery_is_not():
     logic.take(old, CollectInput(rule=rule(), items=printed), T0, 100)
     assert old.messages == 1 and old.redeliveries == 1
     assert logic.taken(old, keys) == keys and logic.consumed(old, [shared.hex()]) == [shared.hex()]
+
+
+def test_a_batch_closes_before_its_messages_outgrow_what_its_put_carries():
+    # 300 bodies of 5 KB are within max_bytes, and their JSON (7 KB each, base64) is past
+    # the 2 MB one payload takes: the batch's PUT failed each time, the destination stood.
+    many = CollectInput(
+        rule=rule(max_messages=1000, max_bytes=10_000_000), items=items(*[5000] * 300)
+    )
+    bound, unbound = CollectorState(), CollectorState()
+    logic.take(bound, many, T0, 1000, carry_bound=True)
+    logic.take(unbound, many, T0, 1000)  # as collectors recorded before the patch
+    closed = [b for b in bound.ready if b.reason == "bytes"]
+    assert closed and unbound.ready == []
+    for batch in closed:
+        carried = sum(len(i.model_dump_json()) for i in batch.items)
+        assert carried <= BATCH_CARRIED_BYTES
+    kept = [*(n for b in bound.ready for n in numbers(b)), *numbers(bound.open)]
+    assert kept == list(range(1, 301))  # every message once, in order
