@@ -652,20 +652,30 @@ async def test_a_segmented_reply_goes_to_failure_whole_not_merged_truncated(
         assert "a segment of a segmented message" in str(moved.properties[PROP_REASON])
 
 
+#: A counted aggregate of blob replies, its legs R1, R2 ...
+COUNTED = AggregateSpec(name="counted", leg_identification="count", merge="blob", label="R",
+                        timeout_seconds=300)  # fmt: skip
+
+
+async def counted_gather(p, text: str, count: int):
+    """A gather of ``COUNTED`` registered for ``count`` legs, as a hand-made start would."""
+    correl = parse_id(text)
+    handle = await p.client.start_workflow(
+        GatherWorkflow.run, start_input(COUNTED, correl),
+        id=p.handle(COUNTED, correl).id, task_queue=p.task_queue,
+        start_signal=SIGNAL_EXPECT, start_signal_args=[Registration(count=count)],
+    )  # fmt: skip
+    return correl, handle
+
+
 async def test_a_gather_of_many_legs_keeps_its_missing_legs_within_the_servers_limit(
     temporal_env, tmp_path
 ):
     # 400 legs R1..R400 missing are 2.6 KB of JSON; upserted whole, the server failed the
     # workflow task (BadSearchAttributes) and ended the gather with its replies taken.
-    spec = AggregateSpec(name="wide", leg_identification="count", merge="blob", label="R",
-                         timeout_seconds=120)  # fmt: skip
+    spec = COUNTED
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
-        correl = parse_id("WIDE-1")
-        handle = await p.client.start_workflow(
-            GatherWorkflow.run, start_input(spec, correl),
-            id=p.handle(spec, correl).id, task_queue=p.task_queue,
-            start_signal=SIGNAL_EXPECT, start_signal_args=[Registration(count=400)],
-        )  # fmt: skip
+        correl, handle = await counted_gather(p, "WIDE-1", 400)
         shown = await until(
             handle.describe, lambda d: d.typed_search_attributes.get(LEGS_MISSING), timeout=20
         )
@@ -685,15 +695,9 @@ async def test_a_gather_too_large_to_carry_into_a_new_run_completes_in_its_own(
     # continuing as new while the gather still waits, with a state past what one payload
     # takes: continued as new, it failed its workflow task each time (TMPRL1103), and
     # never answered.
-    spec = AggregateSpec(name="heavy", leg_identification="count", merge="blob", label="R",
-                         timeout_seconds=300)  # fmt: skip
+    spec = COUNTED
     async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
-        correl = parse_id("HEAVY-1")
-        handle = await p.client.start_workflow(
-            GatherWorkflow.run, start_input(spec, correl),
-            id=p.handle(spec, correl).id, task_queue=p.task_queue,
-            start_signal=SIGNAL_EXPECT, start_signal_args=[Registration(count=1000)],
-        )  # fmt: skip
+        correl, handle = await counted_gather(p, "HEAVY-1", 1000)
         for _ in range(1000):
             p.put(spec.reply_queue, MQMessage(correl_id=correl, body=b"v" * 5000))
         response = await p.wait_message("ORDER.RESPONSE", timeout=90)
