@@ -22,8 +22,9 @@ def test_what_the_process_made_while_starting_is_left_out_of_later_collections()
         frozen = freeze_startup_objects()
         assert frozen >= len(started)
         # A frozen object that dies meanwhile (in another of the suite's threads, say)
-        # leaves the frozen set, so the count may since have fallen, by a few at most.
-        assert 0 <= frozen - gc.get_freeze_count() <= 10
+        # leaves the frozen set, so the count may since have fallen: by dozens in a busy
+        # suite, never by more than a sliver of what was frozen.
+        assert 0 <= frozen - gc.get_freeze_count() <= frozen // 100
         walked = {id(o) for o in gc.get_objects()}
         assert not any(id(o) in walked for o in started)
         served = [[n] for n in range(10)]  # made after: collected as before
