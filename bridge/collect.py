@@ -35,7 +35,6 @@ from bridge.mq.models import (
     MQMessage,
     QueueAttributes,
     fingerprint,
-    is_text,
     not_whole,
     rfh2_hint,
 )
@@ -146,7 +145,8 @@ class CollectorBridge(QueueBridge):
             destination = spec.default_destination
         if len(destination) > MAX_DESTINATION:
             return f"destination {destination[:40]!r}... is longer than {MAX_DESTINATION}"
-        if not destination.isprintable() or not is_text(destination):
+        # isprintable is False for a lone surrogate (category Cs) as for a control.
+        if not destination.isprintable():
             # It names a workflow and a rule: neither takes it. Raised past here, it
             # stopped the bridge before BOTHRESH could move the message aside.
             return (

@@ -195,9 +195,7 @@ def _float_text(value: float) -> float | str:
     return value
 
 
-def is_text(value: str) -> bool:
-    """Whether ``value`` is valid Unicode text (no lone surrogate, which a property read
-    as bytes that are not UTF-8 may hold)."""
+def _is_text(value: str) -> bool:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -216,7 +214,7 @@ def encode_properties(props: dict[str, PropertyValue]) -> dict[str, dict[str, An
             encoded = base64.b64encode(value).decode()
         elif isinstance(value, float):
             encoded = _float_text(value)
-        elif isinstance(value, str) and not is_text(value):
+        elif isinstance(value, str) and not _is_text(value):
             tag = _RAW_STRING
             encoded = base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()
         out[name] = {"type": tag, "value": encoded}
