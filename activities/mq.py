@@ -6,6 +6,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import get_args
 
 from temporalio import activity
@@ -68,6 +69,8 @@ from workflows import redelivery
 from workflows.models import (
     ROUTED_KINDS,
     HeldBody,
+    HoldRepliesInput,
+    HoldRepliesResult,
     PutResponseInput,
     PutResponseResult,
     ReceivedLeg,
@@ -75,6 +78,8 @@ from workflows.models import (
     ReplyTerms,
     RouteInput,
     SendRequestInput,
+    as_held,
+    held_reference,
 )
 
 #: A local attempt that ran this long asks whether its worker still holds its task.
@@ -366,7 +371,10 @@ class MQActivities:
             if before is not None:
                 return  # committed by an earlier attempt, or by a run before a reset
             # Held bodies leave the hold queue in this unit of work, with the PUT.
-            merged = _merged(inp, _bodies(reader, inp))
+            # Only a gather that moved replies, or a run after a reset, looks for moves.
+            look = inp.moved_to_hold or inp.after_reset
+            kept = partial(_as_kept, transport, spec, owner, look=True) if look else None
+            merged = _merged(inp, _bodies(reader, inp, kept))
             expiry, report = response_life(inp, datetime.now(UTC))
             response = MQMessage(
                 msg_id=sent_id,
@@ -450,6 +458,31 @@ class MQActivities:
         telemetry.instruments().rerequests.add(1, {"aggregate": spec.name, "leg": inp.leg})
         return key.hex()
 
+    @activity.defn(name=names.ACTIVITY_HOLD_REPLIES, no_thread_cancel_exception=True)
+    def hold_replies(self, inp: HoldRepliesInput) -> HoldRepliesResult:
+        """Put replies a gather took inline on its hold queue, intact, each exactly once
+        across retries (the ledger records each move), in as few units of work as MAXUMSGS
+        allows (a put and its marker each); returns the references its state keeps."""
+        spec = inp.aggregate
+        owner = ledger_owner(inp.gather_id, inp.chain)
+        per_unit = max(self._maxumsgs() // 2, 1)
+        for start in range(0, len(inp.replies), per_unit):
+            chunk = inp.replies[start : start + per_unit]
+
+            def work(transport: Transport) -> None:
+                for reply in chunk:  # noqa: B023 - run in this iteration
+                    key = _move_key(owner, reply)
+                    if ledger.done(transport, spec.ledger_queue, key):
+                        continue  # moved by an earlier attempt
+                    hold.hold(transport, spec.hold_queue, reply.message)
+                    note = f"{inp.gather_id} moved a reply to {spec.hold_queue}"
+                    ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
+
+            self._unit_of_work(inp.gather_id, work)
+        return HoldRepliesResult(
+            held=[held_reference(spec.hold_queue, reply.message) for reply in inp.replies]
+        )
+
     def _closed_before(self, inp: PutResponseInput, marker: MQMessage) -> PutResponseResult | None:
         """After this gather's final was committed: None when it is this input's (an
         attempt retried after its commit). Else it is an earlier run's (an operator reset
@@ -466,7 +499,7 @@ class MQActivities:
         late = queue_for(inp.aggregate, Destination.LATE)
         reason = f"gather {inp.gather_id} already closed"
         self.forward_once(inp.aggregate, inp.gather_id, [(late, r, reason) for r in fresh],
-                          chain=inp.chain)  # fmt: skip
+                          chain=inp.chain, moved_to_hold=inp.moved_to_hold)  # fmt: skip
         error = f"its final was committed before, {ended} ({note})"
         if fresh:
             error += f"; {len(fresh)} reply(ies) it did not carry went to {late}"
@@ -500,6 +533,7 @@ class MQActivities:
             inp.gather_id,
             [(failure_queue, r, f"merge failed: {exc}") for r in replies],
             chain=inp.chain,
+            moved_to_hold=inp.moved_to_hold,
         )
         told = notification(inp, datetime.now(UTC), failed=True)
         if told is not None:
@@ -533,9 +567,11 @@ class MQActivities:
         """Forward replies intact to the late, unknown, duplicate or failure queue."""
         spec = inp.aggregate
         items = [(queue_for(spec, item.kind), item.reply, item.reason) for item in inp.items]
-        # "" for duplicates the aggregate discards; a held one still leaves the hold queue.
-        kept = [item for item in items if item[0] or item[1].held is not None]
-        self.forward_once(spec, inp.gather_id, kept, after_reset=inp.after_reset, chain=inp.chain)
+        # "" for duplicates the aggregate discards; a held one still leaves the hold queue,
+        # as one moved there does.
+        kept = [item for item in items if item[0] or item[1].held is not None or inp.moved_to_hold]
+        self.forward_once(spec, inp.gather_id, kept, after_reset=inp.after_reset, chain=inp.chain,
+                          moved_to_hold=inp.moved_to_hold)  # fmt: skip
         for item in inp.items:
             telemetry.instruments().routed.add(1, {"aggregate": spec.name, "kind": item.kind.value})
         return len(inp.items)
@@ -548,18 +584,20 @@ class MQActivities:
         *,
         after_reset: bool = False,
         chain: str = "",
+        moved_to_hold: bool = False,
     ) -> None:
         """Forward each (queue, reply, reason) intact, each exactly once across retries
         (the ledger records every forward, under the gather and its ``chain``), in as few
         units of work as MAXUMSGS allows: a reply may need a get from the hold queue, its
         forward, the COA the forward causes when the reply asks for one, and its ledger
-        marker."""
+        marker. After a reset, or with ``moved_to_hold``, a reply the gather moved to the
+        hold queue is taken from there, though it carries its body."""
         per_unit = max(self._maxumsgs() // 4, 1)
         start = 0
         while start < len(items):
             chunk = items[start : start + per_unit]
             try:
-                self._forward_unit(spec, gather, chunk, after_reset, chain)
+                self._forward_unit(spec, gather, chunk, after_reset, chain, moved_to_hold)
             except SyncpointLimitReached:
                 # More than four each (a held reply got past others that share its
                 # MsgId, which are put back): the chunk was backed out whole, and its
@@ -577,8 +615,10 @@ class MQActivities:
         items: list[tuple[str, Reply, str]],
         after_reset: bool,
         chain: str,
+        moved_to_hold: bool,
     ) -> None:
         owner = ledger_owner(gather, chain)
+        look = after_reset or moved_to_hold
 
         def work(transport: Transport, reader: hold.HeldReader) -> None:
             # A reply the gather's final carried is in its one place already: a run
@@ -586,11 +626,12 @@ class MQActivities:
             placed = (
                 _carried_by_final(transport, spec.ledger_queue, owner) if after_reset else set()
             )
-            for queue, reply, reason in items:
-                if _final_key(reply) in placed:
+            for queue, given, reason in items:
+                if _final_key(given) in placed:
                     continue
-                if _forwarded(transport, spec.ledger_queue, owner, queue, reply):
+                if _forwarded(transport, spec.ledger_queue, owner, queue, given):
                     continue
+                reply = _as_kept(transport, spec, owner, given, look)
                 key = ledger_key("forward", owner, queue, _reply_key(reply))
                 # A held reply moves from the hold queue, intact, in this unit of work.
                 message = _held(reader, reply) if reply.held else reply.message
@@ -717,6 +758,24 @@ def _reply_key(reply: Reply) -> str:
     return redelivery.key(reply.message, reply.fingerprint)
 
 
+def _move_key(owner: str, reply: Reply) -> bytes:
+    """The ledger key of a reply's move to its gather's hold queue (``hold_replies``)."""
+    return ledger_key("hold", owner, _reply_key(reply))
+
+
+def _as_kept(
+    transport: Transport, spec: AggregateSpec, owner: str, reply: Reply, look: bool
+) -> Reply:
+    """``reply`` as it is kept: by reference when ``look`` finds on the ledger that it
+    was moved to the hold queue though it still carries its body (the move's result never
+    reached the gather's state: it was cancelled, reset or ended meanwhile)."""
+    if not look or reply.held is not None:
+        return reply
+    if not ledger.done(transport, spec.ledger_queue, _move_key(owner, reply)):
+        return reply
+    return as_held(reply, held_reference(spec.hold_queue, reply.message))
+
+
 def _forwarded(transport: Transport, ledger_queue: str, gather: str, queue: str,
                reply: Reply) -> bool:  # fmt: skip
     """Whether this reply's forward to ``queue`` was committed before: recorded under its
@@ -733,14 +792,23 @@ def _held(reader: hold.HeldReader, reply: Reply) -> MQMessage:
     return reader.take_held(reply.held, reply.message)
 
 
-def _bodies(reader: hold.HeldReader, inp: PutResponseInput) -> list[LegBodies]:
-    """Each leg's bodies in reply order, held ones read from the hold queue; a leg named
-    twice (a registration taken before such were refused) once, as its replies are."""
+def _bodies(
+    reader: hold.HeldReader, inp: PutResponseInput, kept: Callable[[Reply], Reply] | None = None
+) -> list[LegBodies]:
+    """Each leg's bodies in reply order, held ones (as ``kept`` finds them) read from the
+    hold queue; a leg named twice (a registration taken before such were refused) once,
+    as its replies are."""
+
+    def body(reply: Reply) -> bytes:
+        if kept is not None:
+            reply = kept(reply)
+        return _held(reader, reply).body if reply.held else reply.message.body
+
     return [
         LegBodies(
             name=leg.leg.name,
             sequence=leg.leg.sequence,
-            bodies=tuple(_held(reader, r).body if r.held else r.message.body for r in leg.replies),
+            bodies=tuple(body(r) for r in leg.replies),
             ccsids=tuple(r.message.coded_char_set_id for r in leg.replies),
         )
         for leg in _distinct(inp)

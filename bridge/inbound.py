@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
-from mqgather.constants import DEFAULT_MAXUMSGS, LEAST_MAXUMSGS_GATHER
+from mqgather.constants import DEFAULT_MAXUMSGS, GATHER_INLINE_TRACKED, LEAST_MAXUMSGS_GATHER
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_TRACEPARENT, SIGNAL_REPLIES, TASK_QUEUE
 from mqgather.routing import Destination, owner_of_shared_queue, queue_for
@@ -55,6 +56,7 @@ from workflows.models import (
     ReplyBatch,
     Undelivered,
     gather_id,
+    held_reference,
     start_input,
     start_options,
 )
@@ -420,13 +422,7 @@ class QueueBridge:
                 f"the message of {len(message.body)} bytes is larger than MAXMSGL ({room}) of "
                 f"the hold queue {queue}"
             )
-        ref = HeldBody(
-            queue=queue,
-            msg_id=message.msg_id,
-            correl_id=message.correl_id,
-            sha256=hold.digest(message.body),
-        )
-        return hold.without_body(message), ref
+        return hold.without_body(message), held_reference(queue, message)
 
     async def _ask_taken(
         self,
@@ -477,16 +473,6 @@ def _key(reply: Reply) -> str:
     return redelivery.key(reply.message, reply.fingerprint)
 
 
-def _held_size(message: MQMessage, specs: list[AggregateSpec]) -> bool:
-    """Whether the bridge holds this message for its gather (it is larger than its
-    aggregate carries inline)."""
-    try:
-        spec = identify(message, specs).aggregate
-    except IdentificationError:
-        return False
-    return hold.wire_size(message) > spec.inline_reply_bytes
-
-
 class InboundBridge(QueueBridge):
     """Feeds the gathers of the given aggregates from their reply queues."""
 
@@ -503,6 +489,28 @@ class InboundBridge(QueueBridge):
             self.by_queue.setdefault(spec.reply_queue, []).append(spec)
         # Closed gathers' records of what they took, by run id (CLOSED_RECORDS).
         self._closed: dict[str, redelivery.Seen] = {}
+        # Bytes signalled inline to each gather, the least recent first.
+        self._inline_sent: OrderedDict[str, int] = OrderedDict()
+
+    def _inline_bound(self, spec: AggregateSpec, gather: str, message: MQMessage) -> int:
+        """The most bytes ``message`` may weigh to travel inline in its gather's signal:
+        the aggregate's ``inline_reply_bytes``, or -1 (it is held) once this bridge has
+        signalled the gather its ``gather_inline_bytes``. A message got before
+        (BackoutCount above 0) is judged by its size alone, as at every earlier get, so
+        a redelivery of a reply held for its size is held again; one held for the
+        gather's bytes comes inline, and its gather keeps the body (the held one's put
+        backed out with the get)."""
+        size = hold.wire_size(message)
+        if message.backout_count or size > spec.inline_reply_bytes:
+            return spec.inline_reply_bytes
+        sent = self._inline_sent.pop(gather, 0)
+        if sent + size > spec.gather_inline_bytes:
+            self._inline_sent[gather] = sent
+            return -1
+        self._inline_sent[gather] = sent + size
+        if len(self._inline_sent) > GATHER_INLINE_TRACKED:
+            self._inline_sent.popitem(last=False)
+        return spec.inline_reply_bytes
 
     def queues(self) -> list[str]:
         return list(self.by_queue)
@@ -534,22 +542,23 @@ class InboundBridge(QueueBridge):
                 target = queue_for(owner, Destination.FAILURE)
                 moves.append(Move(Destination.FAILURE, target, message, problem))
                 continue
-            if attrs.bothresh and message.backout_count >= attrs.bothresh:
-                # A redelivery the gather took already is dropped, unless it is held: the
-                # gather then still needs it on the hold queue, which was backed out.
-                if await self._already_consumed(message, specs):
-                    if not _held_size(message, specs):
-                        self.stats.redeliveries_dropped += 1
-                        continue
-                else:
-                    kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
-                    target = queue_for(owner, kind, boqname=attrs.boqname, dead_letter_queue=dlq)
-                    reason = (
-                        f"backed out {message.backout_count} times (BOTHRESH "
-                        f"{attrs.bothresh} of {queue})"
-                    )
-                    moves.append(Move(kind, target, message, reason))
-                    continue
+            # A redelivery the gather took already is signalled again, not moved: the
+            # gather may hold it by a reference whose put backed out with its get (held
+            # again for its size, or, held for its gather's bytes, now with its body);
+            # else the gather counts it a redelivery.
+            if (
+                attrs.bothresh
+                and message.backout_count >= attrs.bothresh
+                and not await self._already_consumed(message, specs)
+            ):
+                kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
+                target = queue_for(owner, kind, boqname=attrs.boqname, dead_letter_queue=dlq)
+                reason = (
+                    f"backed out {message.backout_count} times (BOTHRESH "
+                    f"{attrs.bothresh} of {queue})"
+                )
+                moves.append(Move(kind, target, message, reason))
+                continue
             try:
                 found = identify(message, specs)
             except ReportMessage as exc:
@@ -576,9 +585,8 @@ class InboundBridge(QueueBridge):
                 size=len(message.body),
                 fingerprint=fingerprint(message),
             )
-            claim = await self._claim(
-                call, transport, message, spec.hold_queue, spec.inline_reply_bytes
-            )
+            inline = self._inline_bound(spec, gather_id(spec.name, found.correl_id), message)
+            claim = await self._claim(call, transport, message, spec.hold_queue, inline)
             if isinstance(claim, str):
                 target = queue_for(spec, Destination.FAILURE)
                 moves.append(Move(Destination.FAILURE, target, message, claim))

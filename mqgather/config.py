@@ -223,6 +223,14 @@ class AggregateSpec(BaseModel):
         "(MQMD, properties and body intact) and its gather keeps a reference to it; 0 "
         "holds every reply",
     )
+    gather_inline_bytes: int = Field(
+        default=k.DEFAULT_GATHER_INLINE_BYTES,
+        ge=0,
+        description="once a bridge has signalled a gather this many bytes of replies "
+        "inline, the gather's later replies are held on hold_queue as larger ones are, so "
+        "a flood for one CorrelId keeps the gather's history far from Temporal's limits; "
+        "0 holds every reply past its first",
+    )
     hold_queue: str = Field(
         default=k.GATHER_HOLD,
         min_length=1,

@@ -51,6 +51,13 @@ SEARCH_VALUE_BYTES = 2048
 #: continuing as new: well under the 2 MB Temporal takes in one payload, beside the
 #: gather's input.
 CARRIED_STATE_BYTES = 1536 * 1024
+#: A reply a gather took inline is moved to its hold queue, when its state is too large
+#: to carry into a new run, from this size up: a held reply's reference (its MQMD) costs
+#: the state about 800 bytes, so a smaller body gains nothing by leaving.
+SPILL_MIN_BYTES = 1024
+#: The most replies one move to the hold queue takes (one local activity): its units of
+#: work stay small, and a gather's signals are read between two moves.
+SPILL_BATCH = 200
 #: The most bytes a collector's batch's messages take as its PUT's input carries them
 #: (their JSON): past it the batch closes, as past its max_bytes, since Temporal takes
 #: 2 MB in one payload and the PUT of a larger batch failed each time.
@@ -77,6 +84,15 @@ GATHER_HOLD = "GATHER.HOLD"
 #: A reply whose body and properties exceed this many bytes is held on the hold queue
 #: instead of travelling in its signal (well under the 256 KB at which Temporal warns).
 DEFAULT_INLINE_REPLY_BYTES = 64 * 1024
+#: Once one bridge has signalled a gather this many bytes of replies inline, it holds
+#: the gather's later replies on the hold queue: a flood for one CorrelId then adds only
+#: references (about 800 bytes each) to its history. Temporal fails a workflow task
+#: while more than 2 MB of signals wait for it, and ends a workflow past 50 MB of
+#: history; a flood of inline replies did both, and its gather was ended, its replies
+#: taken.
+DEFAULT_GATHER_INLINE_BYTES = 1024 * 1024
+#: Gathers whose inline bytes one bridge counts at once (the least recent forgotten).
+GATHER_INLINE_TRACKED = 16384
 #: The most legs a gather may expect (listed, counted, or a logical group's messages):
 #: each costs its state, status and result about 180 bytes, so a gather of this many
 #: stays inside a Temporal payload (2 MB); twice as many would make its result too large

@@ -30,6 +30,7 @@ UPDATE_REREQUEST = "rerequest"
 ACTIVITY_PUT_RESPONSE = "put_response"
 ACTIVITY_ROUTE_REPLIES = "route_replies"
 ACTIVITY_SEND_REQUEST = "send_request"
+ACTIVITY_HOLD_REPLIES = "hold_replies"
 #: The collector: one workflow per collector and destination.
 COLLECT_WORKFLOW = "Collect"
 SIGNAL_COLLECT = "collect"

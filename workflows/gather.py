@@ -30,10 +30,13 @@ with workflow.unsafe.imports_passed_through():
         GatherResult,
         GatherState,
         GatherStatus,
+        HoldRepliesInput,
+        HoldRepliesResult,
         Outcome,
         PutResponseResult,
         Registration,
         ReleaseInput,
+        Reply,
         ReplyBatch,
         RerequestInput,
         RouteInput,
@@ -58,6 +61,9 @@ ACTIVITY_TIMEOUT = timedelta(seconds=MQ_ATTEMPT_SECONDS)
 #: Re-requests of lost legs (a command the gather did not issue before): recorded as a
 #: patch marker the first time a gather makes one.
 PATCH_REREQUEST = "rerequest-lost-legs"
+#: Replies moved to the hold queue from a state too large to carry into a new run (a
+#: command the gather did not issue before): recorded the first time a gather moves some.
+PATCH_MOVE_TO_HOLD = "move-replies-to-hold"
 #: The task a closed gather leaves waiting for its eviction (:meth:`GatherWorkflow.run`).
 EVICTION_WATCH = "let go of the state when evicted"
 
@@ -324,16 +330,26 @@ class GatherWorkflow:
             if self.s.to_request:
                 await self._send_requests()
                 continue  # time passed: decide again
-            if (
-                workflow.info().is_continue_as_new_suggested()
-                and workflow.all_handlers_finished()
-                and logic.carriable(self.s)
-            ):
-                # Whatever came with the settling event is in the state the next run
-                # carries (its outbox and re-requests too), so a flood cannot hold it off.
-                await self._settled()
-                # The next run starts as this one did (every flag kept), with the state.
-                workflow.continue_as_new(self._input.model_copy(update={"carried": self.s}))
+            if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
+                if logic.carriable(self.s):
+                    # Whatever came with the settling event is in the state the next run
+                    # carries (its outbox and re-requests too), so a flood cannot hold it
+                    # off; unless it made the state too large to carry (the task failed
+                    # each time, PayloadsTooLarge): its replies move to the hold queue
+                    # first.
+                    await self._settled()
+                    if logic.carriable(self.s) or not workflow.patched(PATCH_MOVE_TO_HOLD):
+                        # The next run starts as this one did (every flag kept), with the
+                        # state.
+                        workflow.continue_as_new(self._input.model_copy(update={"carried": self.s}))
+                    continue
+                # Too large to carry, the gather's history would grow until the server
+                # ended it (50 MB), its replies taken: their bodies move to the hold queue
+                # instead, a batch at a time, until the state fits.
+                replies = logic.to_move(self.s)
+                if replies and workflow.patched(PATCH_MOVE_TO_HOLD):
+                    await self._move_to_hold(replies)
+                    continue  # time passed: decide again
             self._wake = False
             # Published only while waiting (and at the end): a gather completed by one
             # batch costs one visibility update, not two.
@@ -404,13 +420,25 @@ class GatherWorkflow:
             await self._mq_work(work, names.ACTIVITY_SEND_REQUEST, lambda: sent, str)  # noqa: B023 - awaited in this iteration
             del self.s.to_request[0]
 
+    async def _move_to_hold(self, replies: list[Reply]) -> None:
+        """Put ``replies`` on the hold queue, each exactly once (ledger), and keep their
+        references instead of their bodies."""
+        self.s.moved_to_hold = True
+        moving = HoldRepliesInput(aggregate=self.spec, gather_id=self.id, replies=replies,
+                                  chain=self.s.chain)  # fmt: skip
+        work = f"move of {len(replies)} replies to the hold queue"
+        result = await self._mq_work(work, names.ACTIVITY_HOLD_REPLIES, lambda: moving,
+                                     HoldRepliesResult)  # fmt: skip
+        logic.moved(self.s, list(zip(replies, result.held, strict=True)))
+
     async def _flush(self) -> None:
         # Items leave the outbox only once forwarded: a cancel during the forwarding
         # leaves them for the next flush. Signals only append meanwhile.
         while self.s.outbox:
             items = list(self.s.outbox)
             routed = RouteInput(aggregate=self.spec, gather_id=self.id, items=items,
-                                after_reset=self.s.after_reset, chain=self.s.chain)  # fmt: skip
+                                after_reset=self.s.after_reset, chain=self.s.chain,
+                                moved_to_hold=self.s.moved_to_hold)  # fmt: skip
             forwarding = names.ACTIVITY_ROUTE_REPLIES
             await self._mq_work("forwarding of replies", forwarding, lambda: routed, int)  # noqa: B023 - awaited in this iteration
             del self.s.outbox[: len(items)]

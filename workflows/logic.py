@@ -20,6 +20,8 @@ from mqgather.constants import (
     MAX_REASON_CHARS,
     MAX_WAIT_SECONDS,
     SEARCH_VALUE_BYTES,
+    SPILL_BATCH,
+    SPILL_MIN_BYTES,
 )
 from mqgather.limits import shown
 from mqgather.routing import Destination
@@ -31,6 +33,7 @@ from workflows.models import (
     GatherResult,
     GatherState,
     GatherStatus,
+    HeldBody,
     LegStatus,
     Outcome,
     PutResponseInput,
@@ -42,6 +45,7 @@ from workflows.models import (
     RerequestInput,
     Routed,
     UpdateResult,
+    as_held,
 )
 from workflows.timing import after
 
@@ -92,6 +96,41 @@ def carriable(state: GatherState, limit: int = CARRIED_STATE_BYTES) -> bool:
     holding more replies than a payload takes stays in this run: continued as new, it
     failed its workflow task each time (TMPRL1103), and the gather stood."""
     return len(state.model_dump_json()) <= limit
+
+
+def to_move(
+    state: GatherState, most: int = SPILL_BATCH, smallest: int = SPILL_MIN_BYTES
+) -> list[Reply]:
+    """Up to ``most`` replies of the gather's legs that it took inline and would rather
+    keep on its hold queue, its state being too large to carry: those of ``smallest``
+    bytes or more, in the order of its legs. Replies waiting for a registration stay,
+    since ``max_held_bytes`` bounds them by their bodies."""
+    found: list[Reply] = []
+    for replies in state.received.values():
+        for reply in replies:
+            if reply.held is None and len(reply.message.body) >= smallest:
+                found.append(reply)
+                if len(found) == most:
+                    return found
+    return found
+
+
+def moved(state: GatherState, held: Sequence[tuple[Reply, HeldBody]]) -> None:
+    """Keep each reply of ``held`` by its reference, wherever it is now: in its leg, or
+    in the outbox (a later duplicate may have taken its place meanwhile), so whatever
+    consumes it takes it from the hold queue."""
+    refs = {id(reply): ref for reply, ref in held}
+
+    def kept(reply: Reply) -> Reply:
+        ref = refs.get(id(reply))
+        return reply if ref is None else as_held(reply, ref)
+
+    for replies in state.received.values():
+        replies[:] = [kept(reply) for reply in replies]
+    state.outbox[:] = [
+        item.model_copy(update={"reply": kept(item.reply)}) if id(item.reply) in refs else item
+        for item in state.outbox
+    ]
 
 
 def within_search_limit(legs: list[str], limit: int = SEARCH_VALUE_BYTES) -> list[str]:
@@ -276,6 +315,8 @@ def take_replies(
         msg_key = redelivery.key(reply.message, reply.fingerprint, by_content)
         if seen.redelivered(msg_key):
             state.redeliveries += 1  # the bridge died before MQCMIT: already counted
+            if by_content and reply.held is None and reply.fingerprint:
+                with_body(state, msg_key, reply)
             continue
         seen.add(msg_key)
         state.seen_msg_ids.append(msg_key)
@@ -292,6 +333,22 @@ def take_replies(
         else:
             accept(spec, state, reply)
     refresh(state)
+
+
+def with_body(state: GatherState, key: str, reply: Reply) -> None:
+    """A reply the gather holds by reference came again with its body (a redelivery by
+    content, ``key``): the bridge held it for its gather's bytes, and its put on the
+    hold queue backed out with its get, so the gather keeps the body it came with now,
+    wherever the reply is (its leg, waiting for a registration, or the outbox)."""
+
+    def kept(held: Reply) -> Reply:
+        if held.held is None or redelivery.key(held.message, held.fingerprint, True) != key:
+            return held
+        return held.model_copy(update={"message": reply.message, "held": None})
+
+    for replies in [*state.received.values(), state.held]:
+        replies[:] = [kept(r) for r in replies]
+    state.outbox[:] = [item.model_copy(update={"reply": kept(item.reply)}) for item in state.outbox]
 
 
 def _seen(state: GatherState) -> redelivery.Seen:
@@ -535,6 +592,7 @@ def response_input(
         rerequested=[leg.name for leg in state.expected if leg.name in state.rerequested],
         after_reset=state.after_reset,
         chain=state.chain,
+        moved_to_hold=state.moved_to_hold,
     )
 
 

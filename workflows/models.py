@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
+from bridge.mq.hold import digest, without_body
 from bridge.mq.models import (
     FINGERPRINT_PATTERN,
     MQRO_DISCARD_MSG,
@@ -74,6 +75,19 @@ class Reply(BaseModel):
         default=None, description="set when the body is on the hold queue, not in ``message``"
     )
     fingerprint: Fingerprint = ""
+
+
+def held_reference(queue: str, message: MQMessage) -> HeldBody:
+    """The reference to ``message`` waiting whole on the hold ``queue``."""
+    return HeldBody(
+        queue=queue, msg_id=message.msg_id, correl_id=message.correl_id, sha256=digest(message.body)
+    )
+
+
+def as_held(reply: Reply, ref: HeldBody) -> Reply:
+    """``reply`` as its gather keeps it once its message waits on a hold queue: the MQMD
+    without body (:func:`~bridge.mq.hold.without_body`) and the reference ``ref``."""
+    return reply.model_copy(update={"message": without_body(reply.message), "held": ref})
 
 
 class LegRequest(BaseModel):
@@ -291,6 +305,11 @@ class GatherState(BaseModel):
         default="",
         description="what ended it: the rule, the deadline, lost legs, an operator",
     )
+    moved_to_hold: bool = Field(
+        default=False,
+        description="it began moving replies it took inline to its hold queue (its state "
+        "was too large to carry into a new run): its MQ work looks for such moves",
+    )
     #: ``seen_msg_ids`` indexed, for lookups; rebuilt from the list, never carried.
     _seen: Seen = PrivateAttr(default_factory=Seen)
 
@@ -449,6 +468,11 @@ class PutResponseInput(BaseModel):
         default=False, description="look for a final of the gather's run before a reset"
     )
     chain: str = _chain()
+    moved_to_hold: bool = Field(
+        default=False,
+        description="take from the hold queue a reply the gather moved there, though "
+        "these replies carry it inline (the move's result never reached the gather)",
+    )
 
 
 class PutResponseResult(BaseModel):
@@ -477,6 +501,22 @@ class SendRequestInput(BaseModel):
     chain: str = _chain()
 
 
+class HoldRepliesInput(BaseModel):
+    """Activity input: put replies a gather took inline on its hold queue, each once, so
+    its state carries references to them instead of their bodies."""
+
+    aggregate: AggregateSpec
+    gather_id: str
+    replies: list[Reply]
+    chain: str = _chain()
+
+
+class HoldRepliesResult(BaseModel):
+    """Where each reply of the input now waits, in the input's order."""
+
+    held: list[HeldBody]
+
+
 class RouteInput(BaseModel):
     """Activity input: forward replies, intact, to the aggregate's queues."""
 
@@ -487,6 +527,11 @@ class RouteInput(BaseModel):
         default=False, description="leave in place what a final before a reset carried"
     )
     chain: str = _chain()
+    moved_to_hold: bool = Field(
+        default=False,
+        description="take from the hold queue a reply the gather moved there, though "
+        "these replies carry it inline (the move's result never reached the gather)",
+    )
 
 
 class GatherResult(BaseModel):

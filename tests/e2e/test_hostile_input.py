@@ -8,7 +8,7 @@ import contextlib
 import json
 import math
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
@@ -16,7 +16,7 @@ from temporalio.client import Client, Interceptor, OutboundInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge import inbound
-from bridge.mq import dlh, reports
+from bridge.mq import dlh, hold, reports
 from bridge.mq.models import (
     SEGMENT_FLAGS,
     Match,
@@ -24,6 +24,7 @@ from bridge.mq.models import (
     MsgFlags,
     PutOptions,
     QueueAttributes,
+    fingerprint,
     parse_id,
 )
 from mqgather.ccsid import codec as ccsid_codec
@@ -38,7 +39,7 @@ from mqgather.names import (
 from tests.conftest import standin_connector
 from tests.harness import pipeline, status, until
 from workflows.gather import GatherWorkflow
-from workflows.models import Registration, ReplyBatch, start_input
+from workflows.models import Registration, Reply, ReplyBatch, held_reference, start_input
 from workflows.settling import SETTLE
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
@@ -155,7 +156,9 @@ async def test_a_consumed_reply_at_bothresh_is_not_also_backed_out(temporal_env,
             result = await p.result(spec, sent.correl_id)
         assert p.empty("GATHER.BACKOUT") and p.empty("GATHER.IN") and p.empty("GATHER.LATE")
     assert result.state == "COMPLETE"
-    assert p.bridge.stats.redeliveries_dropped == 1
+    # Signalled again, not dropped: a gather may hold such a reply by a reference whose
+    # put backed out with its get. This one took it as a redelivery, once.
+    assert result.redeliveries == 1 and p.bridge.stats.redeliveries_dropped == 0
 
 
 async def test_a_reply_that_cannot_be_encoded_goes_to_failure_with_its_reason(
@@ -706,3 +709,65 @@ async def test_a_gather_too_large_to_carry_into_a_new_run_completes_in_its_own(
                   if e.HasField("workflow_task_failed_event_attributes")]  # fmt: skip
     assert result.state == "COMPLETE" and response.body == b"v" * 5_000_000
     assert failed == []
+
+
+async def test_a_flood_of_replies_for_one_correl_id_leaves_the_gather_within_its_history(
+    temporal_env, tmp_path
+):
+    # 1,000 replies of 55 KB, each under the 64 KB that travel inline, put at once: 55 MB
+    # of signals. The server failed each workflow task while more than 2 MB of signals
+    # waited for it (each retry replaying the whole history), and ended the gather at
+    # 50 MB of history, its replies taken off the queue.
+    spec = COUNTED
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        correl, _ = await counted_gather(p, "FLOOD-1", 1000)
+        for n in range(1000):
+            p.put(spec.reply_queue, MQMessage(correl_id=correl, body=b"%05d" % n * 11_000))
+        response = await p.wait_message(spec.response_queue, timeout=90)
+        result = await p.result(spec, correl, timeout=30)
+        described = await p.handle(spec, correl).describe()
+        assert p.empty(spec.hold_queue) and p.empty(spec.reply_queue)
+    assert result.state == "COMPLETE"
+    assert response.body == b"".join(b"%05d" % n * 11_000 for n in range(1000))
+    # Past the gather's first MB the bridge held them: its history keeps references.
+    assert p.bridge.stats.held >= 950
+    assert described.raw_description.workflow_execution_info.history_size_bytes < 4_000_000
+
+
+@pytest.mark.parametrize("backouts", [1, 3], ids=["redelivered", "at-bothresh"])
+async def test_a_reply_held_for_its_gathers_bytes_and_backed_out_comes_with_its_body(
+    temporal_env, tmp_path, backouts
+):
+    # The bridge held CREDIT for its gather's bytes and Temporal took the reference;
+    # then the bridge's unit of work backed out, and the hold queue's copy with it. Got
+    # again, CREDIT is judged by its size alone and comes inline: the gather took it for
+    # a redelivery and waited for a held body that was nowhere (at BOTHRESH the bridge
+    # dropped it as taken). Now the gather keeps the body it came with.
+    spec = AggregateSpec(name="budget", legs=LEGS, timeout_seconds=300, gather_inline_bytes=0)
+    async with pipeline(temporal_env.client, tmp_path, [spec], run_bridge=False) as p:
+        sent = await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "CREDIT", b'{"c":1}')
+        credit = p.qm.get(spec.reply_queue, syncpoint=False)
+        held = Reply(
+            message=hold.without_body(credit),
+            leg="CREDIT",
+            source_queue=spec.reply_queue,
+            received_at=datetime.now(UTC),
+            size=len(credit.body),
+            held=held_reference(spec.hold_queue, credit),
+            fingerprint=fingerprint(credit),
+        )
+        handle = p.handle(spec, sent.correl_id)
+        await handle.signal(SIGNAL_REPLIES, ReplyBatch(replies=[held]))
+        await until(lambda: status(handle), lambda s: s.legs_received == ["CREDIT"])
+        _backed_out(p, spec.reply_queue, [credit], backouts)
+        async with _bridge_running(p):
+            p.reply(spec, sent.correl_id, "STOCK", b'{"s":1}')
+            p.reply(spec, sent.correl_id, "TAX", b'{"t":1}')
+            response = await p.wait_message(spec.response_queue)
+            result = await p.result(spec, sent.correl_id)
+        assert p.empty(spec.hold_queue) and p.empty(spec.reply_queue)
+        assert p.empty("GATHER.BACKOUT") and p.empty("GATHER.LATE")
+    assert result.state == "COMPLETE" and result.redeliveries == 1
+    assert json.loads(response.body)["legs"] == {"credit": {"c": 1}, "stock": {"s": 1},
+                                                  "tax": {"t": 1}}  # fmt: skip
