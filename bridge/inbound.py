@@ -473,6 +473,37 @@ def _key(reply: Reply) -> str:
     return redelivery.key(reply.message, reply.fingerprint)
 
 
+class InlineBytes:
+    """The bytes one bridge has signalled inline to each gather (the most recent
+    ``tracked``), which bound what more of the gather's replies travel so."""
+
+    def __init__(self, tracked: int = GATHER_INLINE_TRACKED) -> None:
+        self.tracked = tracked
+        self._sent: OrderedDict[str, int] = OrderedDict()  # the least recent first
+
+    def bound(self, spec: AggregateSpec, gather: str, message: MQMessage) -> int:
+        """The most bytes ``message`` may weigh to travel inline in its gather's signal,
+        counted as sent when it does: the aggregate's ``inline_reply_bytes``, or -1 (it
+        is held) once the gather was signalled its ``gather_inline_bytes``.
+
+        A message got before (BackoutCount above 0) is judged by its size alone, as at
+        every earlier get: a redelivery of a reply held for its size is held again, and
+        one held for its gather's bytes comes inline (its gather keeps the body, since
+        the held copy's put backed out with the get).
+        """
+        size = hold.wire_size(message)
+        if message.backout_count or size > spec.inline_reply_bytes:
+            return spec.inline_reply_bytes
+        sent = self._sent.pop(gather, 0)
+        if sent + size > spec.gather_inline_bytes:
+            self._sent[gather] = sent
+            return -1
+        self._sent[gather] = sent + size
+        if len(self._sent) > self.tracked:
+            self._sent.popitem(last=False)
+        return spec.inline_reply_bytes
+
+
 class InboundBridge(QueueBridge):
     """Feeds the gathers of the given aggregates from their reply queues."""
 
@@ -489,28 +520,7 @@ class InboundBridge(QueueBridge):
             self.by_queue.setdefault(spec.reply_queue, []).append(spec)
         # Closed gathers' records of what they took, by run id (CLOSED_RECORDS).
         self._closed: dict[str, redelivery.Seen] = {}
-        # Bytes signalled inline to each gather, the least recent first.
-        self._inline_sent: OrderedDict[str, int] = OrderedDict()
-
-    def _inline_bound(self, spec: AggregateSpec, gather: str, message: MQMessage) -> int:
-        """The most bytes ``message`` may weigh to travel inline in its gather's signal:
-        the aggregate's ``inline_reply_bytes``, or -1 (it is held) once this bridge has
-        signalled the gather its ``gather_inline_bytes``. A message got before
-        (BackoutCount above 0) is judged by its size alone, as at every earlier get, so
-        a redelivery of a reply held for its size is held again; one held for the
-        gather's bytes comes inline, and its gather keeps the body (the held one's put
-        backed out with the get)."""
-        size = hold.wire_size(message)
-        if message.backout_count or size > spec.inline_reply_bytes:
-            return spec.inline_reply_bytes
-        sent = self._inline_sent.pop(gather, 0)
-        if sent + size > spec.gather_inline_bytes:
-            self._inline_sent[gather] = sent
-            return -1
-        self._inline_sent[gather] = sent + size
-        if len(self._inline_sent) > GATHER_INLINE_TRACKED:
-            self._inline_sent.popitem(last=False)
-        return spec.inline_reply_bytes
+        self._inline = InlineBytes()
 
     def queues(self) -> list[str]:
         return list(self.by_queue)
@@ -585,7 +595,7 @@ class InboundBridge(QueueBridge):
                 size=len(message.body),
                 fingerprint=fingerprint(message),
             )
-            inline = self._inline_bound(spec, gather_id(spec.name, found.correl_id), message)
+            inline = self._inline.bound(spec, gather_id(spec.name, found.correl_id), message)
             claim = await self._claim(call, transport, message, spec.hold_queue, inline)
             if isinstance(claim, str):
                 target = queue_for(spec, Destination.FAILURE)

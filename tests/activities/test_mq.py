@@ -51,6 +51,7 @@ from tests.harness import prepare_queues
 from tests.stalls import Hung
 from workflows.models import (
     HeldBody,
+    HoldRepliesInput,
     PutResponseInput,
     ReceivedLeg,
     Reply,
@@ -767,3 +768,52 @@ def test_json_legs_equal_but_for_case_fail_the_merge_and_go_to_failure_whole(qm_
     # Merged, the one would have been written over the other under the key "credit".
     assert sorted(m.msg_id for m in failed) == [bytes([6]) * 24, bytes([7]) * 24]
     assert result.outcome == "FAILED" and "CREDIT and credit are one key" in result.error
+
+
+def _big(n: int) -> Reply:
+    """A reply whose body is worth moving to the hold queue."""
+    r = reply(n)
+    message = r.message.model_copy(update={"body": b'{"n":"%d"}' % n + b" " * 4000})
+    return r.model_copy(update={"message": message, "size": len(message.body),
+                                "fingerprint": fingerprint(message)})  # fmt: skip
+
+
+def test_replies_moved_to_the_hold_queue_are_put_there_once_across_retries(qm_path):
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    inp = HoldRepliesInput(aggregate=spec, gather_id=GATHER, replies=[_big(1), _big(2)])
+    env = attempt_env()
+    first = env.run(acts.hold_replies, inp)
+    # The worker died before Temporal recorded the move: it runs again.
+    again = env.run(acts.hold_replies, inp)
+    with LocalQueueManager(qm_path) as qm:
+        held = drain(qm, spec.hold_queue)
+    assert first == again
+    assert [m.msg_id for m in held] == [bytes([1]) * 24, bytes([2]) * 24]
+    assert [m.body for m in held] == [r.message.body for r in inp.replies]
+    assert [(h.msg_id, h.sha256) for h in first.held] == [(m.msg_id, body_digest(m)) for m in held]
+
+
+def test_a_reply_moved_to_the_hold_queue_is_taken_from_there_though_its_gather_kept_the_body(
+    qm_path,
+):
+    # The move committed, and its result never reached the gather (it was cancelled or
+    # reset meanwhile): its state still carries the body, and the hold queue a copy.
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = attempt_env()
+    moved, kept = _big(1), _big(2)
+    env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
+                                                replies=[moved]))  # fmt: skip
+    legs = [ReceivedLeg(leg=LEG, replies=[moved])]
+    env.run(acts.put_response, response_input(spec, legs=legs, moved_to_hold=True))
+    items = [Routed(kind=Destination.DUPLICATE, reply=kept, reason="dup")]
+    env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
+                                                replies=[kept]))  # fmt: skip
+    env.run(acts.route_replies, RouteInput(aggregate=spec, gather_id=GATHER, items=items,
+                                           moved_to_hold=True))  # fmt: skip
+    with LocalQueueManager(qm_path) as qm:
+        response, duplicates = drain(qm, "ORDER.RESPONSE"), drain(qm, "GATHER.DUPLICATE")
+        assert drain(qm, spec.hold_queue) == []
+    assert json.loads(response[0].body)["legs"] == {"credit": {"n": "1"}}
+    assert [m.body for m in duplicates] == [kept.message.body]

@@ -27,12 +27,15 @@ from workflows.models import (
     CancelInput,
     ExtendInput,
     GatherState,
+    HeldBody,
     Registration,
     ReleaseInput,
     Reply,
     ReplyTerms,
     RerequestInput,
     Routed,
+    as_held,
+    held_reference,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -668,3 +671,61 @@ def test_a_state_is_carried_into_a_new_run_only_while_a_payload_takes_it():
     big = GatherState(registered=True, received={"A": [reply(n) for n in range(5)]})
     assert logic.carriable(big, limit=len(big.model_dump_json()))
     assert not logic.carriable(big, limit=len(big.model_dump_json()) - 1)
+
+
+# ------------------------------------------------------------------- the hold queue
+
+
+def sized(n: int, leg: str, size: int) -> Reply:
+    """Reply ``n`` to ``leg`` with a body of ``size`` bytes, its fingerprint taken."""
+    message = MQMessage(msg_id=n.to_bytes(24, "big"), correl_id=b"C", body=b"x" * size)
+    return Reply(message=message, leg=leg, source_queue="GATHER.IN", received_at=T0,
+                 size=size, fingerprint=fingerprint(message))  # fmt: skip
+
+
+def ref(r: Reply) -> HeldBody:
+    return held_reference("GATHER.HOLD", r.message)
+
+
+def test_only_bodies_worth_their_reference_move_to_the_hold_queue_in_leg_order():
+    state = registered(spec(duplicates="all"))
+    for r in (sized(1, "CREDIT", 5000), sized(2, "STOCK", 10), sized(3, "TAX", 2000),
+              sized(4, "CREDIT", 3000)):  # fmt: skip
+        logic.accept(spec(duplicates="all"), state, r)
+    state.received["TAX"][0] = as_held(state.received["TAX"][0], ref(state.received["TAX"][0]))
+    ids = [int.from_bytes(r.message.msg_id, "big") for r in logic.to_move(state, smallest=1024)]
+    assert ids == [1, 4]  # STOCK's is too small, TAX's is held already
+    assert len(logic.to_move(state, most=1, smallest=1024)) == 1
+
+
+def test_moved_replies_are_kept_by_reference_in_their_leg_or_the_outbox():
+    state = registered()
+    credit, stock = sized(1, "CREDIT", 5000), sized(2, "STOCK", 5000)
+    logic.accept(spec(), state, credit)
+    logic.accept(spec(), state, stock)
+    # A later duplicate took CREDIT's place while the move ran: CREDIT is in the outbox.
+    state.outbox.append(Routed(kind=Destination.DUPLICATE, reply=credit, reason="dup"))
+    logic.moved(state, [(credit, ref(credit)), (stock, ref(stock))])
+    kept = state.received["STOCK"][0]
+    assert kept.held == ref(stock) and kept.message.body == b"" and kept.size == 5000
+    assert kept.fingerprint == stock.fingerprint and kept.message.msg_id == stock.message.msg_id
+    assert state.outbox[0].reply.held == ref(credit) and state.outbox[0].reply.message.body == b""
+    # CREDIT's leg held the same object, so it is kept by reference there too.
+    assert state.received["CREDIT"][0].held == ref(credit)
+
+
+def test_a_held_reply_that_comes_again_with_its_body_is_kept_with_it_wherever_it_is():
+    s = spec()
+    state = registered(s)
+    credit = sized(1, "CREDIT", 50)
+    logic.take_replies(s, state, [as_held(credit, ref(credit))], T0, GATHER, by_content=True)
+    logic.take_replies(s, state, [credit], T0, GATHER, by_content=True)
+    assert state.redeliveries == 1
+    assert state.received["CREDIT"][0].held is None
+    assert state.received["CREDIT"][0].message.body == credit.message.body
+    # Another message with its MsgId, or gathers told apart by MsgId alone, change nothing.
+    other = sized(2, "STOCK", 50)
+    again = registered(s)
+    logic.take_replies(s, again, [as_held(other, ref(other))], T0, GATHER, by_content=False)
+    logic.take_replies(s, again, [other], T0, GATHER, by_content=False)
+    assert again.received["STOCK"][0].held == ref(other)
