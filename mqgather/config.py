@@ -229,13 +229,13 @@ class AggregateSpec(BaseModel):
         description="once a bridge has signalled a gather this many bytes of replies "
         "inline, the gather's later replies are held on hold_queue as larger ones are, so "
         "a flood for one CorrelId keeps the gather's history far from Temporal's limits; "
-        "0 holds every reply past its first",
+        "0 holds every reply",
     )
     hold_queue: str = Field(
         default=k.GATHER_HOLD,
         min_length=1,
         max_length=48,
-        description="where replies above inline_reply_bytes wait for their gather",
+        description="where replies held for their size or their gather's bytes wait for it",
     )
     correl_id_text: bool = Field(
         default=True,
