@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         HoldRepliesInput,
         HoldRepliesResult,
         Outcome,
+        PutResponseInput,
         PutResponseResult,
         Registration,
         ReleaseInput,
@@ -385,12 +386,14 @@ class GatherWorkflow:
         return await self._respond(self.s.state)  # type: ignore[arg-type]
 
     async def _respond(self, outcome: Outcome) -> PutResponseResult:
-        inp = logic.response_input(self.spec, self.s, self.correl_id, self.id, outcome)
+        def response_input() -> PutResponseInput:
+            # Made anew for each round: a held reply whose put backed out may have come
+            # again with its body meanwhile (logic.with_body).
+            inp = logic.response_input(self.spec, self.s, self.correl_id, self.id, outcome)
+            return inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s)})
+
         response = await self._mq_work(
-            "PUT of the response",
-            names.ACTIVITY_PUT_RESPONSE,
-            lambda: inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s)}),
-            PutResponseResult,
+            "PUT of the response", names.ACTIVITY_PUT_RESPONSE, response_input, PutResponseResult
         )
         # FAILED; or the final of an earlier run (before a reset), which stands.
         if response.outcome != outcome:
