@@ -217,12 +217,12 @@ class CollectorBridge(QueueBridge):
                 continue
             destination, rule = routed
             rule = self._fitted(destination, rule)
-            inline = self.spec.inline_bytes
+            holding = hold.wire_size(message) > self.spec.inline_bytes
             if attrs.bothresh and message.backout_count >= attrs.bothresh:
                 # A redelivery already batched is dropped, unless it is held: its batch
                 # then still needs it on the hold queue, which was backed out.
                 if await self._already_batched(destination, message):
-                    if hold.wire_size(message) <= inline:
+                    if not holding:
                         self.stats.redeliveries_dropped += 1
                         continue
                 else:
@@ -233,7 +233,7 @@ class CollectorBridge(QueueBridge):
                     continue
             item = Item(message=message, received_at=now, size=len(message.body),
                         fingerprint=fingerprint(message))  # fmt: skip
-            claim = await self._claim(call, transport, message, self.spec.hold_queue, inline)
+            claim = await self._claim(call, transport, message, self.spec.hold_queue, holding)
             if isinstance(claim, str):
                 moves.append(Move(Destination.FAILURE, failure, message, claim))
                 continue

@@ -407,12 +407,12 @@ class QueueBridge:
         transport: Transport,
         message: MQMessage,
         queue: str,
-        inline: int,
+        held: bool,
     ) -> tuple[MQMessage, HeldBody] | str | None:
-        """Whether a message travels in its signal (None), or waits on the hold
-        ``queue``: then the message as the signal carries it and the reference to the
-        whole; or why it can be neither (it is larger than the hold queue takes)."""
-        if hold.wire_size(message) <= inline:
+        """Whether a message travels in its signal (None, unless ``held``), or waits on
+        the hold ``queue``: then the message as the signal carries it and the reference
+        to the whole; or why it can be neither (it is larger than the hold queue takes)."""
+        if not held:
             return None
         if queue not in self._hold_maxmsgl:  # read once per connection
             self._hold_maxmsgl[queue] = (await call(transport.inquire, queue)).maxmsgl
@@ -481,10 +481,11 @@ class InlineBytes:
         self.tracked = tracked
         self._sent: OrderedDict[str, int] = OrderedDict()  # the least recent first
 
-    def bound(self, spec: AggregateSpec, gather: str, message: MQMessage) -> int:
-        """The most bytes ``message`` may weigh to travel inline in its gather's signal,
-        counted as sent when it does: the aggregate's ``inline_reply_bytes``, or -1 (it
-        is held) once the gather was signalled its ``gather_inline_bytes``.
+    def held(self, spec: AggregateSpec, gather: str, message: MQMessage) -> bool:
+        """Whether ``message`` waits on the hold queue rather than travel inline in its
+        gather's signal (counted as sent when it travels): when it weighs more than the
+        aggregate's ``inline_reply_bytes``, or once the gather was signalled its
+        ``gather_inline_bytes``.
 
         A message got before (BackoutCount above 0) is judged by its size alone, as at
         every earlier get: a redelivery of a reply held for its size is held again, and
@@ -493,15 +494,15 @@ class InlineBytes:
         """
         size = hold.wire_size(message)
         if message.backout_count or size > spec.inline_reply_bytes:
-            return spec.inline_reply_bytes
+            return size > spec.inline_reply_bytes
         sent = self._sent.pop(gather, 0)
         if sent + size > spec.gather_inline_bytes:
             self._sent[gather] = sent
-            return -1
+            return True
         self._sent[gather] = sent + size
         if len(self._sent) > self.tracked:
             self._sent.popitem(last=False)
-        return spec.inline_reply_bytes
+        return False
 
 
 class InboundBridge(QueueBridge):
@@ -595,8 +596,8 @@ class InboundBridge(QueueBridge):
                 size=len(message.body),
                 fingerprint=fingerprint(message),
             )
-            inline = self._inline.bound(spec, gather_id(spec.name, found.correl_id), message)
-            claim = await self._claim(call, transport, message, spec.hold_queue, inline)
+            holding = self._inline.held(spec, gather_id(spec.name, found.correl_id), message)
+            claim = await self._claim(call, transport, message, spec.hold_queue, holding)
             if isinstance(claim, str):
                 target = queue_for(spec, Destination.FAILURE)
                 moves.append(Move(Destination.FAILURE, target, message, claim))

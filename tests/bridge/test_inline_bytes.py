@@ -12,26 +12,27 @@ SPEC = AggregateSpec(name="t", inline_reply_bytes=100, gather_inline_bytes=250)
 
 def test_a_gather_takes_replies_inline_up_to_its_bytes_and_the_rest_are_held():
     inline = InlineBytes()
-    bounds = [inline.bound(SPEC, "g", MQMessage(body=b"x" * 100)) for _ in range(4)]
-    assert bounds == [100, 100, -1, -1]
+    held = [inline.held(SPEC, "g", MQMessage(body=b"x" * 100)) for _ in range(4)]
+    assert held == [False, False, True, True]
     # A smaller one still fits; another gather counts from nothing.
-    assert inline.bound(SPEC, "g", MQMessage(body=b"x" * 50)) == 100
-    assert inline.bound(SPEC, "h", MQMessage(body=b"x" * 100)) == 100
+    assert not inline.held(SPEC, "g", MQMessage(body=b"x" * 50))
+    assert not inline.held(SPEC, "h", MQMessage(body=b"x" * 100))
 
 
 def test_a_reply_held_for_its_size_or_got_before_is_judged_by_its_size_and_not_counted():
     inline = InlineBytes()
-    assert inline.bound(SPEC, "g", MQMessage(body=b"x" * 101)) == 100  # held for its size
+    assert inline.held(SPEC, "g", MQMessage(body=b"x" * 101))  # for its size
+    assert inline.held(SPEC, "g", MQMessage(body=b"x" * 101, backout_count=1))
     redelivered = MQMessage(body=b"x" * 100, backout_count=1)
-    assert [inline.bound(SPEC, "g", redelivered) for _ in range(3)] == [100, 100, 100]
-    assert inline.bound(SPEC, "g", MQMessage(body=b"x" * 100)) == 100  # nothing counted
+    assert [inline.held(SPEC, "g", redelivered) for _ in range(3)] == [False] * 3
+    assert not inline.held(SPEC, "g", MQMessage(body=b"x" * 100))  # nothing counted
 
 
 def test_the_least_recent_gather_is_forgotten_first():
     inline = InlineBytes(tracked=2)
     for gather in ("a", "a", "b", "b"):
-        inline.bound(SPEC, gather, MQMessage(body=b"x" * 100))
-    inline.bound(SPEC, "a", MQMessage(body=b"x" * 10))  # "a" is the most recent now
-    inline.bound(SPEC, "c", MQMessage(body=b"x" * 10))  # "b" is forgotten
-    assert inline.bound(SPEC, "a", MQMessage(body=b"x" * 100)) == -1
-    assert inline.bound(SPEC, "b", MQMessage(body=b"x" * 100)) == 100
+        inline.held(SPEC, gather, MQMessage(body=b"x" * 100))
+    inline.held(SPEC, "a", MQMessage(body=b"x" * 10))  # "a" is the most recent now
+    inline.held(SPEC, "c", MQMessage(body=b"x" * 10))  # "b" is forgotten
+    assert inline.held(SPEC, "a", MQMessage(body=b"x" * 100))
+    assert not inline.held(SPEC, "b", MQMessage(body=b"x" * 100))
