@@ -30,7 +30,7 @@ from bridge.inbound import (
     message_key,
     refused_for_content,
 )
-from bridge.mq import hold
+from bridge.inline import InlineBytes
 from bridge.mq.models import (
     MQMessage,
     QueueAttributes,
@@ -122,6 +122,7 @@ class CollectorBridge(QueueBridge):
         super().__init__(client, connect, **options)
         self.spec = spec
         self.rules = rules or RuleCache(spec)
+        self._inline = InlineBytes()
 
     def queues(self) -> list[str]:
         return [self.spec.input_queue]
@@ -217,20 +218,23 @@ class CollectorBridge(QueueBridge):
                 continue
             destination, rule = routed
             rule = self._fitted(destination, rule)
-            holding = hold.wire_size(message) > self.spec.inline_bytes
-            if attrs.bothresh and message.backout_count >= attrs.bothresh:
-                # A redelivery already batched is dropped, unless it is held: its batch
-                # then still needs it on the hold queue, which was backed out.
-                if await self._already_batched(destination, message):
-                    if not holding:
-                        self.stats.redeliveries_dropped += 1
-                        continue
-                else:
-                    reason = f"backed out {message.backout_count} times (BOTHRESH {attrs.bothresh})"
-                    target = attrs.boqname or dlq
-                    kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
-                    moves.append(Move(kind, target, message, reason))
-                    continue
+            # A redelivery already batched is signalled again, not moved: its batch may
+            # hold it by a reference whose put backed out with its get (held again for
+            # its size, or, held for its destination's bytes, now with its body); else
+            # the collector counts it a redelivery.
+            if (
+                attrs.bothresh
+                and message.backout_count >= attrs.bothresh
+                and not await self._already_batched(destination, message)
+            ):
+                reason = f"backed out {message.backout_count} times (BOTHRESH {attrs.bothresh})"
+                target = attrs.boqname or dlq
+                kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
+                moves.append(Move(kind, target, message, reason))
+                continue
+            spec = self.spec
+            rate = spec.destination_inline_bytes
+            holding = self._inline.held(destination, message, spec.inline_bytes, rate, rate)
             item = Item(message=message, received_at=now, size=len(message.body),
                         fingerprint=fingerprint(message))  # fmt: skip
             claim = await self._claim(call, transport, message, self.spec.hold_queue, holding)

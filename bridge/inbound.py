@@ -14,7 +14,6 @@ import functools
 import json
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,13 +34,14 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.identify import IdentificationError, ReportedLeg, ReportMessage, identify, reported_leg
+from bridge.inline import InlineBytes
 from bridge.mq import hold
 from bridge.mq.errors import REASONS, MQError, QueueInhibited, SyncpointLimitReached
 from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
-from mqgather.constants import DEFAULT_MAXUMSGS, GATHER_INLINE_TRACKED, LEAST_MAXUMSGS_GATHER
+from mqgather.constants import DEFAULT_MAXUMSGS, LEAST_MAXUMSGS_GATHER
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_TRACEPARENT, SIGNAL_REPLIES, TASK_QUEUE
 from mqgather.routing import Destination, owner_of_shared_queue, queue_for
@@ -473,38 +473,6 @@ def _key(reply: Reply) -> str:
     return redelivery.key(reply.message, reply.fingerprint)
 
 
-class InlineBytes:
-    """The bytes one bridge has signalled inline to each gather (the most recent
-    ``tracked``), which bound what more of the gather's replies travel so."""
-
-    def __init__(self, tracked: int = GATHER_INLINE_TRACKED) -> None:
-        self.tracked = tracked
-        self._sent: OrderedDict[str, int] = OrderedDict()  # the least recent first
-
-    def held(self, spec: AggregateSpec, gather: str, message: MQMessage) -> bool:
-        """Whether ``message`` waits on the hold queue rather than travel inline in its
-        gather's signal (counted as sent when it travels): when it weighs more than the
-        aggregate's ``inline_reply_bytes``, or once the gather was signalled its
-        ``gather_inline_bytes``.
-
-        A message got before (BackoutCount above 0) is judged by its size alone, as at
-        every earlier get: a redelivery of a reply held for its size is held again, and
-        one held for its gather's bytes comes inline (its gather keeps the body, since
-        the held copy's put backed out with the get).
-        """
-        size = hold.wire_size(message)
-        if message.backout_count or size > spec.inline_reply_bytes:
-            return size > spec.inline_reply_bytes
-        sent = self._sent.pop(gather, 0)
-        if sent + size > spec.gather_inline_bytes:
-            self._sent[gather] = sent
-            return True
-        self._sent[gather] = sent + size
-        if len(self._sent) > self.tracked:
-            self._sent.popitem(last=False)
-        return False
-
-
 class InboundBridge(QueueBridge):
     """Feeds the gathers of the given aggregates from their reply queues."""
 
@@ -596,7 +564,10 @@ class InboundBridge(QueueBridge):
                 size=len(message.body),
                 fingerprint=fingerprint(message),
             )
-            holding = self._inline.held(spec, gather_id(spec.name, found.correl_id), message)
+            gather = gather_id(spec.name, found.correl_id)
+            holding = self._inline.held(
+                gather, message, spec.inline_reply_bytes, spec.gather_inline_bytes
+            )
             claim = await self._claim(call, transport, message, spec.hold_queue, holding)
             if isinstance(claim, str):
                 target = queue_for(spec, Destination.FAILURE)

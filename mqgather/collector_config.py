@@ -129,11 +129,20 @@ class CollectorSpec(BaseModel):
         description="a message whose body and properties are larger waits on hold_queue "
         "until its batch is PUT; its batch keeps a reference",
     )
+    destination_inline_bytes: int = Field(
+        default=k.DEFAULT_DESTINATION_INLINE_BYTES,
+        ge=0,
+        description="a bridge signals a destination this many bytes of messages inline a "
+        "second (at most this many at once); past them its messages wait on hold_queue as "
+        "larger ones do, so a flood for one destination keeps its history far from "
+        "Temporal's limits; 0 holds every message",
+    )
     hold_queue: str = Field(
         default=k.COLLECT_HOLD,
         min_length=1,
         max_length=48,
-        description="where messages above inline_bytes wait for their batch",
+        description="where messages held for their size or their destination's bytes wait "
+        "for their batch",
     )
     ledger_queue: str = Field(
         default=k.LEDGER_QUEUE,

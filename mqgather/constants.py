@@ -91,8 +91,12 @@ DEFAULT_INLINE_REPLY_BYTES = 64 * 1024
 #: history; a flood of inline replies did both, and its gather was ended, its replies
 #: taken.
 DEFAULT_GATHER_INLINE_BYTES = 1024 * 1024
-#: Gathers whose inline bytes one bridge counts at once (the least recent forgotten).
-GATHER_INLINE_TRACKED = 16384
+#: A collector's destination takes this many bytes of messages inline a second, at most
+#: this many at once; past them its messages wait on the hold queue (as a gather's).
+DEFAULT_DESTINATION_INLINE_BYTES = 1024 * 1024
+#: Gathers (or destinations) whose inline bytes one bridge counts at once, the least
+#: recent forgotten.
+INLINE_TRACKED = 16384
 #: The most legs a gather may expect (listed, counted, or a logical group's messages):
 #: each costs its state, status and result about 180 bytes, so a gather of this many
 #: stays inside a Temporal payload (2 MB); twice as many would make its result too large

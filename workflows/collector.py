@@ -151,15 +151,17 @@ class CollectorWorkflow:
         return not await settling.settle(self._put_started) or not self._wake
 
     async def _put_first(self) -> None:
-        batch = self.s.ready[0]
-        inp = PutBatchInput(
-            collector=self.spec,
-            destination=self.destination,
-            workflow_id=self.id,
-            batch=batch,
-            after_reset=self.s.after_reset,
-        )
         while True:
+            # Made anew for each round: a held message whose put backed out may have come
+            # again with its body meanwhile (collect_logic._with_body).
+            batch = self.s.ready[0]
+            inp = PutBatchInput(
+                collector=self.spec,
+                destination=self.destination,
+                workflow_id=self.id,
+                batch=batch,
+                after_reset=self.s.after_reset,
+            )
             self._put_started = settling.work_started()
             # Cleared when the attempt is known to have ended; a cancellation leaves its
             # thread running, so it stays set (not a `finally`).

@@ -497,7 +497,9 @@ async def test_a_batch_of_hundreds_of_messages_is_put_with_its_marker(temporal_e
 async def test_a_batch_whose_messages_outgrow_one_payload_is_put_in_parts(temporal_env, tmp_path):
     # 1,000 bodies of 5 KB are within max_bytes; their JSON is 7.5 MB, which the batch's
     # PUT carried in one payload (Temporal takes 2 MB): it failed each time (TMPRL1103).
-    async with collecting(temporal_env.client, tmp_path) as c:
+    # (Here the bridge takes 100 MB a second inline, else it holds most of them.)
+    inline = SPEC.model_copy(update={"destination_inline_bytes": 100 * 1024 * 1024})
+    async with collecting(temporal_env.client, tmp_path, spec=inline) as c:
         c.rule(
             "FR",
             "CMAOUT.FR",
@@ -515,3 +517,22 @@ async def test_a_batch_whose_messages_outgrow_one_payload_is_put_in_parts(tempor
     assert len(batches) >= 5 and b"".join(b.body for b in batches) == b"v" * 5_000_000
     assert {b.properties["mqgather_batch_reason"] for b in batches[:-1]} == {"bytes"}
     assert left == (0, 0, 0)
+
+
+async def test_a_flood_for_one_destination_is_batched_whole(temporal_env, tmp_path):
+    # 1,000 messages of 55 KB for one destination, each small enough to travel inline,
+    # put at once: the server failed the collector's tasks while more than 2 MB of
+    # signals waited for them, and ended it at 50 MB of history. 286 messages went to
+    # the failure queue ("history size exceeds limit"), and 84 it had taken were in its
+    # history only.
+    async with collecting(temporal_env.client, tmp_path) as c:
+        c.rule("FR", "CMAOUT.FR", max_messages=10_000, max_bytes=4_000_000, format="blob",
+               max_delay_seconds=1)  # fmt: skip
+        bodies = [b"%05d" % n * 11_000 for n in range(1000)]
+        for body in bodies:
+            c.send("FR", body)
+        batches = []
+        while sum(b.properties["mqgather_batch_size"] for b in batches) < 1000:
+            batches.append(await c.take("CMAOUT.FR", timeout=60))
+        left = (c.depth("CMAIN"), c.depth(c.spec.failure_queue), c.depth(c.spec.hold_queue))
+    assert b"".join(b.body for b in batches) == b"".join(bodies) and left == (0, 0, 0)

@@ -7,11 +7,13 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge.mq.hold import without_body
 from bridge.mq.models import MQMessage, fingerprint
 from mqgather.collector_config import CollectorRule
 from mqgather.constants import BATCH_CARRIED_BYTES
 from workflows import collect_logic as logic
 from workflows.collect_models import CollectInput, CollectorState, Item
+from workflows.models import held_reference
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -176,3 +178,20 @@ def test_a_batch_closes_before_its_messages_outgrow_what_its_put_carries():
         assert carried <= BATCH_CARRIED_BYTES
     kept = [*(n for b in bound.ready for n in numbers(b)), *numbers(bound.open)]
     assert kept == list(range(1, 301))  # every message once, in order
+
+
+def test_a_held_message_that_comes_again_with_its_body_is_kept_with_it_in_its_batch():
+    # The bridge held it for its destination's bytes, and its put on the hold queue
+    # backed out with its get: the redelivery comes inline, with the body.
+    message = MQMessage(msg_id=(1).to_bytes(24, "big"), body=b"body")
+    whole = Item(message=message, received_at=T0, size=4, fingerprint=fingerprint(message))
+    held = whole.model_copy(update={"message": without_body(message),
+                                    "held": held_reference("COLLECT.HOLD", message)})  # fmt: skip
+    for closed in (False, True):
+        state = CollectorState()
+        first = rule(max_messages=1 if closed else 10)
+        logic.take(state, CollectInput(rule=first, items=[held]), T0, 100, by_content=True)
+        logic.take(state, CollectInput(rule=first, items=[whole]), T0, 100, by_content=True)
+        batch = state.ready[0] if closed else state.open
+        assert batch is not None and state.redeliveries == 1
+        assert [(i.held, i.message.body) for i in batch.items] == [(None, b"body")]
