@@ -564,7 +564,8 @@ class InboundBridge(QueueBridge):
                 size=len(message.body),
                 fingerprint=fingerprint(message),
             )
-            gather = gather_id(spec.name, found.correl_id)
+            # Keyed as the batch's signals are grouped: no gather id is built per reply.
+            gather = (spec.name, found.correl_id)
             holding = self._inline.held(
                 gather, message, spec.inline_reply_bytes, spec.gather_inline_bytes
             )

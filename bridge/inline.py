@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from bridge.mq import hold
 from bridge.mq.models import MQMessage
@@ -24,10 +24,15 @@ class InlineBytes:
     ) -> None:
         self.tracked = tracked
         self.clock = clock
-        self._sent: OrderedDict[str, tuple[float, float]] = OrderedDict()  # bytes, when
+        self._sent: OrderedDict[Hashable, tuple[float, float]] = OrderedDict()  # bytes, when
 
     def held(
-        self, key: str, message: MQMessage, inline: int, budget: int, per_second: float = 0.0
+        self,
+        key: Hashable,
+        message: MQMessage,
+        inline: int,
+        budget: int,
+        per_second: float = 0.0,
     ) -> bool:
         """Whether ``message`` for the workflow ``key`` waits on the hold queue rather
         than travel inline (counted as sent when it travels): when it weighs more than

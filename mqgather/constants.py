@@ -54,10 +54,10 @@ CARRIED_STATE_BYTES = 1536 * 1024
 #: A reply a gather took inline is moved to its hold queue, when its state is too large
 #: to carry into a new run, from this size up: a held reply's reference (its MQMD) costs
 #: the state about 800 bytes, so a smaller body gains nothing by leaving.
-SPILL_MIN_BYTES = 1024
+MOVE_MIN_BYTES = 1024
 #: The most replies one move to the hold queue takes (one local activity): its units of
 #: work stay small, and a gather's signals are read between two moves.
-SPILL_BATCH = 200
+MOVE_BATCH = 200
 #: The most bytes a collector's batch's messages take as its PUT's input carries them
 #: (their JSON): past it the batch closes, as past its max_bytes, since Temporal takes
 #: 2 MB in one payload and the PUT of a larger batch failed each time.

@@ -125,8 +125,8 @@ def take(
         remembered = _remembered(msg_key)
         if _has(seen, msg_key, remembered):
             state.redeliveries += 1
-            if by_content and item.held is None and item.fingerprint:
-                _with_body(state, msg_key, item)
+            if by_content:
+                _with_body(state, item)
             continue
         seen.add(remembered)
         state.seen.append(remembered)
@@ -155,20 +155,14 @@ def take(
         del state.seen[:forgotten]
 
 
-def _with_body(state: CollectorState, key: str, item: Item) -> None:
-    """A message a batch holds by reference came again with its body (a redelivery by
-    content, ``key``): the bridge held it for its destination's bytes, and its put on the
-    hold queue backed out with its get, so its batch keeps the body it came with now."""
+def _with_body(state: CollectorState, item: Item) -> None:
+    """Keep the body a redelivery brings for a message a batch holds by a reference
+    that names nothing (:func:`workflows.redelivery.with_body`)."""
     batches: list[OpenBatch | ClosedBatch] = [*state.ready]
     if state.open is not None:
         batches.append(state.open)
     for batch in batches:
-        batch.items[:] = [
-            kept.model_copy(update={"message": item.message, "held": None})
-            if kept.held is not None and redelivery.key(kept.message, kept.fingerprint, True) == key
-            else kept
-            for kept in batch.items
-        ]
+        batch.items[:] = [redelivery.with_body(kept, item) for kept in batch.items]
 
 
 def expire(state: CollectorState, now: datetime) -> None:

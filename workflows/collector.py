@@ -153,7 +153,7 @@ class CollectorWorkflow:
     async def _put_first(self) -> None:
         while True:
             # Made anew for each round: a held message whose put backed out may have come
-            # again with its body meanwhile (collect_logic._with_body).
+            # again with its body meanwhile (redelivery.with_body).
             batch = self.s.ready[0]
             inp = PutBatchInput(
                 collector=self.spec,

@@ -388,7 +388,7 @@ class GatherWorkflow:
     async def _respond(self, outcome: Outcome) -> PutResponseResult:
         def response_input() -> PutResponseInput:
             # Made anew for each round: a held reply whose put backed out may have come
-            # again with its body meanwhile (logic.with_body).
+            # again with its body meanwhile (redelivery.with_body).
             inp = logic.response_input(self.spec, self.s, self.correl_id, self.id, outcome)
             return inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s)})
 

@@ -4,8 +4,9 @@ it is compiled once per worker rather than once per gather."""
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -19,9 +20,9 @@ from mqgather.constants import (
     MAX_LEGS,
     MAX_REASON_CHARS,
     MAX_WAIT_SECONDS,
+    MOVE_BATCH,
+    MOVE_MIN_BYTES,
     SEARCH_VALUE_BYTES,
-    SPILL_BATCH,
-    SPILL_MIN_BYTES,
 )
 from mqgather.limits import shown
 from mqgather.routing import Destination
@@ -99,7 +100,7 @@ def carriable(state: GatherState, limit: int = CARRIED_STATE_BYTES) -> bool:
 
 
 def to_move(
-    state: GatherState, most: int = SPILL_BATCH, smallest: int = SPILL_MIN_BYTES
+    state: GatherState, most: int = MOVE_BATCH, smallest: int = MOVE_MIN_BYTES
 ) -> list[Reply]:
     """Up to ``most`` replies of the gather's legs that it took inline and would rather
     keep on its hold queue, its state being too large to carry: those of ``smallest``
@@ -125,12 +126,7 @@ def moved(state: GatherState, held: Sequence[tuple[Reply, HeldBody]]) -> None:
         ref = refs.get(id(reply))
         return reply if ref is None else as_held(reply, ref)
 
-    for replies in state.received.values():
-        replies[:] = [kept(reply) for reply in replies]
-    state.outbox[:] = [
-        item.model_copy(update={"reply": kept(item.reply)}) if id(item.reply) in refs else item
-        for item in state.outbox
-    ]
+    _replace_replies(state, kept)
 
 
 def within_search_limit(legs: list[str], limit: int = SEARCH_VALUE_BYTES) -> list[str]:
@@ -315,8 +311,9 @@ def take_replies(
         msg_key = redelivery.key(reply.message, reply.fingerprint, by_content)
         if seen.redelivered(msg_key):
             state.redeliveries += 1  # the bridge died before MQCMIT: already counted
-            if by_content and reply.held is None and reply.fingerprint:
-                with_body(state, msg_key, reply)
+            if by_content:
+                # Its body, for a reference that names nothing (redelivery.with_body).
+                _replace_replies(state, functools.partial(redelivery.with_body, came=reply))
             continue
         seen.add(msg_key)
         state.seen_msg_ids.append(msg_key)
@@ -335,20 +332,15 @@ def take_replies(
     refresh(state)
 
 
-def with_body(state: GatherState, key: str, reply: Reply) -> None:
-    """A reply the gather holds by reference came again with its body (a redelivery by
-    content, ``key``): the bridge held it for its gather's bytes, and its put on the
-    hold queue backed out with its get, so the gather keeps the body it came with now,
-    wherever the reply is (its leg, waiting for a registration, or the outbox)."""
-
-    def kept(held: Reply) -> Reply:
-        if held.held is None or redelivery.key(held.message, held.fingerprint, True) != key:
-            return held
-        return held.model_copy(update={"message": reply.message, "held": None})
-
+def _replace_replies(state: GatherState, replace: Callable[[Reply], Reply]) -> None:
+    """Put ``replace(reply)`` in place of every reply the gather keeps: in its legs,
+    waiting for a registration, and in the outbox."""
     for replies in [*state.received.values(), state.held]:
-        replies[:] = [kept(r) for r in replies]
-    state.outbox[:] = [item.model_copy(update={"reply": kept(item.reply)}) for item in state.outbox]
+        replies[:] = [replace(reply) for reply in replies]
+    for index, item in enumerate(state.outbox):
+        replaced = replace(item.reply)
+        if replaced is not item.reply:
+            state.outbox[index] = item.model_copy(update={"reply": replaced})
 
 
 def _seen(state: GatherState) -> redelivery.Seen:

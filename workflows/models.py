@@ -234,6 +234,14 @@ def _chain() -> Any:
                  "ledger keys name; empty for gathers started before")  # fmt: skip
 
 
+def _moved_to_hold() -> Any:
+    """The field an activity's input says in whether its gather moved replies to the
+    hold queue (:attr:`GatherState.moved_to_hold`)."""
+    return Field(default=False, description="take from the hold queue a reply the gather "
+                 "moved there, though these replies carry it inline (the move's result "
+                 "never reached the gather)")  # fmt: skip
+
+
 class GatherState(BaseModel):
     """Everything a gather knows; carried across continue-as-new."""
 
@@ -468,11 +476,7 @@ class PutResponseInput(BaseModel):
         default=False, description="look for a final of the gather's run before a reset"
     )
     chain: str = _chain()
-    moved_to_hold: bool = Field(
-        default=False,
-        description="take from the hold queue a reply the gather moved there, though "
-        "these replies carry it inline (the move's result never reached the gather)",
-    )
+    moved_to_hold: bool = _moved_to_hold()
 
 
 class PutResponseResult(BaseModel):
@@ -527,11 +531,7 @@ class RouteInput(BaseModel):
         default=False, description="leave in place what a final before a reset carried"
     )
     chain: str = _chain()
-    moved_to_hold: bool = Field(
-        default=False,
-        description="take from the hold queue a reply the gather moved there, though "
-        "these replies carry it inline (the move's result never reached the gather)",
-    )
+    moved_to_hold: bool = _moved_to_hold()
 
 
 class GatherResult(BaseModel):

@@ -12,6 +12,7 @@ its key, and stands for every message with that MsgId, as it did then.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, Protocol, TypeVar
 
 from bridge.mq.models import ID_LENGTH, MQMessage
 
@@ -82,3 +83,28 @@ class Seen:
     def any_with(self, msg_id: str) -> bool:
         """Whether any message with this MsgId (hex) was taken."""
         return msg_id in self.msg_ids
+
+
+class _Kept(Protocol):
+    """A reply or an item as its workflow keeps it."""
+
+    message: MQMessage
+    held: Any
+    fingerprint: str
+
+    def model_copy(self, *, update: dict[str, Any]) -> Any: ...
+
+
+K = TypeVar("K", bound=_Kept)
+
+
+def with_body(kept: K, came: K) -> K:
+    """``kept`` with the body ``came`` brings, when ``kept`` is held by a reference and
+    ``came`` is the same message (by content) inline: the bridge held it for its
+    workflow's bytes, and its put on the hold queue backed out with its get, so the
+    reference names nothing and the body is kept instead. Else ``kept`` as it is."""
+    if kept.held is None or came.held is not None or not came.fingerprint:
+        return kept
+    if key(kept.message, kept.fingerprint) != key(came.message, came.fingerprint):
+        return kept
+    return kept.model_copy(update={"message": came.message, "held": None})
