@@ -315,6 +315,12 @@ def free_port() -> int:
 EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
 #: Ports below 1024 need privileges.
 FIRST_UNPRIVILEGED_PORT = 1024
+#: Unprivileged ports Chromium refuses to load a page from (net::ERR_UNSAFE_PORT): a dev
+#: server's UI there cannot be checked in the browser (seen: 4045).
+BROWSER_UNSAFE_PORTS = frozenset(
+    {1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, *range(6665, 6670),
+     6697, 10080}
+)  # fmt: skip
 
 
 def free_ports(n: int) -> list[int]:
@@ -325,7 +331,7 @@ def free_ports(n: int) -> list[int]:
     would be free for the kernel to give to any outgoing connection, or to a server's
     own port-0 bind, in the moment before the server it is for binds it (seen: a dev
     server's UI port taken so, and the server exiting). Where that range leaves too few
-    ports below it, the kernel chooses them.
+    ports below it, the kernel chooses them. None is a port a browser refuses.
     """
     try:
         low = int(EPHEMERAL_PORTS.read_text().split()[0])
@@ -341,7 +347,7 @@ def free_ports(n: int) -> list[int]:
             except OSError:
                 continue  # in use: choose another
             port = int(s.getsockname()[1])
-            if port not in ports:
+            if port not in ports and port not in BROWSER_UNSAFE_PORTS:
                 ports.append(port)
         return ports
 

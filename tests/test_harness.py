@@ -45,3 +45,27 @@ async def test_a_dev_server_whose_port_is_taken_as_it_starts_is_started_on_other
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_no_port_handed_out_is_one_a_browser_refuses(monkeypatch):
+    # A UI on port 4045 was refused by Chromium (net::ERR_UNSAFE_PORT), and its test
+    # failed: the first choice here is such a port, the port handed out the next free one.
+    choices = iter([4045, 6666])
+
+    def choose(low: int, high: int) -> int:
+        return next(choices, 0) or _free_below(high)
+
+    monkeypatch.setattr(harness.random, "randrange", choose)
+    port = harness.free_ports(1)[0]
+    assert port not in harness.BROWSER_UNSAFE_PORTS
+
+
+def _free_below(high: int) -> int:
+    for port in range(20_000, high):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port")
