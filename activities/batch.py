@@ -16,6 +16,7 @@ from temporalio import activity
 from activities.merge import embedded_json, xml_element
 from activities.mq import MQActivities
 from bridge.mq import hold, ledger
+from bridge.mq.errors import MessageTooBig, MQError
 from bridge.mq.forward import forward
 from bridge.mq.ledger import ledger_key
 from bridge.mq.models import (
@@ -30,7 +31,13 @@ from bridge.mq.models import (
 from bridge.mq.transport import Transport
 from mqgather import names
 from mqgather.ccsid import CCSID_UTF8, CCSIDError
-from mqgather.names import PROP_BATCH_REASON, PROP_BATCH_SIZE, PROP_DESTINATION
+from mqgather.names import (
+    PROP_BATCH_PART,
+    PROP_BATCH_PARTS,
+    PROP_BATCH_REASON,
+    PROP_BATCH_SIZE,
+    PROP_DESTINATION,
+)
 from mqgather.runtime import telemetry
 from workflows import redelivery
 from workflows.collect_models import (
@@ -153,15 +160,28 @@ def _whole(reader: hold.HeldReader, item: Item) -> Item:
 
 
 def _batch_messages(
-    batch: ClosedBatch, key: bytes, properties: dict[str, PropertyValue], wrapper: str
-) -> list[MQMessage]:
+    batch: ClosedBatch,
+    key: bytes,
+    properties: dict[str, PropertyValue],
+    wrapper: str,
+    fit: _Fit | None = None,
+) -> tuple[list[MQMessage], list[tuple[MQMessage, str]]]:
     """What a batch is PUT as: a group's messages as they came, one by one (MsgIds from
-    the batch's key, the batch properties added), or one message of the formatted body."""
+    the batch's key, the batch properties added), or one message of the formatted body;
+    within ``fit`` each, once the target refused a longer one: a formatted body is then
+    put in parts, and a message no part can hold is returned with the reason, for the
+    failure queue."""
     if not batch.items:
-        return []
+        return [], []
     if batch.rule.format == "group":
-        last = len(batch.items) - 1
-        return [
+        kept = [i for i in batch.items if fit is None or len(i.message.body) <= fit.size]
+        too_big = [
+            (i.message, fit.refusal(f"the message is {len(i.message.body)} bytes"))
+            for i in batch.items
+            if fit is not None and len(i.message.body) > fit.size
+        ]
+        last = len(kept) - 1
+        group = [
             item.message.model_copy(
                 update={
                     "msg_id": ledger_key(key.hex(), str(index)),
@@ -171,13 +191,79 @@ def _batch_messages(
                     ),
                 }
             )
-            for index, item in enumerate(batch.items)
+            for index, item in enumerate(kept)
         ]
-    body, fmt, ccsid = format_batch(batch, wrapper)
-    return [
-        MQMessage(msg_id=key, format=fmt, coded_char_set_id=ccsid, properties=properties,
-                  body=body)
-    ]  # fmt: skip
+        return group, too_big
+    parts, too_big = _fitting(batch, wrapper, fit)
+    out = []
+    for index, (body, fmt, ccsid) in enumerate(parts):
+        numbered: dict[str, PropertyValue] = (
+            {PROP_BATCH_PART: index + 1, PROP_BATCH_PARTS: len(parts)} if len(parts) > 1 else {}
+        )
+        out.append(MQMessage(
+            # The first part keeps the batch's key: a batch put whole is as it always was.
+            msg_id=key if index == 0 else ledger_key(key.hex(), "part", str(index)),
+            format=fmt, coded_char_set_id=ccsid, properties={**properties, **numbered},
+            body=body,
+        ))  # fmt: skip
+    return out, too_big
+
+
+def _fitting(
+    batch: ClosedBatch, wrapper: str, fit: _Fit | None
+) -> tuple[list[tuple[bytes, str, int]], list[tuple[MQMessage, str]]]:
+    """The batch's formatted parts, in order, each within ``fit`` bytes: halved until
+    each fits (the formats join their bodies, so a part's size follows its messages'),
+    and a message that does not fit alone, with the reason."""
+    formatted = format_batch(batch, wrapper)
+    if fit is None or len(formatted[0]) <= fit.size:
+        return [formatted], []
+    if len(batch.items) == 1:
+        what = f"formatted as a {batch.rule.format} batch the message is {len(formatted[0])} bytes"
+        return [], [(batch.items[0].message, fit.refusal(what))]
+    half = len(batch.items) // 2
+    first = _fitting(batch.model_copy(update={"items": batch.items[:half]}), wrapper, fit)
+    rest = _fitting(batch.model_copy(update={"items": batch.items[half:]}), wrapper, fit)
+    return first[0] + rest[0], first[1] + rest[1]
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """The most bytes one message of a batch may take, learnt from the target's refusal."""
+
+    size: int
+    #: What refused a longer one, as the failure queue's reason names it.
+    limit: str
+
+    def refusal(self, what: str) -> str:
+        """Why a message goes to the failure queue: ``what`` it is, past the limit."""
+        return f"{what}, more than {self.limit}"
+
+    @classmethod
+    def after(cls, transport: Transport, queue: str, exc: MessageTooBig, size: int) -> _Fit:
+        """The fit after a PUT of ``size`` bytes to ``queue`` was refused: the queue's
+        MAXMSGL when that is what refused it; else (the queue manager's MAXMSGL, or a
+        client channel's, which no inquiry on the queue tells) half the refused size."""
+        if exc.reason == "MQRC_MSG_TOO_BIG_FOR_Q":
+            try:
+                maxmsgl = transport.inquire(queue).maxmsgl
+            except MQError:
+                maxmsgl = size
+            if maxmsgl < size:
+                return cls(maxmsgl, (
+                    f"MAXMSGL({maxmsgl}) of the batch's target queue {queue} "
+                    f"(MQRC_MSG_TOO_BIG_FOR_Q); raise it (ALTER QLOCAL({queue}) MAXMSGL) or "
+                    "lower the rule's max_bytes"
+                ))  # fmt: skip
+        return cls(size // 2, (
+            f"the {size // 2} bytes a part was cut to after {queue} refused {size} "
+            f"({exc.reason}: the queue manager's MAXMSGL, or the channel's)"
+        ))  # fmt: skip
+
+
+class _Refit(Exception):
+    """The target refused a batch's message as too long: its MAXMSGL is now known, and
+    the unit of work, backed out, is done again within it."""
 
 
 class CollectorActivities(MQActivities):
@@ -200,8 +286,10 @@ class CollectorActivities(MQActivities):
         earlier: list[bool] = []
         behind = False
 
+        fit: _Fit | None = None  # once the target refused a message as too long
+
         def work(transport: Transport, reader: hold.HeldReader) -> None:
-            nonlocal key, behind, facts
+            nonlocal key, behind, facts, fit
             out.clear()
             bad.clear()
             items = batch.items
@@ -229,10 +317,19 @@ class CollectorActivities(MQActivities):
             good = whole.model_copy(
                 update={"items": [i for i in whole.items if id(i.message) not in odd]}
             )
-            out.extend(_batch_messages(good, key, properties, spec.xml_wrapper))
+            messages, too_big = _batch_messages(good, key, properties, spec.xml_wrapper, fit)
+            out.extend(messages)
+            bad.extend(too_big)
             options = PutOptions(syncpoint=True, logical_order=rule.format == "group")
             for message in out:
-                transport.put(rule.target_queue, message, options)
+                try:
+                    transport.put(rule.target_queue, message, options)
+                except MessageTooBig as exc:
+                    smaller = _Fit.after(transport, rule.target_queue, exc, len(message.body))
+                    if fit is not None and smaller.size >= fit.size:
+                        raise
+                    fit = smaller
+                    raise _Refit from exc
             for message, reason in bad:
                 forward(transport, spec.failure_queue, message, reason, spec.input_queue)
             note = f"{inp.workflow_id} batch {batch.number}"
@@ -243,7 +340,12 @@ class CollectorActivities(MQActivities):
                         group=group, lines=[keys, *ran])  # fmt: skip
 
         held = sum(i.body_bytes() for i in batch.items if i.held)
-        self._held_unit_of_work(inp.workflow_id, held, work)
+        while True:
+            try:
+                self._held_unit_of_work(inp.workflow_id, held, work)
+                break
+            except _Refit:
+                continue  # each round fits its parts to fewer bytes than the last
         put, size = len(out), sum(len(m.body) for m in out)
         if earlier:  # what the committed attempt put, as near as the batch tells
             put = 0 if facts is None else facts.messages if rule.format == "group" else 1

@@ -144,6 +144,10 @@ PROP_ATTEMPT = "mqgather_attempt"
 PROP_DESTINATION = "mqgather_destination"
 PROP_BATCH_SIZE = "mqgather_batch_size"
 PROP_BATCH_REASON = "mqgather_batch_reason"
+#: On each part of a batch longer than its target queue's MAXMSGL, put as several
+#: messages: which part (from 1) and how many (absent on a batch put whole).
+PROP_BATCH_PART = "mqgather_batch_part"
+PROP_BATCH_PARTS = "mqgather_batch_parts"
 #: W3C trace context, as IBM MQ's own instrumentation carries it.
 PROP_TRACEPARENT = "traceparent"
 PROP_TRACESTATE = "tracestate"

@@ -64,7 +64,10 @@ class Finding:
 
 
 def check_queues(
-    qm: Transport, config: MQGatherConfig, more: dict[str, str] | None = None
+    qm: Transport,
+    config: MQGatherConfig,
+    more: dict[str, str] | None = None,
+    batch_bytes: dict[str, tuple[int, str]] | None = None,
 ) -> list[Finding]:
     """What on the queue manager the configuration's queues need and do not have: each
     referenced queue defined, open to put (and to get, for the queues read), its
@@ -75,6 +78,8 @@ def check_queues(
         qm: the queue manager.
         config: the configuration.
         more: other queues mqgather puts to, with what for (collector rules' targets).
+        batch_bytes: for a collector's target queue, the largest max_bytes of the rules
+            that send it batches, and which rule that is.
     """
     configured = referenced_queues(config)
     # The configuration's own purpose wins where a rule targets one of its queues.
@@ -111,6 +116,7 @@ def check_queues(
             found += _backouts(qm, queue, where, a)
     found += _set_aside_room(config, attrs, purposes)
     found += _ledger_room(config, attrs, purposes)
+    found += _batch_room(batch_bytes or {}, attrs, purposes)
     return found + _qmgr(qm, config)
 
 
@@ -129,6 +135,24 @@ def _ledger_room(
                 f"MAXMSGL({LEDGER_MAXMSGL})")
         for queue in sorted(ledgers)
         if queue in attrs and attrs[queue].maxmsgl < LEDGER_MAXMSGL
+    ]  # fmt: skip
+
+
+def _batch_room(
+    batch_bytes: dict[str, tuple[int, str]],
+    attrs: dict[str, QueueAttributes],
+    purposes: dict[str, str],
+) -> list[Finding]:
+    """Each target queue takes the batches its rules close: one longer than its MAXMSGL
+    is put in parts, and a message longer than MAXMSGL goes to the failure queue."""
+    return [
+        Finding(queue, purposes.get(queue, "a collector's batches"),
+                f"MAXMSGL({attrs[queue].maxmsgl}) is below max_bytes ({most}) of {rule}: its "
+                "batches are put in parts that fit, and a message longer than MAXMSGL goes "
+                f"to the failure queue; ALTER QLOCAL({queue}) MAXMSGL({most}) or lower "
+                "max_bytes")
+        for queue, (most, rule) in sorted(batch_bytes.items())
+        if queue in attrs and attrs[queue].maxmsgl < most
     ]  # fmt: skip
 
 

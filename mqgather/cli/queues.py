@@ -273,15 +273,16 @@ def check(as_json: bool, mq: str, config_path: str | None) -> None:
     """Check the queue manager against the configuration, changing nothing: every queue
     it names defined and not PUT/GET(DISABLED) where it is used, reply queues with a
     BOTHRESH and an existing BOQNAME, set-aside queues whose MAXMSGL takes what their
-    input takes, ledger queues whose MAXMSGL takes the largest marker, none a transmission
+    input takes, ledger queues whose MAXMSGL takes the largest marker, collector target
+    queues whose MAXMSGL takes their rules' max_bytes, none a transmission
     queue, a dead-letter queue that exists and takes
     puts, and a MAXUMSGS a unit of work fits in. Exits 1 when anything is found."""
     from bridge.mq.admin import check_queues
 
     config = load_config(config_path)
-    rule_problems, targets = _rule_targets(config)
+    rule_problems, targets, largest = _rule_targets(config)
     with open_transport(mq) as qm:
-        found = rule_problems + check_queues(qm, config, targets)
+        found = rule_problems + check_queues(qm, config, targets, largest)
         # Read again only to say it: a MAXUMSGS too small is among what was found.
         maxumsgs = 0 if found else qm.max_uncommitted()
     if not found:
@@ -302,13 +303,23 @@ def check(as_json: bool, mq: str, config_path: str | None) -> None:
     sys.exit(1)
 
 
-def _rule_targets(config: MQGatherConfig) -> tuple[list[Finding], dict[str, str]]:
-    """Each collector rule's target queue, with what it is for, and the rules that cannot
-    be read or are invalid."""
+def _rule_targets(
+    config: MQGatherConfig,
+) -> tuple[list[Finding], dict[str, str], dict[str, tuple[int, str]]]:
+    """Each collector rule's target queue, with what it is for, and the largest batch
+    sent there (the default rule's too); and the rules that cannot be read or are
+    invalid."""
     problems: list[Finding] = []
     targets: dict[str, str] = {}
+    largest: dict[str, tuple[int, str]] = {}
+
+    def sends(queue: str, max_bytes: int, rule: str) -> None:
+        if max_bytes > largest.get(queue, (0, ""))[0]:
+            largest[queue] = (max_bytes, rule)
+
     for name, spec in config.collectors.items():
         where = f"rules of collector {name}"
+        sends(spec.default_queue, spec.default_max_bytes, f"collector {name}'s default rule")
         try:
             rows = RuleStore(spec.rules_db).rows(name)
         except ConfigError as exc:
@@ -321,7 +332,9 @@ def _rule_targets(config: MQGatherConfig) -> tuple[list[Finding], dict[str, str]
                 targets.setdefault(
                     row.target_queue, f"batches of {row.destination} (collector {name})"
                 )
-    return problems, targets
+                sends(row.target_queue, row.max_bytes,
+                      f"the rule of {row.destination} (collector {name})")  # fmt: skip
+    return problems, targets, largest
 
 
 @queues.command(name="list")

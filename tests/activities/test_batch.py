@@ -9,13 +9,16 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from activities.batch import CollectorActivities, batch_key
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage
+from bridge.mq.models import MQMessage, MsgFlags, QueueAttributes
 from mqgather.collector_config import CollectorRule, CollectorSpec
-from mqgather.names import PROP_REASON
+from mqgather.names import PROP_BATCH_PART, PROP_BATCH_PARTS, PROP_REASON
 from tests.activities.environment import attempt_env
 from tests.activities.test_mq import drain, overlapping_attempts
+from tests.conftest import standin_connector
 from tests.harness import prepare_queues
 from workflows.collect_models import ClosedBatch, Item, PutBatchInput
 
@@ -187,3 +190,87 @@ def test_an_xml_batch_is_well_formed_whatever_its_bodies_prologs_and_the_rest_go
     assert sorted(m.body for m in failed) == sorted(refused)
     assert all("not an XML element for an xml batch" in str(m.properties[PROP_REASON])
                for m in failed)  # fmt: skip
+
+
+def _small_target(path: Path, maxmsgl: int) -> None:
+    prepare_queues(path, [SPEC.failure_queue])
+    with LocalQueueManager(path) as qm:
+        qm.define(QueueAttributes(name="OUT", maxdepth=1000, maxmsgl=maxmsgl), replace=True)
+
+
+@pytest.mark.parametrize("fmt", ["json", "xml", "blob"])
+def test_a_batch_longer_than_its_targets_maxmsgl_is_put_in_parts_that_fit(tmp_path, fmt):
+    """A rule's max_bytes above its target's MAXMSGL: the PUT of the batch failed with
+    MQRC_MSG_TOO_BIG_FOR_Q on every attempt, for ever, and the destination's later
+    batches waited behind it."""
+    path = tmp_path / "qm.db"
+    _small_target(path, 1000)
+    acts = CollectorActivities(lambda: LocalQueueManager(path))
+    bodies = [json.dumps({"n": n, "pad": "x" * 150}).encode() for n in range(20)]
+    if fmt == "xml":
+        bodies = [f"<T n='{n}'>{'x' * 150}</T>".encode() for n in range(20)]
+    inp = batch_input([message(n, b) for n, b in enumerate(bodies, 1)], fmt=fmt)
+    result = attempt_env().run(acts.put_batch, inp)
+    with LocalQueueManager(path) as qm:
+        parts = drain(qm, "OUT")
+        assert drain(qm, SPEC.failure_queue) == []
+    assert len(parts) > 1 and all(len(p.body) <= 1000 for p in parts)
+    assert result.messages_put == len(parts) and result.failed == 0
+    assert parts[0].msg_id == batch_key(inp) and len({p.msg_id for p in parts}) == len(parts)
+    assert [p.properties[PROP_BATCH_PART] for p in parts] == list(range(1, len(parts) + 1))
+    assert {p.properties[PROP_BATCH_PARTS] for p in parts} == {len(parts)}
+    if fmt == "json":
+        got = [v for p in parts for v in json.loads(p.body)]
+        assert got == [json.loads(b) for b in bodies]
+    elif fmt == "xml":
+        got = [(e.get("n"), e.text) for p in parts for e in ET.fromstring(p.body)]
+        assert got == [(str(n), "x" * 150) for n in range(20)]
+    else:
+        assert b"".join(p.body for p in parts) == b"".join(bodies)
+    # Retried after the consumer took the parts: nothing is put twice.
+    attempt_env().run(acts.put_batch, inp)
+    with LocalQueueManager(path) as qm:
+        assert drain(qm, "OUT") == []
+
+
+@pytest.mark.parametrize("fmt", ["json", "group"])
+def test_a_message_no_part_can_hold_goes_to_the_failure_queue_intact_with_the_reason(tmp_path, fmt):
+    path = tmp_path / "qm.db"
+    _small_target(path, 300)
+    acts = CollectorActivities(lambda: LocalQueueManager(path))
+    big = message(2, json.dumps({"big": "y" * 400}).encode())
+    small = [message(1, b'{"a": 1}'), message(3, b'{"c": 3}')]
+    result = attempt_env().run(acts.put_batch, batch_input([small[0], big, small[1]], fmt=fmt))
+    with LocalQueueManager(path) as qm:
+        put = drain(qm, "OUT")
+        (failed,) = drain(qm, SPEC.failure_queue)
+    assert (failed.msg_id, failed.body) == (big.msg_id, big.body)
+    reason = str(failed.properties[PROP_REASON])
+    assert "MQRC_MSG_TOO_BIG_FOR_Q" in reason and "MAXMSGL(300)" in reason and "OUT" in reason
+    assert result.failed == 1
+    if fmt == "json":
+        assert [v for p in put for v in json.loads(p.body)] == [{"a": 1}, {"c": 3}]
+    else:
+        assert [p.body for p in put] == [small[0].body, small[1].body]
+        assert put[-1].msg_flags & MsgFlags.LAST_MSG_IN_GROUP
+
+
+def test_a_batch_longer_than_the_client_channel_takes_is_put_in_parts_over_the_adapter(
+    tmp_path,
+):
+    """The channel's MAXMSGL refuses it (MQRC_DATA_LENGTH_ERROR), which no inquiry on
+    the target queue tells: the parts are halved until the channel takes them."""
+    path = tmp_path / "qm.db"
+    prepare_queues(path, ["OUT", SPEC.failure_queue])
+    acts = CollectorActivities(standin_connector(path, qmgr="SMALLCHL", channel_maxmsgl=5000))
+    bodies = [json.dumps({"n": n, "pad": "z" * 300}).encode() for n in range(40)]
+    result = attempt_env().run(
+        acts.put_batch, batch_input([message(n, b) for n, b in enumerate(bodies, 1)])
+    )
+    acts.close()
+    with LocalQueueManager(path) as qm:
+        parts = drain(qm, "OUT")
+        assert drain(qm, SPEC.failure_queue) == []
+    assert len(parts) > 1 and all(len(p.body) <= 5000 for p in parts)
+    assert [v for p in parts for v in json.loads(p.body)] == [json.loads(b) for b in bodies]
+    assert result.messages_put == len(parts)

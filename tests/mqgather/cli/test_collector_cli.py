@@ -63,3 +63,21 @@ def test_queues_check_finds_a_rules_target_queue_that_is_not_defined(tmp_path):
     assert finding["problem"].startswith("not defined: run `mqgather queues define`")
     run(["queues", "define", "CMAOUT.UK"], tmp_path)
     assert run(["queues", "check", *cfg], tmp_path).returncode == 0
+
+
+def test_queues_check_finds_a_target_queue_shorter_than_its_rules_batches(tmp_path):
+    cfg = ["--config", config(tmp_path)]
+    run(["queues", "setup", *cfg], tmp_path)
+    run(["queues", "define", "CMAOUT.UK", "--maxmsgl", "65536"], tmp_path)
+    run(["collector", "rules", "set", "cma", "UK", "--queue", "CMAOUT.UK", "--max-bytes",
+         "65536", *cfg], tmp_path)  # fmt: skip
+    assert run(["queues", "check", *cfg], tmp_path).returncode == 0
+    run(["collector", "rules", "set", "cma", "UK", "--queue", "CMAOUT.UK", "--max-bytes",
+         "200000", *cfg], tmp_path)  # fmt: skip
+    found = run(["queues", "check", "--json", *cfg], tmp_path)
+    assert found.returncode == 1
+    (finding,) = [json.loads(line) for line in found.stdout.splitlines()]
+    assert finding["queue"] == "CMAOUT.UK"
+    assert finding["problem"].startswith("MAXMSGL(65536) is below max_bytes (200000) of the "
+                                         "rule of UK (collector cma)")  # fmt: skip
+    assert "ALTER QLOCAL(CMAOUT.UK) MAXMSGL(200000)" in finding["problem"]
