@@ -5,6 +5,7 @@ default, so a few megabytes of replies show what fifty would."""
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import pytest
@@ -12,7 +13,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bridge.mq.models import MQMessage
+from bridge.mq.models import MQFMT_STRING, MQMessage
 from mqgather.names import SEARCH_ATTRIBUTES
 from mqgather.runtime.temporal import dev_server_config_args
 from tests.e2e.test_hostile_input import COUNTED, counted_gather
@@ -91,3 +92,44 @@ async def test_a_gather_too_large_to_carry_moves_its_replies_to_the_hold_queue_a
     markers = [e for e in first_run if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
     assert any(PATCH_MOVE_TO_HOLD.encode() in m.SerializeToString() for m in markers)
     assert first_run[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+
+
+async def test_replies_moved_to_the_hold_queue_keep_their_mqmd_properties_and_bodies_exactly(
+    small_histories, tmp_path
+):
+    # What the bridge passed on (a NaN, an infinity, text that is not UTF-8, an EBCDIC
+    # body in its CCSID) is what the move puts on the hold queue, and what the response
+    # is merged from.
+    spec = COUNTED.model_copy(update={"gather_inline_bytes": 100 * 1024 * 1024})
+    legs, group = 30, 10
+    odd = {"score": math.nan, "hi": math.inf, "name": "caf\udce9"}
+
+    def reply(n: int) -> MQMessage:
+        text = f"{n:04d}" + "Ñ" * 54_000
+        return MQMessage(correl_id=correl, body=text.encode("cp037"), coded_char_set_id=37,
+                         format=MQFMT_STRING, properties={**odd, "n": n})  # fmt: skip
+
+    async with pipeline(small_histories.client, tmp_path, [spec]) as p:
+        correl, _ = await counted_gather(p, "MOVED-2", legs + 1)
+        latest = p.handle(spec, correl)
+        first = await _run_id(latest)
+        sent = {}
+        for start in range(0, legs, group):
+            for n in range(start, start + group):
+                sent[n] = p.put(spec.reply_queue, reply(n))
+            await until(lambda: _taken(latest), lambda k, end=start + group: k >= end)
+        await until(lambda: _run_id(latest), lambda run: run != first)
+        moved = p.messages(spec.hold_queue)
+        p.put(spec.reply_queue, reply(legs))
+        response = await p.wait_message(spec.response_queue, timeout=60)
+        result = await p.result(spec, correl, timeout=30)
+        assert p.empty(spec.hold_queue) and p.empty(spec.reply_queue)
+    assert result.state == "COMPLETE" and len(moved) >= 10
+    for message in moved:
+        original = sent[message.properties["n"]]
+        assert (message.msg_id, message.correl_id, message.body) == (
+            original.msg_id, original.correl_id, original.body)  # fmt: skip
+        assert (message.coded_char_set_id, message.format) == (37, MQFMT_STRING)
+        assert math.isnan(message.properties["score"]) and message.properties["hi"] == math.inf
+        assert message.properties["name"] == "caf\udce9"
+    assert response.body == b"".join(reply(n).body for n in range(legs + 1))
