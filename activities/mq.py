@@ -462,7 +462,8 @@ class MQActivities:
     def hold_replies(self, inp: HoldRepliesInput) -> HoldRepliesResult:
         """Put replies a gather took inline on its hold queue, intact, each exactly once
         across retries (the ledger records each move), in as few units of work as MAXUMSGS
-        allows (a put and its marker each); returns the references its state keeps."""
+        allows (a put and its marker each), none its final carried already; returns the
+        references its state keeps."""
         spec = inp.aggregate
         owner = ledger_owner(inp.gather_id, inp.chain)
         per_unit = max(self._maxumsgs() // 2, 1)
@@ -470,10 +471,16 @@ class MQActivities:
             chunk = inp.replies[start : start + per_unit]
 
             def work(transport: Transport) -> None:
+                # A move whose thread ran on past a cancel may get its turn after the
+                # gather's final, which carried these bodies inline: a copy put now would
+                # belong to no one.
+                carried = _carried_by_final(transport, spec.ledger_queue, owner)
                 for reply in chunk:  # noqa: B023 - run in this iteration
                     key = _move_key(owner, reply)
-                    if ledger.done(transport, spec.ledger_queue, key):
-                        continue  # moved by an earlier attempt
+                    if _final_key(reply) in carried or ledger.done(
+                        transport, spec.ledger_queue, key
+                    ):
+                        continue  # answered already, or moved by an earlier attempt
                     hold.hold(transport, spec.hold_queue, reply.message)
                     note = f"{inp.gather_id} moved a reply to {spec.hold_queue}"
                     ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)

@@ -817,3 +817,27 @@ def test_a_reply_moved_to_the_hold_queue_is_taken_from_there_though_its_gather_k
         assert drain(qm, spec.hold_queue) == []
     assert json.loads(response[0].body)["legs"] == {"credit": {"n": "1"}}
     assert [m.body for m in duplicates] == [kept.message.body]
+
+
+def test_a_move_that_runs_on_after_its_gathers_final_leaves_nothing_on_the_hold_queue(
+    qm_path,
+):
+    # A cancel came while the gather moved its replies: the move's thread ran on (a local
+    # activity's is not stopped), and got its turn only after the response, which carried
+    # the body it still had inline. Its copy on the hold queue then belonged to no one:
+    # the hold check sent it to the late queue, a second place for a reply answered.
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = attempt_env()
+    carried, other = _big(1), _big(2)
+    legs = [ReceivedLeg(leg=LEG, replies=[carried])]
+    env.run(acts.put_response, response_input(spec, legs=legs, moved_to_hold=True))
+    late = env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
+                                                       replies=[carried, other]))  # fmt: skip
+    with LocalQueueManager(qm_path) as qm:
+        (response,) = drain(qm, "ORDER.RESPONSE")
+        held = drain(qm, spec.hold_queue)
+    assert json.loads(response.body)["legs"] == {"credit": {"n": "1"}}
+    # What the final did not carry is moved as ever: its gather still holds it.
+    assert [m.body for m in held] == [other.message.body]
+    assert len(late.held) == 2
