@@ -46,6 +46,7 @@ from mqgather.constants import (
     MB,
     TASK_CONFIRM_AFTER_SECONDS,
 )
+from mqgather.errors import MQGatherError
 from mqgather.names import (
     APPL_NAME,
     PROP_ATTEMPT,
@@ -213,6 +214,7 @@ def _put_or_dead_letter(
 
     Raises:
         MQError: the PUT failed, and it may succeed on a later attempt.
+        DeadLetterRefused: on the last attempt, the dead-letter queue refused it too.
     """
     try:
         transport.put(target.queue, message, PutOptions(syncpoint=True), qmgr=target.qmgr)
@@ -222,9 +224,27 @@ def _put_or_dead_letter(
         dlq = transport.dead_letter_queue()
         owner = target.qmgr or transport.qmgr_name
         dead = dead_letter(message, exc.code, target.queue, owner, APPL_NAME)
-        transport.put(dlq, dead, PutOptions(syncpoint=True))
+        try:
+            transport.put(dlq, dead, PutOptions(syncpoint=True))
+        except MQError as refused:
+            if not undeliverable(refused):
+                raise
+            raise DeadLetterRefused(
+                f"{target} refused it for good ({exc}), and the dead-letter queue "
+                f"{dlq or '(none: DEADQ is blank)'} refused it too ({refused})"
+            ) from refused
         return exc, dlq
     return None
+
+
+class DeadLetterRefused(MQGatherError):
+    """A message refused for good, on its last attempt, that the dead-letter queue
+    refused too (longer than its MAXMSGL, full, PUT(DISABLED), not defined)."""
+
+
+class _ResponseUnplaceable(DeadLetterRefused):
+    """A gather's response that neither its queue nor the dead-letter queue takes: its
+    replies go to the failure queue instead, intact, so they are in one place."""
 
 
 class MQActivities:
@@ -374,7 +394,17 @@ class MQActivities:
             # Only a gather that moved replies, or a run after a reset, looks for moves.
             look = inp.moved_to_hold or inp.after_reset
             kept = partial(_as_kept, transport, spec, owner, look=True) if look else None
-            merged = _merged(inp, _bodies(reader, inp, kept))
+            try:
+                merged = _merged(inp, _bodies(reader, inp, kept))
+            except hold.HeldReplyError:
+                # Retried after a final that sent the replies to the failure queue (the
+                # merge failed, or the response had nowhere to go): their held bodies
+                # left with them, and that final stands.
+                key = Match(msg_id=_failed_final_key(inp))
+                before = ledger.find(transport, spec.ledger_queue, key)
+                if before is None:
+                    raise
+                return
             expiry, report = response_life(inp, datetime.now(UTC))
             response = MQMessage(
                 msg_id=sent_id,
@@ -390,9 +420,13 @@ class MQActivities:
                 body=merged.body,
             )
             for target in targets:
-                if dead := _put_or_dead_letter(transport, target, response, final):
-                    exc, dlq = dead
-                    refused.append((target, exc))
+                try:
+                    dead = _put_or_dead_letter(transport, target, response, final)
+                except DeadLetterRefused as nowhere:
+                    raise _ResponseUnplaceable(f"response undeliverable: {nowhere}") from nowhere
+                if dead:
+                    error, dlq = dead
+                    refused.append((target, error))
             told = notification(inp, datetime.now(UTC), failed=bool(refused))
             if told is not None:
                 # Undeliverable, it is dead-lettered and the gather's outcome stands.
@@ -407,7 +441,9 @@ class MQActivities:
         try:
             self._held_unit_of_work(inp.gather_id, held, work)
         except MergeError as exc:
-            return self._merge_failed(inp, exc)
+            return self._merge_failed(inp, f"merge failed: {exc}", str(exc))
+        except _ResponseUnplaceable as exc:
+            return self._merge_failed(inp, str(exc), str(exc))
         if before is not None and (closed := self._closed_before(inp, before)) is not None:
             return closed
         if refused:
@@ -531,26 +567,26 @@ class MQActivities:
 
         self._unit_of_work(inp.gather_id, work)
 
-    def _merge_failed(self, inp: PutResponseInput, exc: MergeError) -> PutResponseResult:
-        """A bad leg body: every reply of the gather goes, intact, to the failure queue."""
+    def _merge_failed(self, inp: PutResponseInput, reason: str, error: str) -> PutResponseResult:
+        """A bad leg body, or a response with nowhere to go: every reply of the gather
+        goes, intact, to the failure queue, with ``reason``, and the gather ends FAILED."""
         failure_queue = queue_for(inp.aggregate, Destination.FAILURE)
         replies = [reply for leg in _distinct(inp) for reply in leg.replies]
         self.forward_once(
             inp.aggregate,
             inp.gather_id,
-            [(failure_queue, r, f"merge failed: {exc}") for r in replies],
+            [(failure_queue, r, reason) for r in replies],
             chain=inp.chain,
             moved_to_hold=inp.moved_to_hold,
         )
         told = notification(inp, datetime.now(UTC), failed=True)
         if told is not None:
             self._notify_once(inp, told)
-        merge_failed = ledger_key("merge failed", ledger_owner(inp.gather_id, inp.chain))
-        self._mark_final(inp, merge_failed, "FAILED", f"{inp.gather_id} merge failed")
+        merge_failed = _failed_final_key(inp)
+        why = reason.split(":")[0]  # "merge failed", "response undeliverable"
+        self._mark_final(inp, merge_failed, "FAILED", f"{inp.gather_id} {why}")
         _record_close(inp, "FAILED")
-        return PutResponseResult(
-            outcome="FAILED", queues=[failure_queue], msg_id="", error=str(exc)
-        )
+        return PutResponseResult(outcome="FAILED", queues=[failure_queue], msg_id="", error=error)
 
     def _notify_once(self, inp: PutResponseInput, told: MQMessage) -> None:
         """PUT a notification of its own, exactly once across retries (the ledger records
@@ -715,6 +751,11 @@ def placed(
         else:
             out.append("")
     return out
+
+
+def _failed_final_key(inp: PutResponseInput) -> bytes:
+    """The ledger key of a final that sent the gather's replies to the failure queue."""
+    return ledger_key("merge failed", ledger_owner(inp.gather_id, inp.chain))
 
 
 def _final_keys(gather: str) -> list[bytes]:

@@ -39,6 +39,7 @@ from bridge.mq.models import (
 )
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import DEAD_LETTER_QUEUE, MAX_EXPIRY_TENTHS
+from mqgather.names import PROP_REASON
 from mqgather.routing import Destination
 from mqgather.runtime.attempts import (
     AttemptCancelled,
@@ -58,6 +59,7 @@ from workflows.models import (
     ReplyTerms,
     Routed,
     RouteInput,
+    as_held,
 )
 
 LEG = LegSpec(name="CREDIT", sequence=10)
@@ -841,3 +843,56 @@ def test_a_move_that_runs_on_after_its_gathers_final_leaves_nothing_on_the_hold_
     # What the final did not carry is moved as ever: its gather still holds it.
     assert [m.body for m in held] == [other.message.body]
     assert len(late.held) == 2
+
+
+def test_a_response_the_dead_letter_queue_refuses_too_sends_its_replies_to_the_failure_queue(
+    qm_path,
+):
+    # A response longer than the response queue's MAXMSGL and the dead-letter queue's (4 MB
+    # on a new queue manager, against 100 MB application queues): its last attempt's DLQ
+    # put failed too, and the PUT was retried for ever, the replies in no place.
+    spec = AggregateSpec(name="t", legs=(LEG,), merge="blob", delivery_attempts=1)
+    with LocalQueueManager(qm_path) as qm:
+        for queue in ("ORDER.RESPONSE", DEAD_LETTER_QUEUE):
+            attrs = qm.inquire(queue).model_copy(update={"maxmsgl": 300})
+            qm.define(attrs, replace=True)
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = attempt_env()
+    first, second = _big(1), _big(2)
+    # The second waits on the hold queue, its body there.
+    moved = env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
+                                                        replies=[second]))  # fmt: skip
+    legs = [ReceivedLeg(leg=LEG, replies=[first, as_held(second, moved.held[0])])]
+    inp = response_input(spec, legs=legs)
+    result = env.run(acts.put_response, inp)
+    again = env.run(acts.put_response, inp)  # retried after its commit: nothing twice
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, "ORDER.RESPONSE") == [] and drain(qm, DEAD_LETTER_QUEUE) == []
+        assert drain(qm, spec.hold_queue) == []
+        failed = drain(qm, "GATHER.FAILURE")
+    assert [(m.msg_id, m.body) for m in failed] == [
+        (r.message.msg_id, r.message.body) for r in (first, second)]  # fmt: skip
+    reason = str(failed[0].properties[PROP_REASON])
+    assert reason.count("MQRC_MSG_TOO_BIG_FOR_Q") == 2 and DEAD_LETTER_QUEUE in reason
+    assert result.outcome == again.outcome == "FAILED" and result.queues == ["GATHER.FAILURE"]
+    assert DEAD_LETTER_QUEUE in result.error
+
+
+def test_a_failed_merge_of_a_held_reply_retried_after_its_commit_stands(qm_path):
+    # The worker died before Temporal recorded the failed merge: the retry looked for the
+    # held body, which had gone to the failure queue, and failed on every attempt.
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    env = attempt_env()
+    bad = _big(1)
+    bad = bad.model_copy(update={"message": bad.message.model_copy(update={"body": b"{no"})})
+    moved = env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
+                                                        replies=[bad]))  # fmt: skip
+    inp = response_input(spec, legs=[ReceivedLeg(leg=LEG, replies=[as_held(bad, moved.held[0])])])
+    first = env.run(acts.put_response, inp)
+    again = env.run(acts.put_response, inp)
+    with LocalQueueManager(qm_path) as qm:
+        (failed,) = drain(qm, "GATHER.FAILURE")
+        assert drain(qm, "ORDER.RESPONSE") == [] and drain(qm, spec.hold_queue) == []
+    assert failed.body == b"{no" and "merge failed" in str(failed.properties[PROP_REASON])
+    assert first.outcome == again.outcome == "FAILED"
