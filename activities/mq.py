@@ -237,6 +237,18 @@ def _put_or_dead_letter(
     return None
 
 
+def _notify(
+    transport: Transport, requester: QueueAddress, told: MQMessage, final: bool, gather: str
+) -> None:
+    """PUT a gather's notification (a report of mqgather's own, no message that came in):
+    one that neither the requester's queue nor the dead-letter queue takes is left out,
+    said in the worker's log, rather than holding the gather's final back for ever."""
+    try:
+        _put_or_dead_letter(transport, requester, told, final)
+    except DeadLetterRefused as exc:
+        activity.logger.warning("gather %s: its notification is not sent: %s", gather, exc)
+
+
 class DeadLetterRefused(MQGatherError):
     """A message refused for good, on its last attempt, that the dead-letter queue
     refused too (longer than its MAXMSGL, full, PUT(DISABLED), not defined)."""
@@ -430,8 +442,7 @@ class MQActivities:
             told = notification(inp, datetime.now(UTC), failed=bool(refused))
             if told is not None:
                 # Undeliverable, it is dead-lettered and the gather's outcome stands.
-                requester = requester_queue(inp, transport)
-                _put_or_dead_letter(transport, requester, told, final)
+                _notify(transport, requester_queue(inp, transport), told, final, inp.gather_id)
             note = f"{inp.gather_id} {inp.outcome} response"
             if refused:
                 note += f", put to the dead-letter queue {dlq}"
@@ -598,8 +609,7 @@ class MQActivities:
         def work(transport: Transport) -> None:
             if ledger.done(transport, spec.ledger_queue, key):
                 return
-            requester = requester_queue(inp, transport)
-            _put_or_dead_letter(transport, requester, told, final)
+            _notify(transport, requester_queue(inp, transport), told, final, inp.gather_id)
             note = f"{inp.gather_id} FAILED notification"
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 

@@ -714,6 +714,24 @@ def test_an_undeliverable_notification_is_dead_lettered_and_the_outcome_stands(q
     assert len(dead) == 1 and header.dest_q_name == "GONE.Q"
 
 
+def test_a_notification_the_dead_letter_queue_refuses_too_is_left_out_and_the_outcome_stands(
+    qm_path,
+):
+    # The partial result was put; the notification, which came in from no one, held the
+    # gather's final back for ever.
+    spec = AggregateSpec(name="t", legs=(LEG,), delivery_attempts=1)
+    with LocalQueueManager(qm_path) as qm:
+        qm.define(qm.inquire(DEAD_LETTER_QUEUE).model_copy(update={"put": "disabled"}),
+                  replace=True)  # fmt: skip
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    timed_out = response_input(spec, outcome="TIMEOUT", reply_to_q="GONE.Q",
+                               reply_terms=ReplyTerms(notify=MQRO_NAN))  # fmt: skip
+    result = attempt_env().run(acts.put_response, timed_out)
+    with LocalQueueManager(qm_path) as qm:
+        assert len(drain(qm, "GATHER.TIMEOUT")) == 1 and drain(qm, "GATHER.FAILURE") == []
+    assert result.outcome == "TIMEOUT"
+
+
 def test_a_gather_whose_legs_cannot_be_merged_tells_its_requester_once(qm_path):
     spec, acts, env = with_requester(qm_path)
     bad = reply(3)
