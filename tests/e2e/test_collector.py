@@ -506,16 +506,22 @@ async def test_a_batch_whose_messages_outgrow_one_payload_is_put_in_parts(tempor
             max_messages=1000,
             max_bytes=20_000_000,
             format="blob",
-            max_delay_seconds=1,
+            max_delay_seconds=5,
         )
-        for _ in range(1000):
-            c.send("FR", b"v" * 5000)
+        # In fives of 200, each taken before the next: all at once is a flood (the test
+        # below), whose signals a loaded worker could leave waiting past the 2 MB the
+        # server lets wait for one workflow task.
+        for _ in range(5):
+            for _ in range(200):
+                c.send("FR", b"v" * 5000)
+            await until(lambda: asyncio.to_thread(c.depth, "CMAIN"), lambda d: d == 0, 60)
         batches = []
         while sum(b.properties["mqgather_batch_size"] for b in batches) < 1000:
             batches.append(await c.take("CMAOUT.FR", timeout=60))
         left = (c.depth("CMAIN"), c.depth("CMAOUT.FR"), c.depth(c.spec.failure_queue))
     assert len(batches) >= 5 and b"".join(b.body for b in batches) == b"v" * 5_000_000
-    assert {b.properties["mqgather_batch_reason"] for b in batches[:-1]} == {"bytes"}
+    reasons = [b.properties["mqgather_batch_reason"] for b in batches]
+    assert reasons.count("bytes") >= 4 and "count" not in reasons
     assert left == (0, 0, 0)
 
 
