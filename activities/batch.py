@@ -244,7 +244,7 @@ class _Fit:
         """The fit after a PUT of ``size`` bytes to ``queue`` was refused: the queue's
         MAXMSGL when that is what refused it; else (the queue manager's MAXMSGL, or a
         client channel's, which no inquiry on the queue tells) half the refused size."""
-        if exc.reason == "MQRC_MSG_TOO_BIG_FOR_Q":
+        if exc.reason == MessageTooBig.reason:  # the queue's own; 2031 and 2010 share the class
             try:
                 maxmsgl = transport.inquire(queue).maxmsgl
             except MQError:
@@ -252,7 +252,7 @@ class _Fit:
             if maxmsgl < size:
                 return cls(maxmsgl, (
                     f"MAXMSGL({maxmsgl}) of the batch's target queue {queue} "
-                    f"(MQRC_MSG_TOO_BIG_FOR_Q); raise it (ALTER QLOCAL({queue}) MAXMSGL) or "
+                    f"({MessageTooBig.reason}); raise it (ALTER QLOCAL({queue}) MAXMSGL) or "
                     "lower the rule's max_bytes"
                 ))  # fmt: skip
         return cls(size // 2, (

@@ -254,11 +254,6 @@ class DeadLetterRefused(MQGatherError):
     refused too (longer than its MAXMSGL, full, PUT(DISABLED), not defined)."""
 
 
-class _ResponseUnplaceable(DeadLetterRefused):
-    """A gather's response that neither its queue nor the dead-letter queue takes: its
-    replies go to the failure queue instead, intact, so they are in one place."""
-
-
 class MQActivities:
     """The activities that PUT; each worker thread keeps its own MQ connection."""
 
@@ -432,10 +427,9 @@ class MQActivities:
                 body=merged.body,
             )
             for target in targets:
-                try:
-                    dead = _put_or_dead_letter(transport, target, response, final)
-                except DeadLetterRefused as nowhere:
-                    raise _ResponseUnplaceable(f"response undeliverable: {nowhere}") from nowhere
+                # Refused by the dead-letter queue too, DeadLetterRefused sends the
+                # replies to the failure queue (notifications catch their own).
+                dead = _put_or_dead_letter(transport, target, response, final)
                 if dead:
                     error, dlq = dead
                     refused.append((target, error))
@@ -452,9 +446,9 @@ class MQActivities:
         try:
             self._held_unit_of_work(inp.gather_id, held, work)
         except MergeError as exc:
-            return self._merge_failed(inp, f"merge failed: {exc}", str(exc))
-        except _ResponseUnplaceable as exc:
-            return self._merge_failed(inp, str(exc), str(exc))
+            return self._replies_to_failure(inp, "merge failed", str(exc))
+        except DeadLetterRefused as exc:
+            return self._replies_to_failure(inp, "response undeliverable", str(exc))
         if before is not None and (closed := self._closed_before(inp, before)) is not None:
             return closed
         if refused:
@@ -578,9 +572,13 @@ class MQActivities:
 
         self._unit_of_work(inp.gather_id, work)
 
-    def _merge_failed(self, inp: PutResponseInput, reason: str, error: str) -> PutResponseResult:
+    def _replies_to_failure(
+        self, inp: PutResponseInput, why: str, detail: str
+    ) -> PutResponseResult:
         """A bad leg body, or a response with nowhere to go: every reply of the gather
-        goes, intact, to the failure queue, with ``reason``, and the gather ends FAILED."""
+        goes, intact, to the failure queue, its reason ``why: detail``, and the gather
+        ends FAILED."""
+        reason = f"{why}: {detail}"
         failure_queue = queue_for(inp.aggregate, Destination.FAILURE)
         replies = [reply for leg in _distinct(inp) for reply in leg.replies]
         self.forward_once(
@@ -593,11 +591,9 @@ class MQActivities:
         told = notification(inp, datetime.now(UTC), failed=True)
         if told is not None:
             self._notify_once(inp, told)
-        merge_failed = _failed_final_key(inp)
-        why = reason.split(":")[0]  # "merge failed", "response undeliverable"
-        self._mark_final(inp, merge_failed, "FAILED", f"{inp.gather_id} {why}")
+        self._mark_final(inp, _failed_final_key(inp), "FAILED", f"{inp.gather_id} {why}")
         _record_close(inp, "FAILED")
-        return PutResponseResult(outcome="FAILED", queues=[failure_queue], msg_id="", error=error)
+        return PutResponseResult(outcome="FAILED", queues=[failure_queue], msg_id="", error=reason)
 
     def _notify_once(self, inp: PutResponseInput, told: MQMessage) -> None:
         """PUT a notification of its own, exactly once across retries (the ledger records

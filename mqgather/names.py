@@ -51,6 +51,9 @@ PATCH_BY_CONTENT = "redelivery-by-content"
 #: Patch: a collector's batch closes before its messages outgrow what its PUT's input
 #: carries (BATCH_CARRIED_BYTES); collectors recorded before count bodies alone.
 PATCH_BATCH_CARRIED = "batch-carried-bytes"
+#: Patch: a collector whose state outgrew a payload while it settled PUTs its closed
+#: batches before it continues as new (collectors recorded before carried them).
+PATCH_CARRY_FITS = "carry-within-payload"
 
 AGGREGATE_NAME = SearchAttributeKey.for_keyword("AggregateName")
 CORREL_ID = SearchAttributeKey.for_keyword("CorrelId")

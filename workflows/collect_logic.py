@@ -165,6 +165,20 @@ def _with_body(state: CollectorState, item: Item) -> None:
         batch.items[:] = [redelivery.with_body(kept, item) for kept in batch.items]
 
 
+def make_room(state: CollectorState, now: datetime) -> bool:
+    """The state being too large to carry into a new run: whether a batch waits to be
+    PUT first, the open one closed ("bytes") when none did.
+
+    Batches that closed while the collector settled (a flood, inline) made the next
+    run's input larger than a payload: continued as new, its task failed each time
+    (TMPRL1103), and the messages it had taken were never PUT. False when there is no
+    batch to PUT: nothing in this run would make the state smaller.
+    """
+    if not state.ready:
+        close(state, now, "bytes")
+    return bool(state.ready)
+
+
 def expire(state: CollectorState, now: datetime) -> None:
     """Close the open batch when its delay is over, or when an operator released it."""
     if state.open is None:

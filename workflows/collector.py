@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         UnplacedItems,
         collector_id,
     )
-    from workflows.logic import reason_refusal
+    from workflows.logic import carriable, reason_refusal
 
 PUT_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=2
@@ -128,8 +128,15 @@ class CollectorWorkflow:
                 await self._put_first()
                 logic.expire(self.s, workflow.now())
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
-                # What came with the settling event is in the state the next run carries.
+                # What came with the settling event is in the state the next run carries,
+                # unless that would outgrow a payload: then its closed batches go first.
                 await self._settled()
+                if (
+                    not carriable(self.s)
+                    and workflow.patched(names.PATCH_CARRY_FITS)
+                    and logic.make_room(self.s, workflow.now())
+                ):
+                    continue
                 workflow.continue_as_new(
                     CollectorInput(
                         collector=self.spec, destination=self.destination, carried=self.s

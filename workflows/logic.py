@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from pydantic import BaseModel
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate, TypedSearchAttributes
 
 from bridge.mq.models import NONE_ID
@@ -92,10 +93,10 @@ def search_values(
     return values
 
 
-def carriable(state: GatherState, limit: int = CARRIED_STATE_BYTES) -> bool:
+def carriable(state: BaseModel, limit: int = CARRIED_STATE_BYTES) -> bool:
     """Whether the next run could carry ``state`` (its JSON within ``limit``). One
-    holding more replies than a payload takes stays in this run: continued as new, it
-    failed its workflow task each time (TMPRL1103), and the gather stood."""
+    holding more than a payload takes stays in this run: continued as new, it failed
+    its workflow task each time (TMPRL1103), and the gather or collector stood."""
     return len(state.model_dump_json()) <= limit
 
 

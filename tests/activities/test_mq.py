@@ -798,6 +798,12 @@ def _big(n: int) -> Reply:
                                 "fingerprint": fingerprint(message)})  # fmt: skip
 
 
+def _hold(env, acts: MQActivities, spec: AggregateSpec, *replies):
+    """Move ``replies`` of the test's gather to the hold queue; the move's result."""
+    return env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
+                                                       replies=list(replies)))  # fmt: skip
+
+
 def test_replies_moved_to_the_hold_queue_are_put_there_once_across_retries(qm_path):
     spec = AggregateSpec(name="t", legs=(LEG,))
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
@@ -823,13 +829,11 @@ def test_a_reply_moved_to_the_hold_queue_is_taken_from_there_though_its_gather_k
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
     env = attempt_env()
     moved, kept = _big(1), _big(2)
-    env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
-                                                replies=[moved]))  # fmt: skip
+    _hold(env, acts, spec, moved)
     legs = [ReceivedLeg(leg=LEG, replies=[moved])]
     env.run(acts.put_response, response_input(spec, legs=legs, moved_to_hold=True))
     items = [Routed(kind=Destination.DUPLICATE, reply=kept, reason="dup")]
-    env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
-                                                replies=[kept]))  # fmt: skip
+    _hold(env, acts, spec, kept)
     env.run(acts.route_replies, RouteInput(aggregate=spec, gather_id=GATHER, items=items,
                                            moved_to_hold=True))  # fmt: skip
     with LocalQueueManager(qm_path) as qm:
@@ -852,8 +856,7 @@ def test_a_move_that_runs_on_after_its_gathers_final_leaves_nothing_on_the_hold_
     carried, other = _big(1), _big(2)
     legs = [ReceivedLeg(leg=LEG, replies=[carried])]
     env.run(acts.put_response, response_input(spec, legs=legs, moved_to_hold=True))
-    late = env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
-                                                       replies=[carried, other]))  # fmt: skip
+    late = _hold(env, acts, spec, carried, other)
     with LocalQueueManager(qm_path) as qm:
         (response,) = drain(qm, "ORDER.RESPONSE")
         held = drain(qm, spec.hold_queue)
@@ -878,8 +881,7 @@ def test_a_response_the_dead_letter_queue_refuses_too_sends_its_replies_to_the_f
     env = attempt_env()
     first, second = _big(1), _big(2)
     # The second waits on the hold queue, its body there.
-    moved = env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
-                                                        replies=[second]))  # fmt: skip
+    moved = _hold(env, acts, spec, second)
     legs = [ReceivedLeg(leg=LEG, replies=[first, as_held(second, moved.held[0])])]
     inp = response_input(spec, legs=legs)
     result = env.run(acts.put_response, inp)
@@ -904,8 +906,7 @@ def test_a_failed_merge_of_a_held_reply_retried_after_its_commit_stands(qm_path)
     env = attempt_env()
     bad = _big(1)
     bad = bad.model_copy(update={"message": bad.message.model_copy(update={"body": b"{no"})})
-    moved = env.run(acts.hold_replies, HoldRepliesInput(aggregate=spec, gather_id=GATHER,
-                                                        replies=[bad]))  # fmt: skip
+    moved = _hold(env, acts, spec, bad)
     inp = response_input(spec, legs=[ReceivedLeg(leg=LEG, replies=[as_held(bad, moved.held[0])])])
     first = env.run(acts.put_response, inp)
     again = env.run(acts.put_response, inp)

@@ -13,6 +13,7 @@ from mqgather.collector_config import CollectorRule
 from mqgather.constants import BATCH_CARRIED_BYTES
 from workflows import collect_logic as logic
 from workflows.collect_models import CollectInput, CollectorState, Item
+from workflows.logic import carriable
 from workflows.models import held_reference
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -195,3 +196,26 @@ def test_a_held_message_that_comes_again_with_its_body_is_kept_with_it_in_its_ba
         batch = state.ready[0] if closed else state.open
         assert batch is not None and state.redeliveries == 1
         assert [(i.held, i.message.body) for i in batch.items] == [(None, b"body")]
+
+
+def test_a_state_too_large_to_carry_puts_its_batches_first_the_open_one_closed_if_none_wait():
+    # Bodies of 5 KB signalled while the collector settled: the batches they closed, and
+    # the open one, were the next run's input (3.3 MB of JSON), and its task failed each
+    # time.
+    many = CollectInput(
+        rule=rule(max_messages=1000, max_bytes=10_000_000), items=items(*[5000] * 600)
+    )
+    state = CollectorState()
+    logic.take(state, many, T0, 1000, carry_bound=True)
+    assert not carriable(state) and state.ready
+    waiting = list(state.ready)
+    assert logic.make_room(state, T0) and state.ready == waiting  # they go first
+    state.ready.clear()  # as their PUTs do
+    # None waiting: the open batch closes, to go too.
+    opened = numbers(state.open)
+    assert not carriable(state, limit=100_000) and logic.make_room(state, T0)
+    assert [(b.reason, numbers(b)) for b in state.ready] == [("bytes", opened)]
+    state.ready.clear()
+    assert carriable(state)
+    # Neither: nothing in the run makes the state smaller, and it is carried as it is.
+    assert not logic.make_room(state, T0)
