@@ -15,7 +15,7 @@ from activities.merge import LegBodies, Merged, MergeError, merge
 from bridge.mq import hold, ledger
 from bridge.mq.dlh import dead_letter
 from bridge.mq.errors import MQError, SyncpointLimitReached, undeliverable
-from bridge.mq.forward import forward
+from bridge.mq.forward import with_reason
 from bridge.mq.ledger import ledger_key
 from bridge.mq.models import (
     MQEI_UNLIMITED,
@@ -198,26 +198,35 @@ def notification_id(gather: str, state: str) -> bytes:
     return response_msg_id(gather, f"{state} notification")
 
 
-def _final_attempt(inp: PutResponseInput) -> bool:
+_UNDER_SYNCPOINT = PutOptions(syncpoint=True)
+#: A forward keeps the message's context (MQMD) as it came.
+_FORWARDING = PutOptions(syncpoint=True, set_all_context=True)
+
+
+def _final_attempt(inp: PutResponseInput | RouteInput) -> bool:
     """Whether this is the last delivery attempt (they count across the workflow's
     rounds: it retries after showing the error)."""
     return inp.attempts_before + activity.info().attempt >= inp.aggregate.delivery_attempts
 
 
 def _put_or_dead_letter(
-    transport: Transport, target: QueueAddress, message: MQMessage, final: bool
+    transport: Transport,
+    target: QueueAddress,
+    message: MQMessage,
+    final: bool,
+    options: PutOptions = _UNDER_SYNCPOINT,
 ) -> tuple[MQError, str] | None:
     """PUT under syncpoint; on the last attempt, a message ``target`` refuses for good
     (or that finds no route to its queue manager) goes to the dead-letter queue behind an
     MQDLH naming the reason and the queue and queue manager it was for, and the error and
-    that queue are returned.
+    that queue are returned. Both PUTs take ``options`` (a forward keeps the context).
 
     Raises:
         MQError: the PUT failed, and it may succeed on a later attempt.
         DeadLetterRefused: on the last attempt, the dead-letter queue refused it too.
     """
     try:
-        transport.put(target.queue, message, PutOptions(syncpoint=True), qmgr=target.qmgr)
+        transport.put(target.queue, message, options, qmgr=target.qmgr)
     except MQError as exc:
         if not (final and undeliverable(exc)):
             raise
@@ -225,7 +234,7 @@ def _put_or_dead_letter(
         owner = target.qmgr or transport.qmgr_name
         dead = dead_letter(message, exc.code, target.queue, owner, APPL_NAME)
         try:
-            transport.put(dlq, dead, PutOptions(syncpoint=True))
+            transport.put(dlq, dead, options)
         except MQError as refused:
             if not undeliverable(refused):
                 raise
@@ -247,6 +256,30 @@ def _notify(
         _put_or_dead_letter(transport, requester, told, final)
     except DeadLetterRefused as exc:
         activity.logger.warning("gather %s: its notification is not sent: %s", gather, exc)
+
+
+def _forward(
+    transport: Transport,
+    queue: str,
+    message: MQMessage,
+    reason: str,
+    source_queue: str,
+    gather: str,
+    final: bool,
+) -> str:
+    """Forward ``message`` intact to ``queue`` (:func:`bridge.mq.forward.forward`); on
+    the ``final`` attempt, one ``queue`` refuses for good goes to the dead-letter queue,
+    so that a late, duplicate or failure queue that is full, or shorter than the reply,
+    holds its gather back for a bounded time only. The ledger's note of where it went."""
+    copy = with_reason(message, reason, source_queue, gather)
+    dead = _put_or_dead_letter(transport, QueueAddress(queue), copy, final, _FORWARDING)
+    if dead is None:
+        return f"{gather} forwarded to {queue}"
+    error, dlq = dead
+    activity.logger.warning(
+        "gather %s: a reply for %s went to the dead-letter queue %s: %s", gather, queue, dlq, error
+    )
+    return f"{gather} forwarded to {queue}, put to the dead-letter queue {dlq} ({error})"
 
 
 class DeadLetterRefused(MQGatherError):
@@ -547,7 +580,8 @@ class MQActivities:
         late = queue_for(inp.aggregate, Destination.LATE)
         reason = f"gather {inp.gather_id} already closed"
         self.forward_once(inp.aggregate, inp.gather_id, [(late, r, reason) for r in fresh],
-                          chain=inp.chain, moved_to_hold=inp.moved_to_hold)  # fmt: skip
+                          chain=inp.chain, moved_to_hold=inp.moved_to_hold,
+                          final=_final_attempt(inp))  # fmt: skip
         error = f"its final was committed before, {ended} ({note})"
         if fresh:
             error += f"; {len(fresh)} reply(ies) it did not carry went to {late}"
@@ -587,6 +621,7 @@ class MQActivities:
             [(failure_queue, r, reason) for r in replies],
             chain=inp.chain,
             moved_to_hold=inp.moved_to_hold,
+            final=_final_attempt(inp),
         )
         told = notification(inp, datetime.now(UTC), failed=True)
         if told is not None:
@@ -620,7 +655,7 @@ class MQActivities:
         # as one moved there does.
         kept = [item for item in items if item[0] or item[1].held is not None or inp.moved_to_hold]
         self.forward_once(spec, inp.gather_id, kept, after_reset=inp.after_reset, chain=inp.chain,
-                          moved_to_hold=inp.moved_to_hold)  # fmt: skip
+                          moved_to_hold=inp.moved_to_hold, final=_final_attempt(inp))  # fmt: skip
         for item in inp.items:
             telemetry.instruments().routed.add(1, {"aggregate": spec.name, "kind": item.kind.value})
         return len(inp.items)
@@ -634,19 +669,25 @@ class MQActivities:
         after_reset: bool = False,
         chain: str = "",
         moved_to_hold: bool = False,
+        final: bool = False,
     ) -> None:
         """Forward each (queue, reply, reason) intact, each exactly once across retries
         (the ledger records every forward, under the gather and its ``chain``), in as few
         units of work as MAXUMSGS allows: a reply may need a get from the hold queue, its
         forward, the COA the forward causes when the reply asks for one, and its ledger
         marker. After a reset, or with ``moved_to_hold``, a reply the gather moved to the
-        hold queue is taken from there, though it carries its body."""
+        hold queue is taken from there, though it carries its body. On the ``final``
+        attempt, a reply its queue refuses for good goes to the dead-letter queue.
+
+        Raises:
+            DeadLetterRefused: on the final attempt, the dead-letter queue refused it too.
+        """
         per_unit = max(self._maxumsgs() // 4, 1)
         start = 0
         while start < len(items):
             chunk = items[start : start + per_unit]
             try:
-                self._forward_unit(spec, gather, chunk, after_reset, chain, moved_to_hold)
+                self._forward_unit(spec, gather, chunk, after_reset, chain, moved_to_hold, final)
             except SyncpointLimitReached:
                 # More than four each (a held reply got past others that share its
                 # MsgId, which are put back): the chunk was backed out whole, and its
@@ -665,6 +706,7 @@ class MQActivities:
         after_reset: bool,
         chain: str,
         moved_to_hold: bool,
+        final: bool,
     ) -> None:
         owner = ledger_owner(gather, chain)
         look = after_reset or moved_to_hold
@@ -685,8 +727,8 @@ class MQActivities:
                 # A held reply moves from the hold queue, intact, in this unit of work.
                 message = _held(reader, reply) if reply.held else reply.message
                 if queue:
-                    forward(transport, queue, message, reason, reply.source_queue, gather)
-                    note = f"{gather} forwarded to {queue}"
+                    note = _forward(transport, queue, message, reason, reply.source_queue,
+                                    gather, final)  # fmt: skip
                 else:
                     note = f"{gather} discarded a held duplicate"
                 ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)

@@ -261,7 +261,9 @@ class AggregateSpec(BaseModel):
         default=5,
         ge=1,
         description="PUT attempts of a response refused for good (unknown queue, Q_FULL, "
-        "put inhibited...) before it goes to the dead-letter queue and the gather FAILS",
+        "put inhibited...) before it goes to the dead-letter queue and the gather FAILS; "
+        "a reply forwarded to the late, duplicate or failure queue likewise (the gather "
+        "goes on)",
     )
     ledger_queue: str = Field(
         default=k.LEDGER_QUEUE, min_length=1, description="markers of PUTs already done"

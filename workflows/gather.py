@@ -443,7 +443,13 @@ class GatherWorkflow:
                                 after_reset=self.s.after_reset, chain=self.s.chain,
                                 moved_to_hold=self.s.moved_to_hold)  # fmt: skip
             forwarding = names.ACTIVITY_ROUTE_REPLIES
-            await self._mq_work("forwarding of replies", forwarding, lambda: routed, int)  # noqa: B023 - awaited in this iteration
+
+            def counted(routed: RouteInput = routed) -> RouteInput:
+                # Attempts count across rounds: on the last, a reply its queue refuses for
+                # good is dead-lettered, and the gather goes on.
+                return routed.model_copy(update={"attempts_before": logic.failed_attempts(self.s)})
+
+            await self._mq_work("forwarding of replies", forwarding, counted, int)
             del self.s.outbox[: len(items)]
 
     async def _mq_work(

@@ -532,6 +532,9 @@ class RouteInput(BaseModel):
     )
     chain: str = _chain()
     moved_to_hold: bool = _moved_to_hold()
+    attempts_before: int = Field(
+        default=0, ge=0, description="forward attempts already made and failed in earlier rounds"
+    )
 
 
 class GatherResult(BaseModel):

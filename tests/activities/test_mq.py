@@ -915,3 +915,37 @@ def test_a_failed_merge_of_a_held_reply_retried_after_its_commit_stands(qm_path)
         assert drain(qm, "ORDER.RESPONSE") == [] and drain(qm, spec.hold_queue) == []
     assert failed.body == b"{no" and "merge failed" in str(failed.properties[PROP_REASON])
     assert first.outcome == again.outcome == "FAILED"
+
+
+def test_a_forward_its_queue_refuses_for_good_is_dead_lettered_on_its_last_attempt(qm_path):
+    # A duplicate longer than GATHER.DUPLICATE's MAXMSGL (or the queue full): the forward
+    # failed on every attempt, for ever, and the gather, which forwards before it decides,
+    # never answered, its deadline long past.
+    spec = AggregateSpec(name="t", legs=(LEG,), delivery_attempts=3)
+    with LocalQueueManager(qm_path) as qm:
+        attrs = qm.inquire("GATHER.DUPLICATE").model_copy(update={"maxmsgl": 300})
+        qm.define(attrs, replace=True)
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    small, long = reply(7), _big(8)
+    moved = _hold(attempt_env(), acts, spec, long)
+    items = [Routed(kind=Destination.DUPLICATE, reason="dup", reply=small),
+             Routed(kind=Destination.DUPLICATE, reason="dup",
+                    reply=as_held(long, moved.held[0]))]  # fmt: skip
+    inp = RouteInput(aggregate=spec, gather_id=GATHER, items=items, attempts_before=1)
+    env = attempt_env()
+    with pytest.raises(Exception, match="MQRC_MSG_TOO_BIG_FOR_Q"):
+        env.run(acts.route_replies, inp)  # attempt 2 of 3: retried
+    with LocalQueueManager(qm_path) as qm:
+        assert drain(qm, DEAD_LETTER_QUEUE) == [] and qm.inquire(spec.hold_queue).curdepth == 1
+    env.info = dataclasses.replace(env.info, attempt=2)
+    assert env.run(acts.route_replies, inp) == 2
+    env.run(acts.route_replies, inp)  # retried after its commit: nothing twice
+    with LocalQueueManager(qm_path) as qm:
+        duplicates, dead = drain(qm, "GATHER.DUPLICATE"), drain(qm, DEAD_LETTER_QUEUE)
+        assert drain(qm, spec.hold_queue) == []
+    assert [m.msg_id for m in duplicates] == [small.message.msg_id]
+    (dead_one,) = dead
+    header, body = dlh.unpack(dead_one.body)
+    assert header.reason == 2030 and header.dest_q_name == "GATHER.DUPLICATE"
+    assert body == long.message.body and dead_one.msg_id == long.message.msg_id
+    assert dead_one.properties[PROP_REASON] == "dup"

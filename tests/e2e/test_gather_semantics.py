@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bridge.mq import xqh
+from bridge.mq import dlh, xqh
 from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, QueueAttributes, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import PROP_REASON, PROP_SOURCE_QUEUE
@@ -123,6 +123,31 @@ async def test_duplicates_first_wins_counted_and_copied(temporal_env, tmp_path):
     assert json.loads(response.body)["legs"]["credit"] == {"n": 1}
     assert copy.msg_id == second.msg_id and copy.body == b'{"n":2}'
     assert result.duplicates == 1
+
+
+async def test_a_duplicate_its_queue_refuses_for_good_is_dead_lettered_and_the_gather_answers(
+    temporal_env, tmp_path
+):
+    # GATHER.DUPLICATE shorter than the duplicate: its forward, which comes before the
+    # gather decides, failed for ever, and the gather never answered.
+    spec = AggregateSpec(name="duptoolong", legs=LEGS[:2], delivery_attempts=1,
+                         duplicate_queue="GATHER.DUPLICATE")  # fmt: skip
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        attrs = p.qm.inquire("GATHER.DUPLICATE").model_copy(update={"maxmsgl": 100})
+        p.qm.define(attrs, replace=True)
+        sent = await p.scatter(spec)
+        p.reply(spec, sent.correl_id, "CREDIT", b'{"n":1}')
+        second = p.reply(spec, sent.correl_id, "CREDIT", b'{"n":2}' + b" " * 200)
+        dead = await p.wait_message("SYSTEM.DEAD.LETTER.QUEUE")
+        p.reply(spec, sent.correl_id, "STOCK", b"{}")
+        response = await p.wait_message("ORDER.RESPONSE")
+        result = await p.result(spec, sent.correl_id)
+        assert p.empty("GATHER.DUPLICATE")
+    assert json.loads(response.body)["legs"]["credit"] == {"n": 1}
+    assert result.state == "COMPLETE" and result.duplicates == 1
+    header, body = dlh.unpack(dead.body)
+    assert header.reason == 2030 and header.dest_q_name == "GATHER.DUPLICATE"
+    assert (dead.msg_id, body) == (second.msg_id, second.body)
 
 
 async def test_duplicates_last_and_all(temporal_env, tmp_path):
