@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from temporalio import activity
 
 from activities.merge import embedded_json, xml_element
-from activities.mq import MQActivities
+from activities.mq import MQActivities, forward_or_dead_letter
 from bridge.mq import hold, ledger
 from bridge.mq.errors import MessageTooBig, MQError
-from bridge.mq.forward import forward
 from bridge.mq.ledger import ledger_key
 from bridge.mq.models import (
     MQFMT_NONE,
@@ -330,9 +329,13 @@ class CollectorActivities(MQActivities):
                         raise
                     fit = smaller
                     raise _Refit from exc
-            for message, reason in bad:
-                forward(transport, spec.failure_queue, message, reason, spec.input_queue)
             note = f"{inp.workflow_id} batch {batch.number}"
+            for message, reason in bad:
+                # The failure queue is the last place of the collector's own: refused
+                # there for good, a message goes to the dead-letter queue at once rather
+                # than hold its batch back for ever.
+                forward_or_dead_letter(transport, spec.failure_queue, message, reason,
+                                       spec.input_queue, True, note)  # fmt: skip
             group = batch_group(inp.workflow_id, batch.number)
             keys = " ".join(item_key(i) for i in items)
             ran = [RUN_LINE + run_id] if inp.after_reset else []

@@ -258,28 +258,35 @@ def _notify(
         activity.logger.warning("gather %s: its notification is not sent: %s", gather, exc)
 
 
-def _forward(
+def forward_or_dead_letter(
     transport: Transport,
     queue: str,
     message: MQMessage,
     reason: str,
     source_queue: str,
-    gather: str,
     final: bool,
+    owner: str,
+    gather: str = "",
 ) -> str:
-    """Forward ``message`` intact to ``queue`` (:func:`bridge.mq.forward.forward`); on
-    the ``final`` attempt, one ``queue`` refuses for good goes to the dead-letter queue,
-    so that a late, duplicate or failure queue that is full, or shorter than the reply,
-    holds its gather back for a bounded time only. The ledger's note of where it went."""
+    """Forward ``message`` intact to ``queue`` (as :func:`bridge.mq.forward.forward`);
+    on the ``final`` attempt, one ``queue`` refuses for good goes to the dead-letter
+    queue, so that a late, duplicate or failure queue that is full, or shorter than the
+    message, holds its gather or batch (``owner``) back for a bounded time only. The
+    ledger's note of where it went.
+
+    Raises:
+        MQError: the PUT failed, and it may succeed on a later attempt.
+        DeadLetterRefused: on the final attempt, the dead-letter queue refused it too.
+    """
     copy = with_reason(message, reason, source_queue, gather)
     dead = _put_or_dead_letter(transport, QueueAddress(queue), copy, final, _FORWARDING)
     if dead is None:
-        return f"{gather} forwarded to {queue}"
+        return f"{owner} forwarded to {queue}"
     error, dlq = dead
     activity.logger.warning(
-        "gather %s: a reply for %s went to the dead-letter queue %s: %s", gather, queue, dlq, error
+        "%s: a message for %s went to the dead-letter queue %s: %s", owner, queue, dlq, error
     )
-    return f"{gather} forwarded to {queue}, put to the dead-letter queue {dlq} ({error})"
+    return f"{owner} forwarded to {queue}, put to the dead-letter queue {dlq} ({error})"
 
 
 class DeadLetterRefused(MQGatherError):
@@ -727,8 +734,10 @@ class MQActivities:
                 # A held reply moves from the hold queue, intact, in this unit of work.
                 message = _held(reader, reply) if reply.held else reply.message
                 if queue:
-                    note = _forward(transport, queue, message, reason, reply.source_queue,
-                                    gather, final)  # fmt: skip
+                    note = forward_or_dead_letter(
+                        transport, queue, message, reason, reply.source_queue, final, gather,
+                        gather,
+                    )  # fmt: skip
                 else:
                     note = f"{gather} discarded a held duplicate"
                 ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from activities.batch import CollectorActivities, batch_key
+from bridge.mq import dlh
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, MsgFlags, QueueAttributes
 from mqgather.collector_config import CollectorRule, CollectorSpec
+from mqgather.constants import DEAD_LETTER_QUEUE
 from mqgather.names import PROP_BATCH_PART, PROP_BATCH_PARTS, PROP_REASON
 from tests.activities.environment import attempt_env
 from tests.activities.test_mq import drain, overlapping_attempts
@@ -132,6 +134,32 @@ def test_ebcdic_is_read_in_its_ccsid_and_invalid_utf8_goes_to_the_failure_queue(
     assert "<Test>Hola</Test>" in batch.text() and batch.coded_char_set_id == 1208
     assert (failed.msg_id, failed.body) == (broken.msg_id, broken.body)
     assert "not text for a xml batch" in str(failed.properties[PROP_REASON])
+
+
+def test_a_message_the_failure_queue_refuses_goes_to_the_dead_letter_queue_and_the_batch_is_put(
+    tmp_path,
+):
+    # The failure queue full, or shorter than the message: its forward failed on every
+    # attempt, and the batch's good messages, and every later batch, waited for ever.
+    path = tmp_path / "qm.db"
+    prepare_queues(path, ["OUT", SPEC.failure_queue])
+    with LocalQueueManager(path) as qm:
+        attrs = qm.inquire(SPEC.failure_queue).model_copy(update={"maxmsgl": 10})
+        qm.define(attrs, replace=True)
+    acts = CollectorActivities(lambda: LocalQueueManager(path))
+    good, broken = message(1, b"<Test>ok</Test>"), message(2, b"<Test>\xff\xfe</Test>")
+    inp = batch_input([good, broken], fmt="xml")
+    attempt_env().run(acts.put_batch, inp)
+    attempt_env().run(acts.put_batch, inp)  # retried after its commit: nothing twice
+    with LocalQueueManager(path) as qm:
+        (batch,) = drain(qm, "OUT")
+        (dead,) = drain(qm, DEAD_LETTER_QUEUE)
+        assert drain(qm, SPEC.failure_queue) == []
+    assert "<Test>ok</Test>" in batch.text()
+    header, body = dlh.unpack(dead.body)
+    assert header.reason == 2030 and header.dest_q_name == SPEC.failure_queue
+    assert (dead.msg_id, body) == (broken.msg_id, broken.body)
+    assert "not text for a xml batch" in str(dead.properties[PROP_REASON])
 
 
 def test_bodies_that_are_not_strict_json_are_batched_as_text_and_the_batch_is_put(tmp_path):
