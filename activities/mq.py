@@ -203,7 +203,7 @@ _UNDER_SYNCPOINT = PutOptions(syncpoint=True)
 _FORWARDING = PutOptions(syncpoint=True, set_all_context=True)
 
 
-def _final_attempt(inp: PutResponseInput | RouteInput) -> bool:
+def _final_attempt(inp: PutResponseInput | RouteInput | SendRequestInput) -> bool:
     """Whether this is the last delivery attempt (they count across the workflow's
     rounds: it retries after showing the error)."""
     return inp.attempts_before + activity.info().attempt >= inp.aggregate.delivery_attempts
@@ -527,12 +527,21 @@ class MQActivities:
             # Nobody waits for the leg's reply past then: MQ discards the request unread.
             update["expiry"] = expiry_tenths((inp.expires_at - datetime.now(UTC)).total_seconds())
         message = sent.model_copy(update=update)
+        final = _final_attempt(inp)
 
         def work(transport: Transport) -> None:
             if ledger.done(transport, spec.ledger_queue, key):
                 return  # committed by an earlier attempt
-            transport.put(inp.request.queue, message, PutOptions(syncpoint=True))
             note = f"{inp.gather_id} re-request {inp.attempt} of {inp.leg}"
+            # Refused for good on its last attempt, it is dead-lettered and the gather
+            # waits on for the leg as it would have (it was retried past its deadline).
+            target = QueueAddress(inp.request.queue)
+            dead = _put_or_dead_letter(transport, target, message, final)
+            if dead is not None:
+                error, dlq = dead
+                activity.logger.warning("gather %s: %s went to the dead-letter queue %s: %s",
+                                        inp.gather_id, note, dlq, error)  # fmt: skip
+                note += f", put to the dead-letter queue {dlq} ({error})"
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 
         self._unit_of_work(inp.gather_id, work)

@@ -262,8 +262,8 @@ class AggregateSpec(BaseModel):
         ge=1,
         description="PUT attempts of a response refused for good (unknown queue, Q_FULL, "
         "put inhibited...) before it goes to the dead-letter queue and the gather FAILS; "
-        "a reply forwarded to the late, duplicate or failure queue likewise (the gather "
-        "goes on)",
+        "a reply forwarded to the late, duplicate or failure queue, or a leg's re-request, "
+        "likewise (the gather goes on)",
     )
     ledger_queue: str = Field(
         default=k.LEDGER_QUEUE, min_length=1, description="markers of PUTs already done"

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -49,6 +49,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.timing import after
 
+#: The inputs of MQ work that dead-letters what is refused for good on its last attempt.
+_Counted = TypeVar("_Counted", RouteInput, SendRequestInput)
 # One round of attempts inside the worker; between rounds the workflow records the error
 # (status, current details) and waits on a durable timer (logic.attempt_failed).
 ACTIVITY_RETRY = RetryPolicy(
@@ -420,7 +422,7 @@ class GatherWorkflow:
                 chain=self.s.chain,
             )
             work = f"re-request {item.attempt} of leg {item.leg}"
-            await self._mq_work(work, names.ACTIVITY_SEND_REQUEST, lambda: sent, str)  # noqa: B023 - awaited in this iteration
+            await self._mq_work(work, names.ACTIVITY_SEND_REQUEST, self._counted(sent), str)
             del self.s.to_request[0]
 
     async def _move_to_hold(self, replies: list[Reply]) -> None:
@@ -443,14 +445,14 @@ class GatherWorkflow:
                                 after_reset=self.s.after_reset, chain=self.s.chain,
                                 moved_to_hold=self.s.moved_to_hold)  # fmt: skip
             forwarding = names.ACTIVITY_ROUTE_REPLIES
-
-            def counted(routed: RouteInput = routed) -> RouteInput:
-                # Attempts count across rounds: on the last, a reply its queue refuses for
-                # good is dead-lettered, and the gather goes on.
-                return routed.model_copy(update={"attempts_before": logic.failed_attempts(self.s)})
-
-            await self._mq_work("forwarding of replies", forwarding, counted, int)
+            await self._mq_work("forwarding of replies", forwarding, self._counted(routed), int)
             del self.s.outbox[: len(items)]
+
+    def _counted(self, inp: _Counted) -> Callable[[], _Counted]:
+        """``inp`` for each round of its MQ work, with the attempts that failed before:
+        on the last, what its queue refuses for good is dead-lettered, and the gather goes
+        on (it waited for ever, past its deadline)."""
+        return lambda: inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s)})
 
     async def _mq_work(
         self, work: str, activity: str, make_input: Callable[[], Any], result_type: type

@@ -503,6 +503,9 @@ class SendRequestInput(BaseModel):
         "the request expires then",
     )
     chain: str = _chain()
+    attempts_before: int = Field(
+        default=0, ge=0, description="PUT attempts already made and failed in earlier rounds"
+    )
 
 
 class HoldRepliesInput(BaseModel):

@@ -53,12 +53,14 @@ from tests.stalls import Hung
 from workflows.models import (
     HeldBody,
     HoldRepliesInput,
+    LegRequest,
     PutResponseInput,
     ReceivedLeg,
     Reply,
     ReplyTerms,
     Routed,
     RouteInput,
+    SendRequestInput,
     as_held,
 )
 
@@ -949,3 +951,27 @@ def test_a_forward_its_queue_refuses_for_good_is_dead_lettered_on_its_last_attem
     assert header.reason == 2030 and header.dest_q_name == "GATHER.DUPLICATE"
     assert body == long.message.body and dead_one.msg_id == long.message.msg_id
     assert dead_one.properties[PROP_REASON] == "dup"
+
+
+def test_a_re_request_its_queue_refuses_for_good_is_dead_lettered_on_its_last_attempt(qm_path):
+    # The back end's request queue PUT(DISABLED): the re-request was retried for ever,
+    # and the gather, waiting on it, let its deadline pass without a response.
+    spec = AggregateSpec(name="t", legs=(LEG,), delivery_attempts=2)
+    with LocalQueueManager(qm_path) as qm:
+        attrs = qm.inquire("ORDER.RESPONSE")
+        qm.define(attrs.model_copy(update={"name": "CREDIT.REQ", "put": "disabled"}))
+    acts = MQActivities(lambda: LocalQueueManager(qm_path))
+    asked = MQMessage(msg_id=b"R" * 24, correl_id=b"C" * 24, body=b"ask")
+    inp = SendRequestInput(aggregate=spec, gather_id=GATHER, leg="CREDIT", attempt=2,
+                           request=LegRequest(queue="CREDIT.REQ", message=asked))  # fmt: skip
+    env = attempt_env()
+    with pytest.raises(QueueInhibited, match="MQRC_PUT_INHIBITED"):
+        env.run(acts.send_request, inp)
+    last = inp.model_copy(update={"attempts_before": 1})
+    sent = env.run(acts.send_request, last)
+    assert env.run(acts.send_request, last) == sent  # retried after its commit: once
+    with LocalQueueManager(qm_path) as qm:
+        (dead,) = drain(qm, DEAD_LETTER_QUEUE)
+    header, body = dlh.unpack(dead.body)
+    assert (header.reason, header.dest_q_name, body) == (2051, "CREDIT.REQ", b"ask")
+    assert dead.msg_id.hex() == sent and dead.correl_id == asked.correl_id

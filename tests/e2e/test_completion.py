@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from bridge.mq import reports
+from bridge.mq import dlh, reports
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMT_REPORT, MQRO_PASS_CORREL_ID, MQMessage, parse_id
@@ -191,6 +191,29 @@ async def test_a_leg_that_never_answers_is_asked_n_plus_one_times_then_the_rule_
     assert [m.properties.get(PROP_ATTEMPT) for m in taken] == [None, 2, 3]
     assert result.state == "COMPLETE" and result.legs_missing == ["CREDIT"]
     assert result.legs[0].attempts == 3 and result.legs[0].lost
+
+
+async def test_a_re_request_its_queue_refuses_for_good_is_dead_lettered_and_the_gather_times_out(
+    temporal_env, tmp_path
+):
+    # The back end's request queue PUT(DISABLED) after the scatter: the re-request was
+    # retried for ever, and the gather never reached its deadline's partial response.
+    legs = three(retries=1, retry_after_seconds=0.5)
+    spec = AggregateSpec(name="shut", legs=legs, timeout_seconds=5, delivery_attempts=1)
+    async with pipeline(temporal_env.client, tmp_path, [spec]) as p:
+        sent = await p.scatter(spec)
+        (asked,) = _requests(p.path, "BACKEND.CREDIT")
+        attrs = p.qm.inquire("BACKEND.CREDIT").model_copy(update={"put": "disabled"})
+        p.qm.define(attrs, replace=True)
+        p.reply(spec, sent.correl_id, "STOCK", b"{}")
+        dead = await p.wait_message("SYSTEM.DEAD.LETTER.QUEUE")
+        timed_out = await p.wait_message(spec.timeout_queue)
+        result = await p.result(spec, sent.correl_id)
+    header, body = dlh.unpack(dead.body)
+    assert (header.reason, header.dest_q_name, body) == (2051, "BACKEND.CREDIT", asked.body)
+    assert dead.properties[PROP_ATTEMPT] == 2 and dead.correl_id == asked.correl_id
+    assert result.state == "TIMEOUT" and "CREDIT" in result.legs_missing
+    assert timed_out.properties[PROP_STATE] == "TIMEOUT"
 
 
 def _reporting(name: str, retries: int) -> AggregateSpec:
