@@ -67,6 +67,8 @@ PATCH_REREQUEST = "rerequest-lost-legs"
 #: Replies moved to the hold queue from a state too large to carry into a new run (a
 #: command the gather did not issue before): recorded the first time a gather moves some.
 PATCH_MOVE_TO_HOLD = "move-replies-to-hold"
+#: Patch: a move to the hold queue that fails gives way once the gather would end.
+PATCH_MOVE_GIVES_WAY = "move-gives-way-to-the-end"
 #: The task a closed gather leaves waiting for its eviction (:meth:`GatherWorkflow.run`).
 EVICTION_WATCH = "let go of the state when evicted"
 
@@ -433,8 +435,17 @@ class GatherWorkflow:
                                   chain=self.s.chain)  # fmt: skip
         work = f"move of {len(replies)} replies to the hold queue"
         result = await self._mq_work(work, names.ACTIVITY_HOLD_REPLIES, lambda: moving,
-                                     HoldRepliesResult)  # fmt: skip
-        logic.moved(self.s, list(zip(replies, result.held, strict=True)))
+                                     HoldRepliesResult, give_up=self._decided)  # fmt: skip
+        if result is not None:
+            logic.moved(self.s, list(zip(replies, result.held, strict=True)))
+
+    def _decided(self) -> bool:
+        """Whether the gather would end now (complete, or past its deadline): a move to
+        a hold queue that refuses it (full, PUT(DISABLED)) gives way to its response,
+        which carries the bodies the state still has (it waited for ever, unanswered)."""
+        return logic.decide_why(self.spec, self.s, workflow.now()) is not None and (
+            workflow.patched(PATCH_MOVE_GIVES_WAY)
+        )
 
     async def _flush(self) -> None:
         # Items leave the outbox only once forwarded: a cancel during the forwarding
@@ -455,10 +466,16 @@ class GatherWorkflow:
         return lambda: inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s)})
 
     async def _mq_work(
-        self, work: str, activity: str, make_input: Callable[[], Any], result_type: type
+        self,
+        work: str,
+        activity: str,
+        make_input: Callable[[], Any],
+        result_type: type,
+        give_up: Callable[[], bool] | None = None,
     ) -> Any:
         """Run MQ work until it succeeds; between rounds of attempts the error is shown
-        in ``status`` and the UI, and the workflow waits on a durable timer."""
+        in ``status`` and the UI, and the workflow waits on a durable timer. None when,
+        after a failed round, ``give_up`` says the work is no longer worth doing."""
         while True:
             self._work_started = settling.work_started()
             # Cleared when the attempt is known to have ended; a cancellation leaves its
@@ -484,6 +501,11 @@ class GatherWorkflow:
                 )  # fmt: skip
                 self._publish()
                 await workflow.sleep(delay)
+                if give_up is not None and give_up():
+                    # The next work counts its attempts from none.
+                    logic.attempt_succeeded(self.s)
+                    workflow.logger.warning("gather %s: %s given up", self.id, work)
+                    return None
                 continue
             self._in_mq_work = False
             if logic.attempt_succeeded(self.s):

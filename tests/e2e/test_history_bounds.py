@@ -94,6 +94,32 @@ async def test_a_gather_too_large_to_carry_moves_its_replies_to_the_hold_queue_a
     assert first_run[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 
 
+async def test_a_move_the_hold_queue_refuses_gives_way_to_the_gathers_response(
+    small_histories, tmp_path
+):
+    # The hold queue PUT(DISABLED) (or full) when the state must move there: the move
+    # was retried for ever, and the gather, complete, never answered.
+    spec = COUNTED.model_copy(update={"gather_inline_bytes": 100 * 1024 * 1024})
+    legs, first_part, group = 45, 40, 10
+    async with pipeline(small_histories.client, tmp_path, [spec]) as p:
+        attrs = p.qm.inquire(spec.hold_queue).model_copy(update={"put": "disabled"})
+        p.qm.define(attrs, replace=True)
+        correl, _ = await counted_gather(p, "REFUSED-1", legs)
+        handle = p.handle(spec, correl)
+        for start in range(0, first_part, group):
+            for n in range(start, start + group):
+                p.put(spec.reply_queue, MQMessage(correl_id=correl, body=_body(n)))
+            await until(lambda: _taken(handle), lambda n, end=start + group: n >= end)
+        await until(lambda: status(handle), lambda s: "MQRC_PUT_INHIBITED" in s.last_error, 30)
+        for n in range(first_part, legs):
+            p.put(spec.reply_queue, MQMessage(correl_id=correl, body=_body(n)))
+        response = await p.wait_message(spec.response_queue, timeout=60)
+        result = await p.result(spec, correl, timeout=30)
+        assert p.empty(spec.hold_queue) and p.empty(spec.reply_queue)
+    assert result.state == "COMPLETE" and result.error == ""
+    assert response.body == b"".join(_body(n) for n in range(legs))
+
+
 async def test_replies_moved_to_the_hold_queue_keep_their_mqmd_properties_and_bodies_exactly(
     small_histories, tmp_path
 ):
