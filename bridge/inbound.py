@@ -36,13 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from bridge.identify import IdentificationError, ReportedLeg, ReportMessage, identify, reported_leg
 from bridge.inline import InlineBytes
 from bridge.mq import hold
-from bridge.mq.errors import (
-    REASONS,
-    MQError,
-    QueueInhibited,
-    SyncpointLimitReached,
-    undeliverable,
-)
+from bridge.mq.errors import REASONS, MQError, QueueInhibited, SyncpointLimitReached
 from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
@@ -134,8 +128,6 @@ class BridgeStats:
     #: Reports of undelivered requests told to their gathers.
     undelivered: int = 0
     backed_out_to_boq: int = 0
-    #: Moves their queue refused for good, put to the dead-letter queue instead.
-    dead_lettered: int = 0
     rollbacks: int = 0
     held: int = 0
     #: Looks at an input queue that was GET(DISABLED).
@@ -458,15 +450,10 @@ class QueueBridge:
     def _move(self, transport: Transport, queue: str, moves: list[Move]) -> None:
         for move in moves:
             dead = move.kind is Destination.DEAD_LETTER
-            try:
-                forward(
-                    transport, move.queue, move.message, move.reason, queue,
-                    dead_letter_reason=REASONS["MQRC_BACKOUT_THRESHOLD_REACHED"] if dead else 0,
-                )  # fmt: skip
-            except MQError as exc:
-                if dead or not undeliverable(exc):
-                    raise
-                self._dead_letter(transport, queue, move, exc)
+            forward(
+                transport, move.queue, move.message, move.reason, queue,
+                dead_letter_reason=REASONS["MQRC_BACKOUT_THRESHOLD_REACHED"] if dead else 0,
+            )  # fmt: skip
             telemetry.instruments().bridge_moved.add(1, {"queue": queue, "kind": move.kind.value})
             if move.kind is Destination.FAILURE:
                 self.stats.failures += 1
@@ -475,19 +462,6 @@ class QueueBridge:
             elif move.kind in (Destination.BACKOUT, Destination.DEAD_LETTER):
                 self.stats.backed_out_to_boq += 1
             log.info("moved a message from %s to %s: %s", queue, move.queue, move.reason)
-
-    def _dead_letter(self, transport: Transport, queue: str, move: Move, exc: MQError) -> None:
-        """A move its queue refused for good (full, shorter than the message, PUT
-        inhibited, not defined) goes to the dead-letter queue behind an MQDLH naming the
-        refusal, in the same unit of work: backed out, it came again with the batch and
-        was refused again, holding the input queue's later messages back (for ever with
-        BOTHRESH 0). Refused there too, it backs out as before."""
-        dlq = transport.dead_letter_queue()
-        reason = f"{move.reason}; {move.queue} refused it: {exc}"
-        forward(transport, dlq, move.message, reason, queue, dead_letter_reason=exc.code)
-        self.stats.dead_lettered += 1
-        log.warning("%s refused a message from %s (%s); it went to the dead-letter queue %s",
-                    move.queue, queue, exc, dlq)  # fmt: skip
 
 
 def message_key(message: MQMessage) -> str:

@@ -9,7 +9,6 @@ import pytest
 
 from bridge.collect import CollectorBridge
 from bridge.inbound import InboundBridge, QueueBridge
-from bridge.mq import dlh
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, LegSpec
@@ -61,29 +60,3 @@ async def test_a_bridge_refuses_a_maxumsgs_no_unit_of_work_fits_in(temporal_env,
     least = 4 if kind == "gathers" else 5
     with pytest.raises(MQGatherError, match=rf"MAXUMSGS\(\d\).*may need {least}.*ALTER QMGR"):
         await asyncio.wait_for(bridge.run(asyncio.Event()), 10)
-
-
-async def test_a_move_its_queue_refuses_for_good_goes_to_the_dead_letter_queue(
-    temporal_env, tmp_path
-):
-    # The failure queue shorter than a bad reply (or full): the move failed, the batch
-    # backed out and came again, for ever with BOTHRESH(0), and the replies behind it
-    # waited on the input queue.
-    spec = AggregateSpec(name="one", legs=LEGS)
-    async with pipeline(temporal_env.client, tmp_path, [spec], bothresh=0,
-                        run_worker=False) as p:  # fmt: skip
-        attrs = p.qm.inquire("GATHER.FAILURE").model_copy(update={"maxmsgl": 50})
-        p.qm.define(attrs, replace=True)
-        long = p.put("GATHER.IN", MQMessage(correl_id=b"X", properties={"aggregate": "one"},
-                                            body=b"L" * 100))  # fmt: skip
-        short = p.put("GATHER.IN", MQMessage(correl_id=b"Y", properties={"aggregate": "one"},
-                                             body=b"s"))  # fmt: skip
-        dead = await p.wait_message("SYSTEM.DEAD.LETTER.QUEUE")
-        failed = await p.wait_message("GATHER.FAILURE")
-        assert p.empty("GATHER.IN") and p.empty("SYSTEM.DEAD.LETTER.QUEUE")
-    header, body = dlh.unpack(dead.body)
-    assert header.reason == 2030 and header.dest_q_name == "GATHER.IN"
-    assert (dead.msg_id, body, dead.backout_count) == (long.msg_id, long.body, 0)
-    reason = str(dead.properties[PROP_REASON])
-    assert "naming its leg" in reason and "GATHER.FAILURE refused it" in reason
-    assert (failed.msg_id, failed.body) == (short.msg_id, b"s")
