@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from temporalio import activity
 
 from activities.merge import embedded_json, xml_element
-from activities.mq import MQActivities, forward_or_dead_letter
+from activities.mq import DeadLetterRefused, MQActivities, forward_or_dead_letter
 from bridge.mq import hold, ledger
-from bridge.mq.errors import MessageTooBig, MQError
+from bridge.mq.dlh import dead_letter
+from bridge.mq.errors import MessageTooBig, MQError, undeliverable
 from bridge.mq.ledger import ledger_key
 from bridge.mq.models import (
     MQFMT_NONE,
@@ -31,6 +32,7 @@ from bridge.mq.transport import Transport
 from mqgather import names
 from mqgather.ccsid import CCSID_UTF8, CCSIDError
 from mqgather.names import (
+    APPL_NAME,
     PROP_BATCH_PART,
     PROP_BATCH_PARTS,
     PROP_BATCH_REASON,
@@ -261,8 +263,33 @@ class _Fit:
 
 
 class _Refit(Exception):
-    """The target refused a batch's message as too long: its MAXMSGL is now known, and
-    the unit of work, backed out, is done again within it."""
+    """The target refused a batch's message as too long (its MAXMSGL is now known), or
+    for good on the last attempt: the unit of work, backed out, is done again within that
+    MAXMSGL, or to the dead-letter queue."""
+
+
+def _dead_letter_batch(
+    transport: Transport, target: str, out: list[MQMessage], refused: MQError, options: PutOptions
+) -> str:
+    """PUT a batch's messages to the dead-letter queue, each behind an MQDLH naming why
+    ``target`` refused them (``mqgather queues retry`` puts them back there); that queue.
+
+    Raises:
+        DeadLetterRefused: the dead-letter queue refused them too.
+    """
+    dlq = transport.dead_letter_queue()
+    for message in out:
+        dead = dead_letter(message, refused.code, target, transport.qmgr_name, APPL_NAME)
+        try:
+            transport.put(dlq, dead, options)
+        except MQError as exc:
+            if not undeliverable(exc):
+                raise
+            raise DeadLetterRefused(
+                f"{target} refused the batch for good ({refused}), and the dead-letter "
+                f"queue {dlq or '(none: DEADQ is blank)'} refused it too ({exc})"
+            ) from exc
+    return dlq
 
 
 class CollectorActivities(MQActivities):
@@ -286,9 +313,12 @@ class CollectorActivities(MQActivities):
         behind = False
 
         fit: _Fit | None = None  # once the target refused a message as too long
+        final = inp.attempts_before + activity.info().attempt >= spec.delivery_attempts
+        refused: MQError | None = None  # the target refused it for good on the last attempt
+        dlq = ""
 
         def work(transport: Transport, reader: hold.HeldReader) -> None:
-            nonlocal key, behind, facts, fit
+            nonlocal key, behind, facts, fit, refused, dlq
             out.clear()
             bad.clear()
             items = batch.items
@@ -320,15 +350,29 @@ class CollectorActivities(MQActivities):
             out.extend(messages)
             bad.extend(too_big)
             options = PutOptions(syncpoint=True, logical_order=rule.format == "group")
-            for message in out:
-                try:
-                    transport.put(rule.target_queue, message, options)
-                except MessageTooBig as exc:
-                    smaller = _Fit.after(transport, rule.target_queue, exc, len(message.body))
-                    if fit is not None and smaller.size >= fit.size:
-                        raise
-                    fit = smaller
-                    raise _Refit from exc
+            if refused is not None:
+                dlq = _dead_letter_batch(transport, rule.target_queue, out, refused, options)
+            else:
+                for message in out:
+                    try:
+                        transport.put(rule.target_queue, message, options)
+                    except MessageTooBig as exc:
+                        smaller = _Fit.after(transport, rule.target_queue, exc,
+                                             len(message.body))  # fmt: skip
+                        if fit is None or smaller.size < fit.size:
+                            fit = smaller
+                            raise _Refit from exc
+                        if not final:
+                            raise
+                        refused = exc
+                        raise _Refit from exc
+                    except MQError as exc:
+                        if not (final and undeliverable(exc)):
+                            raise
+                        # Backed out, the whole batch goes to the dead-letter queue
+                        # instead, its parts or group together.
+                        refused = exc
+                        raise _Refit from exc
             note = f"{inp.workflow_id} batch {batch.number}"
             for message, reason in bad:
                 # The failure queue is the last place of the collector's own: refused
@@ -359,11 +403,16 @@ class CollectorActivities(MQActivities):
             metrics = telemetry.instruments()
             metrics.batches_put.add(1, labels)
             metrics.batch_wait.record(waited, labels)
+        if refused is not None:
+            activity.logger.warning("%s: batch %d refused by %s (%s); it went to the "
+                                    "dead-letter queue %s", inp.workflow_id, batch.number,
+                                    rule.target_queue, refused, dlq)  # fmt: skip
         return PutBatchResult(
-            queue=rule.target_queue,
+            queue=dlq if refused is not None else rule.target_queue,
             messages_put=put,
             size_bytes=size,
             batch=facts,
             failed=len(bad),
             reset_behind=behind,
+            refused=f"{rule.target_queue}: {refused}" if refused is not None else "",
         )

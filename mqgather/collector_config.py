@@ -153,6 +153,14 @@ class CollectorSpec(BaseModel):
     ledger_hours: float = Field(
         default=168.0, gt=0, description="how long a PUT's marker is kept (its MQ expiry)"
     )
+    delivery_attempts: int = Field(
+        default=5,
+        ge=1,
+        description="PUT attempts of a batch its target refuses for good (unknown queue, "
+        "Q_FULL, put inhibited...) before it goes to the dead-letter queue behind an MQDLH "
+        "naming the target; waiting longer, the batches behind it grew the collector's "
+        "history toward the limit at which the server ends it",
+    )
     remembered_msg_ids: int = Field(
         default=20_000,
         ge=100,

@@ -164,6 +164,9 @@ class PutBatchInput(BaseModel):
     after_reset: bool = Field(
         default=False, description="put only what the run before a reset did not put"
     )
+    attempts_before: int = Field(
+        default=0, ge=0, description="PUT attempts already made and failed in earlier rounds"
+    )
 
 
 class PutBatchResult(BaseModel):
@@ -181,6 +184,9 @@ class PutBatchResult(BaseModel):
     batch: BatchFacts | None = None
     #: Messages of the batch that went to the failure queue instead (unreadable text).
     failed: int = 0
+    #: Why the target refused the batch for good, when it went to the dead-letter queue
+    #: (``queue``) instead.
+    refused: str = ""
     #: After a reset: the run before put no batch numbered this one's or later, so the
     #: batches that follow need not be told apart from its.
     reset_behind: bool = False

@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         UnplacedItems,
         collector_id,
     )
-    from workflows.logic import carriable, reason_refusal
+    from workflows.logic import carriable, failed_attempts, reason_refusal
 
 PUT_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=2
@@ -168,6 +168,8 @@ class CollectorWorkflow:
                 workflow_id=self.id,
                 batch=batch,
                 after_reset=self.s.after_reset,
+                # On the last, a batch its target refuses for good is dead-lettered.
+                attempts_before=failed_attempts(self.s),
             )
             self._put_started = settling.work_started()
             # Cleared when the attempt is known to have ended; a cancellation leaves its
@@ -193,6 +195,11 @@ class CollectorWorkflow:
                 await workflow.sleep(delay)
                 continue
             self._putting = False
+            if result.refused:
+                workflow.logger.warning(
+                    "collector %s: batch %d refused for good (%s), put to the dead-letter "
+                    "queue %s", self.id, batch.number, result.refused, result.queue,
+                )  # fmt: skip
             logic.put_done(self.s, batch.facts())
             if result.reset_behind:
                 self.s.after_reset = False

@@ -714,7 +714,7 @@ def attempt_failed(state: FailureRecord, work: str, error: str, now: datetime) -
     return min(2.0**state.failed_rounds, MAX_ROUND_DELAY)
 
 
-def failed_attempts(state: GatherState) -> int:
+def failed_attempts(state: FailureRecord) -> int:
     """Attempts of the current MQ work that failed in a row (every round makes the same
     number)."""
     return state.failed_rounds * ATTEMPTS_PER_ROUND

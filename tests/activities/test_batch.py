@@ -13,6 +13,7 @@ import pytest
 
 from activities.batch import CollectorActivities, batch_key
 from bridge.mq import dlh
+from bridge.mq.errors import QueueInhibited
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, MsgFlags, QueueAttributes
 from mqgather.collector_config import CollectorRule, CollectorSpec
@@ -302,3 +303,37 @@ def test_a_batch_longer_than_the_client_channel_takes_is_put_in_parts_over_the_a
     assert len(parts) > 1 and all(len(p.body) <= 5000 for p in parts)
     assert [v for p in parts for v in json.loads(p.body)] == [json.loads(b) for b in bodies]
     assert result.messages_put == len(parts)
+
+
+@pytest.mark.parametrize("fmt", ["json", "group"])
+def test_a_batch_its_target_refuses_for_good_is_dead_lettered_on_its_last_attempt(tmp_path, fmt):
+    # The target PUT(DISABLED), or deleted: the batch was retried for ever, and the
+    # batches behind it grew the collector's history toward the server's limit.
+    path = tmp_path / "qm.db"
+    prepare_queues(path, ["OUT", SPEC.failure_queue])
+    with LocalQueueManager(path) as qm:
+        qm.define(qm.inquire("OUT").model_copy(update={"put": "disabled"}), replace=True)
+    acts = CollectorActivities(lambda: LocalQueueManager(path))
+    spec = SPEC.model_copy(update={"delivery_attempts": 3})
+    messages = [message(1, b'{"a":1}'), message(2, b'{"b":2}'), message(3, b"\xff")]
+    inp = batch_input(messages, fmt=fmt).model_copy(update={"collector": spec})
+    env = attempt_env()
+    with pytest.raises(QueueInhibited):
+        env.run(acts.put_batch, inp.model_copy(update={"attempts_before": 1}))
+    last = inp.model_copy(update={"attempts_before": 2})
+    result = env.run(acts.put_batch, last)
+    env.run(acts.put_batch, last)  # retried after its commit: nothing twice
+    with LocalQueueManager(path) as qm:
+        dead = drain(qm, DEAD_LETTER_QUEUE)
+        failed = drain(qm, SPEC.failure_queue)
+        assert qm.inquire("OUT").curdepth == 0
+    headers = [dlh.unpack(m.body)[0] for m in dead]
+    assert {(h.reason, h.dest_q_name) for h in headers} == {(2051, "OUT")}
+    assert result.queue == DEAD_LETTER_QUEUE and "MQRC_PUT_INHIBITED" in result.refused
+    if fmt == "group":
+        assert [dlh.unpack(m.body)[1] for m in dead] == [b'{"a":1}', b'{"b":2}', b"\xff"]
+        assert failed == []
+    else:
+        (only,) = dead
+        assert json.loads(dlh.unpack(only.body)[1]) == [{"a": 1}, {"b": 2}]
+        assert [m.msg_id for m in failed] == [messages[2].msg_id]

@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bridge.collect import CollectorBridge
-from bridge.mq import reports
+from bridge.mq import dlh, reports
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, MsgFlags, PutOptions, QueueAttributes
 from mqgather.collector_config import CollectorRule, CollectorSpec
@@ -52,6 +52,32 @@ async def test_scenario_1_plain_aggregation_by_count(temporal_env, tmp_path):
     positions = [text.index(f"pote {i}<") for i in range(10)]
     assert positions == sorted(positions)  # in arrival order
     assert batch.properties[PROP_BATCH_REASON] == "count"
+
+
+async def test_a_batch_its_target_refuses_for_good_is_dead_lettered_and_the_next_goes_out(
+    temporal_env, tmp_path
+):
+    # CMAOUT.FR PUT(DISABLED): the batch was retried for ever, and the destination's
+    # messages piled up in the collector's history behind it.
+    refusing = SPEC.model_copy(update={"delivery_attempts": 1})
+    async with collecting(temporal_env.client, tmp_path, spec=refusing) as c:
+        c.rule("FR", "CMAOUT.FR", max_messages=2, max_delay_seconds=30)
+        c.qm.define(c.qm.inquire("CMAOUT.FR").model_copy(update={"put": "disabled"}),
+                    replace=True)  # fmt: skip
+        for i in range(2):
+            c.send("FR", order(f"un {i}"))
+        dead = await c.take("SYSTEM.DEAD.LETTER.QUEUE")
+        c.qm.define(c.qm.inquire("CMAOUT.FR").model_copy(update={"put": "enabled"}),
+                    replace=True)  # fmt: skip
+        for i in range(2):
+            c.send("FR", order(f"deux {i}"))
+        batch = await c.take("CMAOUT.FR")
+        final = await until(lambda: c.status("FR"), lambda s: s.batches == 2)
+    header, body = dlh.unpack(dead.body)
+    assert (header.reason, header.dest_q_name) == (2051, "CMAOUT.FR")
+    assert [f"<Test>un {i}</Test>" in body.decode() for i in range(2)] == [True, True]
+    assert "<Test>deux 1</Test>" in batch.body.decode() and final.last_error == ""
+    assert dead.msg_id != batch.msg_id
 
 
 async def test_scenario_2_an_incomplete_batch_is_closed_by_its_delay(temporal_env, tmp_path):
