@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from temporalio import activity
 
 from activities.merge import embedded_json, xml_element
-from activities.mq import DeadLetterRefused, MQActivities, forward_or_dead_letter
+from activities.mq import MQActivities, forward_or_dead_letter, put_dead_letter
 from bridge.mq import hold, ledger
-from bridge.mq.dlh import dead_letter
 from bridge.mq.errors import MessageTooBig, MQError, undeliverable
 from bridge.mq.ledger import ledger_key
 from bridge.mq.models import (
@@ -27,12 +26,12 @@ from bridge.mq.models import (
     MsgFlags,
     PropertyValue,
     PutOptions,
+    QueueAddress,
 )
 from bridge.mq.transport import Transport
 from mqgather import names
 from mqgather.ccsid import CCSID_UTF8, CCSIDError
 from mqgather.names import (
-    APPL_NAME,
     PROP_BATCH_PART,
     PROP_BATCH_PARTS,
     PROP_BATCH_REASON,
@@ -268,30 +267,6 @@ class _Refit(Exception):
     MAXMSGL, or to the dead-letter queue."""
 
 
-def _dead_letter_batch(
-    transport: Transport, target: str, out: list[MQMessage], refused: MQError, options: PutOptions
-) -> str:
-    """PUT a batch's messages to the dead-letter queue, each behind an MQDLH naming why
-    ``target`` refused them (``mqgather queues retry`` puts them back there); that queue.
-
-    Raises:
-        DeadLetterRefused: the dead-letter queue refused them too.
-    """
-    dlq = transport.dead_letter_queue()
-    for message in out:
-        dead = dead_letter(message, refused.code, target, transport.qmgr_name, APPL_NAME)
-        try:
-            transport.put(dlq, dead, options)
-        except MQError as exc:
-            if not undeliverable(exc):
-                raise
-            raise DeadLetterRefused(
-                f"{target} refused the batch for good ({refused}), and the dead-letter "
-                f"queue {dlq or '(none: DEADQ is blank)'} refused it too ({exc})"
-            ) from exc
-    return dlq
-
-
 class CollectorActivities(MQActivities):
     """The collector's PUT; each worker thread keeps its own MQ connection."""
 
@@ -351,7 +326,11 @@ class CollectorActivities(MQActivities):
             bad.extend(too_big)
             options = PutOptions(syncpoint=True, logical_order=rule.format == "group")
             if refused is not None:
-                dlq = _dead_letter_batch(transport, rule.target_queue, out, refused, options)
+                # Whole, its parts or group together; refused there too, the batch is
+                # retried (DeadLetterRefused).
+                for message in out:
+                    dlq = put_dead_letter(transport, QueueAddress(rule.target_queue), message,
+                                          refused, options)  # fmt: skip
             else:
                 for message in out:
                     try:

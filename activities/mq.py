@@ -230,20 +230,38 @@ def _put_or_dead_letter(
     except MQError as exc:
         if not (final and undeliverable(exc)):
             raise
-        dlq = transport.dead_letter_queue()
-        owner = target.qmgr or transport.qmgr_name
-        dead = dead_letter(message, exc.code, target.queue, owner, APPL_NAME)
-        try:
-            transport.put(dlq, dead, options)
-        except MQError as refused:
-            if not undeliverable(refused):
-                raise
-            raise DeadLetterRefused(
-                f"{target} refused it for good ({exc}), and the dead-letter queue "
-                f"{dlq or '(none: DEADQ is blank)'} refused it too ({refused})"
-            ) from refused
-        return exc, dlq
+        return exc, put_dead_letter(transport, target, message, exc, options)
     return None
+
+
+def put_dead_letter(
+    transport: Transport,
+    target: QueueAddress,
+    message: MQMessage,
+    refused: MQError,
+    options: PutOptions = _UNDER_SYNCPOINT,
+) -> str:
+    """PUT ``message``, which ``target`` ``refused`` for good, to the dead-letter queue
+    behind an MQDLH naming the reason and ``target`` (``mqgather queues retry`` puts it
+    back there); that queue.
+
+    Raises:
+        MQError: the PUT failed, and it may succeed on a later attempt.
+        DeadLetterRefused: the dead-letter queue refused it too.
+    """
+    dlq = transport.dead_letter_queue()
+    owner = target.qmgr or transport.qmgr_name
+    dead = dead_letter(message, refused.code, target.queue, owner, APPL_NAME)
+    try:
+        transport.put(dlq, dead, options)
+    except MQError as exc:
+        if not undeliverable(exc):
+            raise
+        raise DeadLetterRefused(
+            f"{target} refused it for good ({refused}), and the dead-letter queue "
+            f"{dlq or '(none: DEADQ is blank)'} refused it too ({exc})"
+        ) from exc
+    return dlq
 
 
 def _notify(
