@@ -394,10 +394,11 @@ class GatherWorkflow:
             # Made anew for each round: a held reply whose put backed out may have come
             # again with its body meanwhile (redelivery.with_body).
             inp = logic.response_input(self.spec, self.s, self.correl_id, self.id, outcome)
-            return inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s)})
+            return inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s, work)})
 
+        work = "PUT of the response"
         response = await self._mq_work(
-            "PUT of the response", names.ACTIVITY_PUT_RESPONSE, response_input, PutResponseResult
+            work, names.ACTIVITY_PUT_RESPONSE, response_input, PutResponseResult
         )
         # FAILED; or the final of an earlier run (before a reset), which stands.
         if response.outcome != outcome:
@@ -424,7 +425,7 @@ class GatherWorkflow:
                 chain=self.s.chain,
             )
             work = f"re-request {item.attempt} of leg {item.leg}"
-            await self._mq_work(work, names.ACTIVITY_SEND_REQUEST, self._counted(sent), str)
+            await self._mq_work(work, names.ACTIVITY_SEND_REQUEST, self._counted(sent, work), str)
             del self.s.to_request[0]
 
     async def _move_to_hold(self, replies: list[Reply]) -> None:
@@ -455,15 +456,17 @@ class GatherWorkflow:
             routed = RouteInput(aggregate=self.spec, gather_id=self.id, items=items,
                                 after_reset=self.s.after_reset, chain=self.s.chain,
                                 moved_to_hold=self.s.moved_to_hold)  # fmt: skip
-            forwarding = names.ACTIVITY_ROUTE_REPLIES
-            await self._mq_work("forwarding of replies", forwarding, self._counted(routed), int)
+            work, forwarding = "forwarding of replies", names.ACTIVITY_ROUTE_REPLIES
+            await self._mq_work(work, forwarding, self._counted(routed, work), int)
             del self.s.outbox[: len(items)]
 
-    def _counted(self, inp: _Counted) -> Callable[[], _Counted]:
-        """``inp`` for each round of its MQ work, with the attempts that failed before:
-        on the last, what its queue refuses for good is dead-lettered, and the gather goes
-        on (it waited for ever, past its deadline)."""
-        return lambda: inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s)})
+    def _counted(self, inp: _Counted, work: str) -> Callable[[], _Counted]:
+        """``inp`` for each round of its MQ ``work``, with the attempts that failed
+        before: on the last, what its queue refuses for good is dead-lettered, and the
+        gather goes on (it waited for ever, past its deadline)."""
+        return lambda: inp.model_copy(
+            update={"attempts_before": logic.failed_attempts(self.s, work)}
+        )
 
     async def _mq_work(
         self,

@@ -707,6 +707,9 @@ class FailureRecord(Protocol):
 
 def attempt_failed(state: FailureRecord, work: str, error: str, now: datetime) -> float:
     """Record a failed round of MQ work; return the seconds to wait before the next one."""
+    if not _of(state, work):
+        # Another work's record (a cancel interrupted it): this one counts its own.
+        state.failed_rounds, state.failing_since = 0, None
     state.failed_rounds += 1
     state.last_error = f"{work}: {error}"
     if state.failing_since is None:
@@ -714,10 +717,19 @@ def attempt_failed(state: FailureRecord, work: str, error: str, now: datetime) -
     return min(2.0**state.failed_rounds, MAX_ROUND_DELAY)
 
 
-def failed_attempts(state: FailureRecord) -> int:
-    """Attempts of the current MQ work that failed in a row (every round makes the same
-    number)."""
+def failed_attempts(state: FailureRecord, work: str | None = None) -> int:
+    """Attempts of the current MQ work (of ``work``, when named) that failed in a row
+    (every round makes the same number). A record another work left counts none for
+    ``work``: a response after a cancel that cut its forwards short is not on its last
+    attempt at once."""
+    if work is not None and not _of(state, work):
+        return 0
     return state.failed_rounds * ATTEMPTS_PER_ROUND
+
+
+def _of(state: FailureRecord, work: str) -> bool:
+    """Whether the failure record, if any, is ``work``'s."""
+    return not state.last_error or state.last_error.startswith(f"{work}: ")
 
 
 def attempt_succeeded(state: FailureRecord) -> bool:

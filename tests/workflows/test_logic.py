@@ -507,6 +507,20 @@ def test_a_failing_round_is_recorded_backs_off_and_clears_on_success():
     )
 
 
+def test_a_work_counts_its_own_failed_attempts_not_those_another_left():
+    # Forwards failed two rounds, then a cancel cut them short: the response counted
+    # their four attempts as its own, and its first refusal was its last (dead-lettered).
+    state = GatherState()
+    logic.attempt_failed(state, "forwarding of replies", "MQRC_Q_FULL (2053)", T0)
+    logic.attempt_failed(state, "forwarding of replies", "MQRC_Q_FULL (2053)", T0)
+    assert logic.failed_attempts(state, "forwarding of replies") == 4
+    assert logic.failed_attempts(state, "PUT of the response") == 0
+    later = T0 + timedelta(seconds=9)
+    assert logic.attempt_failed(state, "PUT of the response", "MQRC_Q_FULL (2053)", later) == 2.0
+    assert logic.failed_attempts(state, "PUT of the response") == logic.ATTEMPTS_PER_ROUND
+    assert state.failing_since == later
+
+
 def test_correl_id_text_can_be_kept_out_of_the_search_attributes():
     from mqgather.names import CORREL_ID, CORREL_ID_TEXT
     from workflows.models import start_options
