@@ -189,21 +189,23 @@ def _set_aside_room(
 
 
 def _dead_letter_queue(qm: Transport, dlq: str) -> list[Finding]:
-    """The queue DEADQ names: there, and open to puts. A response refused for good is
-    dead-lettered in the unit of work of its last attempt, which fails with it."""
+    """The queue DEADQ names: there, and open to puts. A response, forward, re-request
+    or collector batch refused for good is dead-lettered in the unit of work of its last
+    attempt, which fails with it."""
     try:
         a = qm.inquire(dlq)
     except UnknownObjectName:
         problem = (
-            f"DEADQ({dlq}) is not defined: a response refused for good cannot be set "
-            "aside, and is retried for ever"
+            f"DEADQ({dlq}) is not defined: a response, forward, re-request or collector "
+            "batch refused for good cannot be set aside, and is retried for ever"
         )
         return [Finding(QMGR_ROW, "DEADQ", problem)]
     except MQError as exc:
         return [Finding(dlq, "the dead-letter queue", f"cannot be inquired: {exc}")]
     if a.put == "disabled":
-        return [Finding(dlq, "the dead-letter queue", "PUT(DISABLED): a response refused "
-                        "for good is retried until PUT(ENABLED)")]  # fmt: skip
+        return [Finding(dlq, "the dead-letter queue", "PUT(DISABLED): a response, forward, "
+                        "re-request or collector batch refused for good is retried until "
+                        "PUT(ENABLED)")]  # fmt: skip
     return []
 
 
@@ -212,8 +214,9 @@ def _qmgr(qm: Transport, config: MQGatherConfig) -> list[Finding]:
     found = []
     dlq = qm.dead_letter_queue()
     if not dlq:
-        found.append(Finding(QMGR_ROW, "DEADQ", "no dead-letter queue: a response refused "
-                             "for good has nowhere to go"))  # fmt: skip
+        found.append(Finding(QMGR_ROW, "DEADQ", "no dead-letter queue: a response, "
+                             "forward, re-request or collector batch refused for good has "
+                             "nowhere to go"))  # fmt: skip
     else:
         found += _dead_letter_queue(qm, dlq)
     least = LEAST_MAXUMSGS_COLLECTOR if config.collectors else LEAST_MAXUMSGS_GATHER
