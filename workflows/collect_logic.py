@@ -18,6 +18,7 @@ from workflows.collect_models import (
     CollectorState,
     Item,
     OpenBatch,
+    PutBatchResult,
     ReleaseBatchResult,
 )
 from workflows.logic import attempt_failed, attempt_succeeded
@@ -206,8 +207,15 @@ def next_timer(state: CollectorState, now: datetime) -> float | None:
     return max((state.open.closes_at - now).total_seconds(), 0.001)
 
 
-def put_done(state: CollectorState, facts: BatchFacts) -> None:
-    """The first ready batch is PUT: forget its messages, keep its facts."""
+def put_done(
+    state: CollectorState, facts: BatchFacts, result: PutBatchResult | None = None
+) -> None:
+    """The first ready batch is PUT: forget its messages, keep its facts (and, when its
+    target refused it for good, where it went instead: ``result``)."""
+    if result is not None and result.refused:
+        state.dead_lettered += 1
+        number = state.ready[0].number
+        state.last_dead_letter = f"batch {number} to {result.queue}: {result.refused}"
     state.ready.pop(0)
     state.batches += 1
     state.last_batch = facts
@@ -239,6 +247,8 @@ def status(collector: str, destination: str, state: CollectorState) -> BatchStat
         redeliveries=state.redeliveries,
         last_batch=state.last_batch,
         last_error=state.last_error,
+        dead_lettered=state.dead_lettered,
+        last_dead_letter=state.last_dead_letter,
     )
 
 

@@ -96,6 +96,10 @@ class CollectorState(BaseModel):
     last_error: str = ""
     failing_since: datetime | None = None
     failed_rounds: int = 0
+    dead_lettered: int = Field(
+        default=0, description="batches their target refused for good, dead-lettered"
+    )
+    last_dead_letter: str = Field(default="", description="the latest of them: where, and why")
     after_reset: bool = Field(
         default=False,
         description="a run an operator's reset started (or one continued from it): its "
@@ -222,6 +226,8 @@ class BatchStatus(BaseModel):
     redeliveries: int
     last_batch: BatchFacts | None
     last_error: str = ""
+    dead_lettered: int = 0
+    last_dead_letter: str = ""
 
 
 def collector_id(collector: str, destination: str) -> str:

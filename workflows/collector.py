@@ -200,7 +200,7 @@ class CollectorWorkflow:
                     "collector %s: batch %d refused for good (%s), put to the dead-letter "
                     "queue %s", self.id, batch.number, result.refused, result.queue,
                 )  # fmt: skip
-            logic.put_done(self.s, batch.facts())
+            logic.put_done(self.s, batch.facts(), result)
             if result.reset_behind:
                 self.s.after_reset = False
             return

@@ -77,6 +77,9 @@ async def test_a_batch_its_target_refuses_for_good_is_dead_lettered_and_the_next
     assert (header.reason, header.dest_q_name) == (2051, "CMAOUT.FR")
     assert [f"<Test>un {i}</Test>" in body.decode() for i in range(2)] == [True, True]
     assert "<Test>deux 1</Test>" in batch.body.decode() and final.last_error == ""
+    assert final.dead_lettered == 1 and "batch 1 to SYSTEM.DEAD.LETTER.QUEUE" in (
+        final.last_dead_letter
+    )
     assert dead.msg_id != batch.msg_id
 
 

@@ -12,7 +12,7 @@ from bridge.mq.models import MQMessage, fingerprint
 from mqgather.collector_config import CollectorRule
 from mqgather.constants import BATCH_CARRIED_BYTES
 from workflows import collect_logic as logic
-from workflows.collect_models import CollectInput, CollectorState, Item
+from workflows.collect_models import CollectInput, CollectorState, Item, PutBatchResult
 from workflows.logic import carriable
 from workflows.models import held_reference
 
@@ -140,6 +140,18 @@ def test_failed_put_rounds_back_off_and_a_put_clears_the_record():
     logic.put_done(state, state.ready[0].facts())
     assert (state.last_error, state.failing_since, state.failed_rounds) == ("", None, 0)
     assert state.batches == 1 and not state.ready
+
+
+def test_a_batch_put_to_the_dead_letter_queue_is_counted_and_named_in_the_status():
+    state = CollectorState()
+    logic.take(state, CollectInput(rule=rule(max_messages=1), items=items(1, 1)), T0, 100)
+    refused = PutBatchResult(queue="DLQ", messages_put=1, size_bytes=1,
+                             refused="OUT: MQRC_PUT_INHIBITED (2051)")  # fmt: skip
+    logic.put_done(state, state.ready[0].facts(), refused)
+    logic.put_done(state, state.ready[0].facts(), refused.model_copy(update={"refused": ""}))
+    shown = logic.status("c", "D", state)
+    assert (shown.batches, shown.dead_lettered) == (2, 1)
+    assert shown.last_dead_letter == "batch 1 to DLQ: OUT: MQRC_PUT_INHIBITED (2051)"
 
 
 def test_messages_that_reuse_a_msg_id_are_batched_and_a_redelivery_is_not():
