@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from temporalio import activity
 
 from activities.merge import embedded_json, xml_element
-from activities.mq import MQActivities, forward_or_dead_letter, put_dead_letter
+from activities.mq import (
+    MQActivities,
+    dead_letter_note,
+    forward_or_dead_letter,
+    put_dead_letter,
+)
 from bridge.mq import hold, ledger
 from bridge.mq.errors import MessageTooBig, MQError, undeliverable
 from bridge.mq.ledger import ledger_key
@@ -362,7 +367,8 @@ class CollectorActivities(MQActivities):
             group = batch_group(inp.workflow_id, batch.number)
             keys = " ".join(item_key(i) for i in items)
             ran = [RUN_LINE + run_id] if inp.after_reset else []
-            ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours,
+            marked = dead_letter_note(note, (refused, dlq) if refused is not None else None)
+            ledger.mark(transport, spec.ledger_queue, key, marked, spec.ledger_hours,
                         group=group, lines=[keys, *ran])  # fmt: skip
 
         held = sum(i.body_bytes() for i in batch.items if i.held)
@@ -382,10 +388,6 @@ class CollectorActivities(MQActivities):
             metrics = telemetry.instruments()
             metrics.batches_put.add(1, labels)
             metrics.batch_wait.record(waited, labels)
-        if refused is not None:
-            activity.logger.warning("%s: batch %d refused by %s (%s); it went to the "
-                                    "dead-letter queue %s", inp.workflow_id, batch.number,
-                                    rule.target_queue, refused, dlq)  # fmt: skip
         return PutBatchResult(
             queue=dlq if refused is not None else rule.target_queue,
             messages_put=put,

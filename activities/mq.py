@@ -298,13 +298,17 @@ def forward_or_dead_letter(
     """
     copy = with_reason(message, reason, source_queue, gather)
     dead = _put_or_dead_letter(transport, QueueAddress(queue), copy, final, _FORWARDING)
+    return dead_letter_note(f"{owner} forwarded to {queue}", dead)
+
+
+def dead_letter_note(note: str, dead: tuple[MQError, str] | None) -> str:
+    """The ledger's ``note`` of a PUT, saying (and saying in the worker's log) when
+    ``dead``, the refusal and the dead-letter queue, sent it there instead."""
     if dead is None:
-        return f"{owner} forwarded to {queue}"
+        return note
     error, dlq = dead
-    activity.logger.warning(
-        "%s: a message for %s went to the dead-letter queue %s: %s", owner, queue, dlq, error
-    )
-    return f"{owner} forwarded to {queue}, put to the dead-letter queue {dlq} ({error})"
+    activity.logger.warning("%s: put to the dead-letter queue %s instead: %s", note, dlq, error)
+    return f"{note}, put to the dead-letter queue {dlq} ({error})"
 
 
 class DeadLetterRefused(MQGatherError):
@@ -553,13 +557,8 @@ class MQActivities:
             note = f"{inp.gather_id} re-request {inp.attempt} of {inp.leg}"
             # Refused for good on its last attempt, it is dead-lettered and the gather
             # waits on for the leg as it would have (it was retried past its deadline).
-            target = QueueAddress(inp.request.queue)
-            dead = _put_or_dead_letter(transport, target, message, final)
-            if dead is not None:
-                error, dlq = dead
-                activity.logger.warning("gather %s: %s went to the dead-letter queue %s: %s",
-                                        inp.gather_id, note, dlq, error)  # fmt: skip
-                note += f", put to the dead-letter queue {dlq} ({error})"
+            dead = _put_or_dead_letter(transport, QueueAddress(inp.request.queue), message, final)
+            note = dead_letter_note(note, dead)
             ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 
         self._unit_of_work(inp.gather_id, work)

@@ -195,11 +195,7 @@ class CollectorWorkflow:
                 await workflow.sleep(delay)
                 continue
             self._putting = False
-            if result.refused:
-                workflow.logger.warning(
-                    "collector %s: batch %d refused for good (%s), put to the dead-letter "
-                    "queue %s", self.id, batch.number, result.refused, result.queue,
-                )  # fmt: skip
+            # A batch dead-lettered is counted in `status` (the worker's log says so too).
             logic.put_done(self.s, batch.facts(), result)
             if result.reset_behind:
                 self.s.after_reset = False

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
 
 #: The inputs of MQ work that dead-letters what is refused for good on its last attempt.
 _Counted = TypeVar("_Counted", RouteInput, SendRequestInput)
+
 # One round of attempts inside the worker; between rounds the workflow records the error
 # (status, current details) and waits on a durable timer (logic.attempt_failed).
 ACTIVITY_RETRY = RetryPolicy(
@@ -390,13 +391,14 @@ class GatherWorkflow:
         return await self._respond(self.s.state)  # type: ignore[arg-type]
 
     async def _respond(self, outcome: Outcome) -> PutResponseResult:
+        work = "PUT of the response"
+
         def response_input() -> PutResponseInput:
             # Made anew for each round: a held reply whose put backed out may have come
             # again with its body meanwhile (redelivery.with_body).
             inp = logic.response_input(self.spec, self.s, self.correl_id, self.id, outcome)
             return inp.model_copy(update={"attempts_before": logic.failed_attempts(self.s, work)})
 
-        work = "PUT of the response"
         response = await self._mq_work(
             work, names.ACTIVITY_PUT_RESPONSE, response_input, PutResponseResult
         )
@@ -505,7 +507,7 @@ class GatherWorkflow:
                 self._publish()
                 await workflow.sleep(delay)
                 if give_up is not None and give_up():
-                    # The next work counts its attempts from none.
+                    # Its error no longer stands: the gather goes on without it.
                     logic.attempt_succeeded(self.s)
                     workflow.logger.warning("gather %s: %s given up", self.id, work)
                     return None

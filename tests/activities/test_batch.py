@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
@@ -315,7 +316,9 @@ def test_a_batch_its_target_refuses_for_good_is_dead_lettered_on_its_last_attemp
         qm.define(qm.inquire("OUT").model_copy(update={"put": "disabled"}), replace=True)
     acts = CollectorActivities(lambda: LocalQueueManager(path))
     spec = SPEC.model_copy(update={"delivery_attempts": 3})
-    messages = [message(1, b'{"a":1}'), message(2, b'{"b":2}'), message(3, b"\xff")]
+    odd = {"nan": math.nan, "k\udcff": 1}
+    first = message(1, b'{"a":1}').model_copy(update={"properties": odd})
+    messages = [first, message(2, b'{"b":2}'), message(3, b"\xff")]
     inp = batch_input(messages, fmt=fmt).model_copy(update={"collector": spec})
     env = attempt_env()
     with pytest.raises(QueueInhibited):
@@ -331,7 +334,9 @@ def test_a_batch_its_target_refuses_for_good_is_dead_lettered_on_its_last_attemp
     assert {(h.reason, h.dest_q_name) for h in headers} == {(2051, "OUT")}
     assert result.queue == DEAD_LETTER_QUEUE and "MQRC_PUT_INHIBITED" in result.refused
     if fmt == "group":
+        # Each original as it came, its properties too.
         assert [dlh.unpack(m.body)[1] for m in dead] == [b'{"a":1}', b'{"b":2}', b"\xff"]
+        assert math.isnan(dead[0].properties["nan"]) and dead[0].properties["k\udcff"] == 1
         assert failed == []
     else:
         (only,) = dead

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -928,7 +929,13 @@ def test_a_forward_its_queue_refuses_for_good_is_dead_lettered_on_its_last_attem
         attrs = qm.inquire("GATHER.DUPLICATE").model_copy(update={"maxmsgl": 300})
         qm.define(attrs, replace=True)
     acts = MQActivities(lambda: LocalQueueManager(qm_path))
-    small, long = reply(7), _big(8)
+    # Held, in EBCDIC, with properties JSON cannot say plainly: all of it stays as it came.
+    ebcdic = MQMessage(msg_id=bytes([8]) * 24, correl_id=b"C", coded_char_set_id=37,
+                       body="Antwort ".encode("cp037") * 100,
+                       properties={"leg": "CREDIT", "nan": math.nan, "k\udcff": 1})  # fmt: skip
+    small = reply(7)
+    long = small.model_copy(update={"message": ebcdic, "size": len(ebcdic.body),
+                                    "fingerprint": fingerprint(ebcdic)})  # fmt: skip
     moved = _hold(attempt_env(), acts, spec, long)
     items = [Routed(kind=Destination.DUPLICATE, reason="dup", reply=small),
              Routed(kind=Destination.DUPLICATE, reason="dup",
@@ -950,7 +957,9 @@ def test_a_forward_its_queue_refuses_for_good_is_dead_lettered_on_its_last_attem
     header, body = dlh.unpack(dead_one.body)
     assert header.reason == 2030 and header.dest_q_name == "GATHER.DUPLICATE"
     assert body == long.message.body and dead_one.msg_id == long.message.msg_id
-    assert dead_one.properties[PROP_REASON] == "dup"
+    assert header.coded_char_set_id == 37
+    assert dead_one.properties[PROP_REASON] == "dup" and dead_one.properties["k\udcff"] == 1
+    assert math.isnan(dead_one.properties["nan"])
 
 
 def test_a_re_request_its_queue_refuses_for_good_is_dead_lettered_on_its_last_attempt(qm_path):
