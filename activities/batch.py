@@ -120,6 +120,21 @@ def item_key(item: Item) -> str:
 #: before.
 RUN_LINE = "run "
 
+#: How a batch's marker says the batch went to the dead-letter queue instead of its
+#: target, in a line between its digests and its run: ``<dead-letter queue> <why>``. An
+#: attempt retried after the commit reports where it went from this line.
+DEAD_LETTER_LINE = "dead-lettered "
+
+
+def dead_lettered(marker: MQMessage) -> tuple[str, str] | None:
+    """Where a batch's ``marker`` says it went instead of its target, and why: the
+    dead-letter queue and the refusal; None when it went to its target."""
+    for line in ledger.lines(marker)[2:]:
+        if line.startswith(DEAD_LETTER_LINE):
+            queue, _, why = line.removeprefix(DEAD_LETTER_LINE).partition(" ")
+            return queue, why
+    return None
+
 
 @dataclass(frozen=True)
 class PutBefore:
@@ -296,9 +311,10 @@ class CollectorActivities(MQActivities):
         final = inp.attempts_before + activity.info().attempt >= spec.delivery_attempts
         refused: MQError | None = None  # the target refused it for good on the last attempt
         dlq = ""
+        why = ""  # that refusal, as this attempt or the one that committed it says
 
         def work(transport: Transport, reader: hold.HeldReader) -> None:
-            nonlocal key, behind, facts, fit, refused, dlq
+            nonlocal key, behind, facts, fit, refused, dlq, why
             out.clear()
             bad.clear()
             items = batch.items
@@ -315,9 +331,13 @@ class CollectorActivities(MQActivities):
                     earlier.append(True)
                     return  # all put by the run before the reset, or by an earlier attempt
                 key = batch_key(inp, items)
-            if ledger.done(transport, spec.ledger_queue, key):
+            marker = ledger.find(transport, spec.ledger_queue, Match(msg_id=key))
+            if marker is not None:
                 earlier.append(True)
-                return  # committed by an earlier attempt
+                # Committed by an earlier attempt: it reports where that one put it.
+                if (went := dead_lettered(marker)) is not None:
+                    dlq, why = went
+                return
             # Held messages leave the hold queue in this unit of work, with the PUT.
             whole = batch.model_copy(update={"items": [_whole(reader, i) for i in items]})
             bad.extend(unreadable(whole))
@@ -367,9 +387,12 @@ class CollectorActivities(MQActivities):
             group = batch_group(inp.workflow_id, batch.number)
             keys = " ".join(item_key(i) for i in items)
             ran = [RUN_LINE + run_id] if inp.after_reset else []
+            if refused is not None:
+                why = str(refused)
+            went = [f"{DEAD_LETTER_LINE}{dlq} {why}"] if why else []
             marked = dead_letter_note(note, (refused, dlq) if refused is not None else None)
             ledger.mark(transport, spec.ledger_queue, key, marked, spec.ledger_hours,
-                        group=group, lines=[keys, *ran])  # fmt: skip
+                        group=group, lines=[keys, *went, *ran])  # fmt: skip
 
         held = sum(i.body_bytes() for i in batch.items if i.held)
         while True:
@@ -389,11 +412,11 @@ class CollectorActivities(MQActivities):
             metrics.batches_put.add(1, labels)
             metrics.batch_wait.record(waited, labels)
         return PutBatchResult(
-            queue=dlq if refused is not None else rule.target_queue,
+            queue=dlq if why else rule.target_queue,
             messages_put=put,
             size_bytes=size,
             batch=facts,
             failed=len(bad),
             reset_behind=behind,
-            refused=f"{rule.target_queue}: {refused}" if refused is not None else "",
+            refused=f"{rule.target_queue}: {why}" if why else "",
         )

@@ -431,6 +431,14 @@ class MQActivities:
         dead-letter queue behind an MQDLH naming the reason and that destination, and the
         gather ends FAILED.
         """
+        result = self._respond(inp)
+        # Only a gather that moved replies, or a run after a reset, had moves to race.
+        if inp.moved_to_hold or inp.after_reset:
+            self._withdraw_after_final(inp)
+        return result
+
+    def _respond(self, inp: PutResponseInput) -> PutResponseResult:
+        """The final of ``put_response``, committed once."""
         spec = inp.aggregate
         owner = ledger_owner(inp.gather_id, inp.chain)
         msg_id = response_msg_id(owner, inp.outcome)  # the PUT's ledger key
@@ -593,9 +601,38 @@ class MQActivities:
                     ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
 
             self._unit_of_work(inp.gather_id, work)
+            # A final on another worker may have looked for these moves before they were
+            # committed, and committed since: what it carried is now on the hold queue
+            # too. Looked for after the commit, as the final looks for the moves after
+            # its own, so one of the two sees the other (_withdraw_after_final).
+            self._unit_of_work(
+                inp.gather_id,
+                partial(
+                    _withdraw_carried, spec=spec, owner=owner, replies=chunk, gather=inp.gather_id
+                ),
+            )
         return HoldRepliesResult(
             held=[held_reference(spec.hold_queue, reply.message) for reply in inp.replies]
         )
+
+    def _withdraw_after_final(self, inp: PutResponseInput) -> None:
+        """After a gather's final, in a gather that moved replies or a run after a reset:
+        withdraw from the hold queue each copy of a reply the final carried inline whose
+        move committed after the final looked for it (a cancelled move's thread running
+        on, on another worker). The move looks for the final after its own commit, so
+        whichever commits last sees the other."""
+        spec = inp.aggregate
+        owner = ledger_owner(inp.gather_id, inp.chain)
+        inline = [r for leg in inp.legs for r in leg.replies if r.held is None]
+        if not inline:
+            return
+
+        def work(transport: Transport) -> None:
+            moved = [r for r in inline
+                     if ledger.done(transport, spec.ledger_queue, _move_key(owner, r))]  # fmt: skip
+            _withdraw(transport, spec.hold_queue, moved, inp.gather_id)
+
+        self._unit_of_work(inp.gather_id, work)
 
     def _closed_before(self, inp: PutResponseInput, marker: MQMessage) -> PutResponseResult | None:
         """After this gather's final was committed: None when it is this input's (an
@@ -887,6 +924,36 @@ def _reply_key(reply: Reply) -> str:
     """What names a reply in the ledger: its MsgId and fingerprint, since two replies may
     share a MsgId (workflows.redelivery)."""
     return redelivery.key(reply.message, reply.fingerprint)
+
+
+def _withdraw_carried(
+    transport: Transport, *, spec: AggregateSpec, owner: str, replies: Sequence[Reply], gather: str
+) -> None:
+    """Withdraw from the hold queue the copies just moved of the ``replies`` the gather's
+    final carried (committed meanwhile on another worker: see ``hold_replies``)."""
+    carried = _carried_by_final(transport, spec.ledger_queue, owner)
+    if carried:
+        _withdraw(transport, spec.hold_queue, [r for r in replies if _final_key(r) in carried],
+                  gather)  # fmt: skip
+
+
+def _withdraw(transport: Transport, hold_queue: str, replies: Sequence[Reply], gather: str) -> None:
+    """Get off ``hold_queue``, in the caller's unit of work, the copy of each of
+    ``replies`` that is there: each is in its one place already, its gather's final. None
+    there is fine: the final took it, or the move never put it."""
+    reader = hold.HeldReader(transport)
+    for reply in replies:
+        ref = held_reference(hold_queue, reply.message)
+        try:
+            reader.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256, wait_ms=0)
+        except hold.HeldReplyError:
+            continue
+        activity.logger.warning(
+            "gather %s: the copy of reply MsgId %s on %s is withdrawn: its final carried "
+            "the reply, and a move committed after it looked",
+            gather, reply.message.msg_id.hex(), hold_queue,
+        )  # fmt: skip
+    reader.put_back()
 
 
 def _move_key(owner: str, reply: Reply) -> bytes:

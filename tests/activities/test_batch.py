@@ -325,7 +325,9 @@ def test_a_batch_its_target_refuses_for_good_is_dead_lettered_on_its_last_attemp
         env.run(acts.put_batch, inp.model_copy(update={"attempts_before": 1}))
     last = inp.model_copy(update={"attempts_before": 2})
     result = env.run(acts.put_batch, last)
-    env.run(acts.put_batch, last)  # retried after its commit: nothing twice
+    # Retried after its commit: nothing twice, and it says where the batch went.
+    again = env.run(acts.put_batch, last)
+    assert (again.queue, again.refused) == (result.queue, result.refused)
     with LocalQueueManager(path) as qm:
         dead = drain(qm, DEAD_LETTER_QUEUE)
         failed = drain(qm, SPEC.failure_queue)

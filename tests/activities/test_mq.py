@@ -9,6 +9,7 @@ import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -867,6 +868,63 @@ def test_a_move_that_runs_on_after_its_gathers_final_leaves_nothing_on_the_hold_
     # What the final did not carry is moved as ever: its gather still holds it.
     assert [m.body for m in held] == [other.message.body]
     assert len(late.held) == 2
+
+
+class _Racing(LocalQueueManager):
+    """The embedded queue manager, where ``between`` runs (once) as this connection's
+    first unit of work is about to commit: another worker's unit of work then looks and
+    commits between this one's look and its commit."""
+
+    def __init__(self, path: Path, between: Callable[[], object]) -> None:
+        super().__init__(path)
+        self._between = [between]
+
+    def commit(self) -> None:
+        while self._between:
+            self._between.pop()()
+        super().commit()
+
+
+def _racing(path: Path, between: Callable[[], object]) -> Callable[[], LocalQueueManager]:
+    return lambda: _Racing(path, between)
+
+
+def test_a_move_committed_after_the_final_on_another_worker_looked_leaves_no_copy(qm_path):
+    # A cancelled move's thread ran on, on one worker, while the gather's final ran on
+    # another: the move looked for the final before it committed, the final looked for
+    # the move before the move committed. Both committed, the body carried in the
+    # response and a copy on the hold queue, which the hold check sent to the late queue.
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    carried = _big(1)
+    legs = [ReceivedLeg(leg=LEG, replies=[carried])]
+    final = MQActivities(lambda: LocalQueueManager(qm_path))
+    respond = partial(attempt_env().run, final.put_response,
+                      response_input(spec, legs=legs, moved_to_hold=True))  # fmt: skip
+    mover = MQActivities(_racing(qm_path, respond))
+    _hold(attempt_env(), mover, spec, carried)
+    with LocalQueueManager(qm_path) as qm:
+        (response,) = drain(qm, "ORDER.RESPONSE")
+        assert drain(qm, spec.hold_queue) == []
+    assert json.loads(response.body)["legs"] == {"credit": {"n": "1"}}
+
+
+def test_a_final_committed_after_a_move_on_another_worker_looked_leaves_no_copy(qm_path):
+    # The other order: the move looked for the final, and committed, while the final,
+    # which had looked for the move before, had yet to commit.
+    spec = AggregateSpec(name="t", legs=(LEG,))
+    carried, other = _big(1), _big(2)
+    legs = [ReceivedLeg(leg=LEG, replies=[carried])]
+    mover = MQActivities(lambda: LocalQueueManager(qm_path))
+    final = MQActivities(
+        _racing(qm_path, partial(_hold, attempt_env(), mover, spec, carried, other))
+    )
+    attempt_env().run(final.put_response, response_input(spec, legs=legs, moved_to_hold=True))
+    with LocalQueueManager(qm_path) as qm:
+        (response,) = drain(qm, "ORDER.RESPONSE")
+        held = drain(qm, spec.hold_queue)
+    assert json.loads(response.body)["legs"] == {"credit": {"n": "1"}}
+    # What the final did not carry stays: its gather still holds it.
+    assert [m.body for m in held] == [other.message.body]
 
 
 def test_a_response_the_dead_letter_queue_refuses_too_sends_its_replies_to_the_failure_queue(

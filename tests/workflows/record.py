@@ -5,12 +5,13 @@
 Runs one real gather per path the workflow can take — complete, duplicates first / last
 / all, a late reply inside the late window, replies before registration with the restart
 timer, timeout, unknown, extend then release, cancel (by update and through Temporal), a
-PUT retried until its queue has room, static mode, a leg body the merge refuses,
-continue-as-new, a logical group with a gap and a duplicate, replies that share one
-MsgId with a redelivery among them, a leg asked again on MQ's report that its request
-was not delivered — and one collector destination per path a collector
-can take (closed by count, delay, bytes or an operator's release, a group batch, a PUT
-retried, continue-as-new, messages that share a MsgId), through the bridges, a worker
+PUT retried until its queue has room, a duplicate its queue refuses for good (put to
+the dead-letter queue), static mode, a leg body the merge refuses, continue-as-new, a
+logical group with a gap and a duplicate, replies that share one MsgId with a
+redelivery among them, a leg asked again on MQ's report that its request was not
+delivered — and one collector destination per path a collector can take (closed by
+count, delay, bytes or an operator's release, a group batch, a PUT retried,
+continue-as-new, messages that share a MsgId), through the bridges, a worker
 and the embedded queue manager on a dev server of its own, and writes each run's history
 to ``tests/workflows/histories/SET/<path>.json`` (SET defaults to the worker's build
 id). Recorded sets are kept: the suite replays every one of them against the current
@@ -174,6 +175,19 @@ async def put_retried(p: Pipeline, s: AggregateSpec) -> bytes:
     return g.correl_id
 
 
+async def duplicate_dead_lettered(p: Pipeline, s: AggregateSpec) -> bytes:
+    attrs = p.qm.inquire(s.duplicate_queue).model_copy(update={"maxmsgl": 100})
+    p.qm.define(attrs, replace=True)  # shorter than the duplicate: refused for good
+    g = await p.scatter(s)
+    p.reply(s, g.correl_id, "CREDIT", b'{"c":1}')
+    p.reply(s, g.correl_id, "CREDIT", b'{"c":2}' + b" " * 200)
+    await p.wait_message("SYSTEM.DEAD.LETTER.QUEUE")
+    p.reply(s, g.correl_id, "STOCK", b"{}")
+    p.reply(s, g.correl_id, "TAX", b"{}")
+    await p.result(s, g.correl_id)
+    return g.correl_id
+
+
 async def static_blob(p: Pipeline, s: AggregateSpec) -> bytes:
     correl = parse_id("STATIC-1")
     for leg in ("TAX", "CREDIT", "STOCK"):
@@ -309,6 +323,8 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
     "cancel": (cancel, {}),
     "temporal_cancel": (temporal_cancel, {}),
     "put_retried": (put_retried, {}),
+    "duplicate_dead_lettered": (duplicate_dead_lettered, {
+        "delivery_attempts": 1, "duplicate_queue": "GATHER.DUPLICATE"}),
     "static_blob": (static_blob, {"mode": "static", "merge": "blob", "separator": "|"}),
     "merge_failed": (merge_failed, {}),
     "continue_as_new": (continue_as_new, {"duplicate_queue": ""}),

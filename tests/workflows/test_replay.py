@@ -21,6 +21,7 @@ from analytics.replay import ReplayReport, read_histories, replay
 from mqgather.names import (
     COLLECT_WORKFLOW,
     GATHER_WORKFLOW,
+    PATCH_BATCH_CARRIED,
     PATCH_BY_CONTENT,
     PATCH_SETTLE,
     SIGNAL_UNDELIVERED,
@@ -68,7 +69,9 @@ def test_the_recorded_sets_cover_every_path():
     assert report.kinds[COLLECT_WORKFLOW] == len(list((HISTORIES / LATEST).glob("collect_*")))
     # Both sides of each patch are recorded: without it, and with it.
     assert not patches(FIRST_COLLECTORS)
-    assert patches(LATEST) == {PATCH_DELAY_FROM_ARRIVAL, PATCH_SETTLE, PATCH_BY_CONTENT}
+    assert patches(LATEST) == {
+        PATCH_DELAY_FROM_ARRIVAL, PATCH_SETTLE, PATCH_BY_CONTENT, PATCH_BATCH_CARRIED}  # fmt: skip
+    assert PATCH_BATCH_CARRIED not in patches(BEFORE_BATCH_CARRIED)
     assert PATCH_BY_CONTENT not in patches(BEFORE_FINGERPRINTS)
     assert not patches(BEFORE_RULES, "*.json") & {PATCH_SETTLE, PATCH_REREQUEST}
     assert patches(LATEST, "rerequested.json") == {PATCH_REREQUEST}
@@ -133,8 +136,11 @@ RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
 #: collector's, completion rules, optional legs, leg deadlines, a re-request, replies
 #: that share a MsgId among them, and a leg asked again on MQ's report that its request
 #: was not delivered (signal ``undelivered``), and a gather and a collector an operator
-#: reset (their runs before and after), and gathers whose ledger keys name their chain.
-LATEST = "0.1.0-482180842481"
+#: reset (their runs before and after), gathers whose ledger keys name their chain, and
+#: a duplicate its queue refused for good, put to the dead-letter queue.
+LATEST = "0.1.0-45cb413399ca"
+#: The last set before a collector's batches counted the bytes they carry.
+BEFORE_BATCH_CARRIED = "0.1.0-482180842481"
 #: The last set before gathers' ledger keys named the first run of their chain.
 BEFORE_CHAINS = "0.1.0-60796d95b5c7"
 #: The last set before runs after a reset were told apart.
