@@ -335,8 +335,8 @@ class CollectorActivities(MQActivities):
             if marker is not None:
                 earlier.append(True)
                 # Committed by an earlier attempt: it reports where that one put it.
-                if (went := dead_lettered(marker)) is not None:
-                    dlq, why = went
+                if (dead := dead_lettered(marker)) is not None:
+                    dlq, why = dead
                 return
             # Held messages leave the hold queue in this unit of work, with the PUT.
             whole = batch.model_copy(update={"items": [_whole(reader, i) for i in items]})
