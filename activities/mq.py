@@ -384,18 +384,24 @@ class MQActivities:
                 raise
         return int(self._local.maxumsgs)
 
-    def _unit_of_work(self, owner: str, work: Callable[[Transport], None]) -> None:
+    def _unit_of_work(
+        self, owner: str, work: Callable[[Transport], None], *, in_time: bool = True
+    ) -> None:
         """Run ``work`` and commit, or back out, in one unit of work, while no earlier
         attempt of ``owner``'s (a gather's or a collector's) runs in this worker: its
-        ledger look and its commit then cannot interleave with another's."""
+        ledger look and its commit then cannot interleave with another's. Without
+        ``in_time``, it commits even when the attempt was cancelled or outlived its
+        timeout (a repair that is right whoever runs it, and as often)."""
         with self.attempts.hold(owner, EARLIER_ATTEMPT_WAIT_SECONDS):
-            self._run_unit(owner, work)
+            self._run_unit(owner, work, in_time=in_time)
 
-    def _run_unit(self, owner: str, work: Callable[[Transport], None]) -> None:
+    def _run_unit(
+        self, owner: str, work: Callable[[Transport], None], *, in_time: bool = True
+    ) -> None:
         transport = self._transport()
         try:
             work(transport)
-            if activity.in_activity():  # salvage runs the same work outside one
+            if in_time and activity.in_activity():  # salvage runs the same work outside one
                 self._still_in_time(owner, activity.info())
             transport.commit()
         except BaseException as exc:
@@ -605,11 +611,14 @@ class MQActivities:
             # committed, and committed since: what it carried is now on the hold queue
             # too. Looked for after the commit, as the final looks for the moves after
             # its own, so one of the two sees the other (_withdraw_after_final).
+            # A move whose thread ran on is cancelled by now, most likely: it withdraws
+            # all the same.
             self._unit_of_work(
                 inp.gather_id,
                 partial(
                     _withdraw_carried, spec=spec, owner=owner, replies=chunk, gather=inp.gather_id
                 ),
+                in_time=False,
             )
         return HoldRepliesResult(
             held=[held_reference(spec.hold_queue, reply.message) for reply in inp.replies]
@@ -632,7 +641,7 @@ class MQActivities:
                      if ledger.done(transport, spec.ledger_queue, _move_key(owner, r))]  # fmt: skip
             _withdraw(transport, spec.hold_queue, moved, inp.gather_id)
 
-        self._unit_of_work(inp.gather_id, work)
+        self._unit_of_work(inp.gather_id, work, in_time=False)
 
     def _closed_before(self, inp: PutResponseInput, marker: MQMessage) -> PutResponseResult | None:
         """After this gather's final was committed: None when it is this input's (an

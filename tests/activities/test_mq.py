@@ -9,7 +9,6 @@ import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -898,10 +897,14 @@ def test_a_move_committed_after_the_final_on_another_worker_looked_leaves_no_cop
     carried = _big(1)
     legs = [ReceivedLeg(leg=LEG, replies=[carried])]
     final = MQActivities(lambda: LocalQueueManager(qm_path))
-    respond = partial(attempt_env().run, final.put_response,
-                      response_input(spec, legs=legs, moved_to_hold=True))  # fmt: skip
+    moving = attempt_env()
+
+    def respond() -> None:
+        attempt_env().run(final.put_response, response_input(spec, legs=legs, moved_to_hold=True))
+        moving.cancel()  # the gather moved on: the move is cancelled by the time it looks
+
     mover = MQActivities(_racing(qm_path, respond))
-    _hold(attempt_env(), mover, spec, carried)
+    _hold(moving, mover, spec, carried)
     with LocalQueueManager(qm_path) as qm:
         (response,) = drain(qm, "ORDER.RESPONSE")
         assert drain(qm, spec.hold_queue) == []
@@ -915,10 +918,14 @@ def test_a_final_committed_after_a_move_on_another_worker_looked_leaves_no_copy(
     carried, other = _big(1), _big(2)
     legs = [ReceivedLeg(leg=LEG, replies=[carried])]
     mover = MQActivities(lambda: LocalQueueManager(qm_path))
-    final = MQActivities(
-        _racing(qm_path, partial(_hold, attempt_env(), mover, spec, carried, other))
-    )
-    attempt_env().run(final.put_response, response_input(spec, legs=legs, moved_to_hold=True))
+    answering = attempt_env()
+
+    def move() -> None:
+        _hold(attempt_env(), mover, spec, carried, other)
+        answering.cancel()  # cancelled after its commit: it withdraws all the same
+
+    final = MQActivities(_racing(qm_path, move))
+    answering.run(final.put_response, response_input(spec, legs=legs, moved_to_hold=True))
     with LocalQueueManager(qm_path) as qm:
         (response,) = drain(qm, "ORDER.RESPONSE")
         held = drain(qm, spec.hold_queue)
