@@ -611,15 +611,8 @@ class MQActivities:
             # committed, and committed since: what it carried is now on the hold queue
             # too. Looked for after the commit, as the final looks for the moves after
             # its own, so one of the two sees the other (_withdraw_after_final).
-            # A move whose thread ran on is cancelled by now, most likely: it withdraws
-            # all the same.
-            self._unit_of_work(
-                inp.gather_id,
-                partial(
-                    _withdraw_carried, spec=spec, owner=owner, replies=chunk, gather=inp.gather_id
-                ),
-                in_time=False,
-            )
+            took = partial(_carried_of, spec=spec, owner=owner, replies=chunk)
+            self._withdraw_copies(inp.gather_id, spec.hold_queue, took)
         return HoldRepliesResult(
             held=[held_reference(spec.hold_queue, reply.message) for reply in inp.replies]
         )
@@ -636,12 +629,40 @@ class MQActivities:
         if not inline:
             return
 
-        def work(transport: Transport) -> None:
-            moved = [r for r in inline
-                     if ledger.done(transport, spec.ledger_queue, _move_key(owner, r))]  # fmt: skip
-            _withdraw(transport, spec.hold_queue, moved, inp.gather_id)
+        def moved(transport: Transport) -> list[Reply]:
+            return [r for r in inline
+                    if ledger.done(transport, spec.ledger_queue, _move_key(owner, r))]  # fmt: skip
 
-        self._unit_of_work(inp.gather_id, work, in_time=False)
+        self._withdraw_copies(inp.gather_id, spec.hold_queue, moved)
+
+    def _withdraw_copies(
+        self, gather: str, hold_queue: str, copies: Callable[[Transport], list[Reply]]
+    ) -> None:
+        """Get off ``hold_queue``, in one unit of work, the copy there of each reply
+        ``copies`` names: each is in its one place already, its gather's final. None there
+        is fine: the final took it, or the move never put it. It commits even when the
+        attempt was cancelled meanwhile: a move that ran on is, most likely."""
+        withdrawn: list[Reply] = []
+
+        def work(transport: Transport) -> None:
+            withdrawn.clear()
+            reader = hold.HeldReader(transport)
+            for reply in copies(transport):
+                ref = held_reference(hold_queue, reply.message)
+                try:
+                    reader.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256, wait_ms=0)
+                except hold.HeldReplyError:
+                    continue
+                withdrawn.append(reply)
+            reader.put_back()
+
+        self._unit_of_work(gather, work, in_time=False)
+        for reply in withdrawn:  # logged once committed
+            activity.logger.warning(
+                "gather %s: the copy of reply MsgId %s on %s is withdrawn: its final carried "
+                "the reply, and a move committed after it looked",
+                gather, reply.message.msg_id.hex(), hold_queue,
+            )  # fmt: skip
 
     def _closed_before(self, inp: PutResponseInput, marker: MQMessage) -> PutResponseResult | None:
         """After this gather's final was committed: None when it is this input's (an
@@ -935,34 +956,12 @@ def _reply_key(reply: Reply) -> str:
     return redelivery.key(reply.message, reply.fingerprint)
 
 
-def _withdraw_carried(
-    transport: Transport, *, spec: AggregateSpec, owner: str, replies: Sequence[Reply], gather: str
-) -> None:
-    """Withdraw from the hold queue the copies just moved of the ``replies`` the gather's
-    final carried (committed meanwhile on another worker: see ``hold_replies``)."""
+def _carried_of(
+    transport: Transport, *, spec: AggregateSpec, owner: str, replies: Sequence[Reply]
+) -> list[Reply]:
+    """Those of ``replies`` the gather's final carried (none before its final)."""
     carried = _carried_by_final(transport, spec.ledger_queue, owner)
-    if carried:
-        _withdraw(transport, spec.hold_queue, [r for r in replies if _final_key(r) in carried],
-                  gather)  # fmt: skip
-
-
-def _withdraw(transport: Transport, hold_queue: str, replies: Sequence[Reply], gather: str) -> None:
-    """Get off ``hold_queue``, in the caller's unit of work, the copy of each of
-    ``replies`` that is there: each is in its one place already, its gather's final. None
-    there is fine: the final took it, or the move never put it."""
-    reader = hold.HeldReader(transport)
-    for reply in replies:
-        ref = held_reference(hold_queue, reply.message)
-        try:
-            reader.take(ref.queue, ref.msg_id, ref.correl_id, ref.sha256, wait_ms=0)
-        except hold.HeldReplyError:
-            continue
-        activity.logger.warning(
-            "gather %s: the copy of reply MsgId %s on %s is withdrawn: its final carried "
-            "the reply, and a move committed after it looked",
-            gather, reply.message.msg_id.hex(), hold_queue,
-        )  # fmt: skip
-    reader.put_back()
+    return [r for r in replies if _final_key(r) in carried]
 
 
 def _move_key(owner: str, reply: Reply) -> bytes:
