@@ -83,9 +83,10 @@ bench-scale: bytecode
 	$(BIN)/python -m bench.gather_throughput --gathers 600 --open 0,1000,10000,50000
 
 # A new set of recorded gather histories (tests/workflows/histories/<build id>/) from the
-# current workflow code; commit it when a new workflow version ships.
+# current workflow code; commit it when a new workflow version ships (`--large` in
+# ARGS: the gathers too large to carry, into <build id>-large/).
 histories: bytecode
-	$(BIN)/python -m tests.workflows.record $(SET)
+	$(BIN)/python -m tests.workflows.record $(ARGS) $(SET)
 
 clean:
 	rm -rf $(VENV) .mqgather .pytest_cache .mypy_cache .ruff_cache

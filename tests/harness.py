@@ -139,6 +139,19 @@ class Pipeline:
             gather_id(spec.name, correl), result_type=GatherResult
         )
 
+    async def counted(self, spec: AggregateSpec, correl: bytes, count: int) -> WorkflowHandle:
+        """A gather of ``spec`` (legs told apart by count) registered for ``count`` legs, as
+        a hand-made start would."""
+        from mqgather.names import SIGNAL_EXPECT
+        from workflows.gather import GatherWorkflow
+        from workflows.models import Registration, start_input
+
+        return await self.client.start_workflow(
+            GatherWorkflow.run, start_input(spec, correl), id=self.handle(spec, correl).id,
+            task_queue=self.task_queue, start_signal=SIGNAL_EXPECT,
+            start_signal_args=[Registration(count=count)],
+        )  # fmt: skip
+
     async def partial(
         self, spec: AggregateSpec, correl: bytes, legs: dict[str, bytes], timeout_seconds: float
     ) -> tuple[Scattered, list[MQMessage]]:
@@ -224,6 +237,15 @@ async def status(handle: WorkflowHandle) -> Any:
     from workflows.gather import GatherWorkflow
 
     return await handle.query(GatherWorkflow.status)
+
+
+async def taken(handle: WorkflowHandle) -> int:
+    """How many legs the gather has taken a reply for, once its workflow has no task in
+    flight (-1 before): what it took is then in its history."""
+    described = await handle.describe()
+    if described.raw_description.HasField("pending_workflow_task"):
+        return -1
+    return len((await status(handle)).legs_received)
 
 
 async def until(get: Any, check: Any, timeout: float = 20.0) -> Any:

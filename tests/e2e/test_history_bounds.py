@@ -17,7 +17,7 @@ from bridge.mq.models import MQFMT_STRING, MQMessage
 from mqgather.names import SEARCH_ATTRIBUTES
 from mqgather.runtime.temporal import dev_server_config_args
 from tests.e2e.test_hostile_input import COUNTED, counted_gather
-from tests.harness import pipeline, status, until
+from tests.harness import pipeline, status, taken, until
 from workflows.gather import PATCH_MOVE_TO_HOLD
 
 #: The server suggests continuing as new past this many events (4,096 by default).
@@ -40,15 +40,6 @@ async def small_histories():
     )
     yield env
     await env.shutdown()
-
-
-async def _taken(handle) -> int:
-    """How many replies the gather took, once its workflow has no task in flight (-1
-    before)."""
-    described = await handle.describe()
-    if described.raw_description.HasField("pending_workflow_task"):
-        return -1
-    return len((await status(handle)).legs_received)
 
 
 async def _run_id(handle) -> str:
@@ -76,7 +67,7 @@ async def test_a_gather_too_large_to_carry_moves_its_replies_to_the_hold_queue_a
         for start in range(0, first_part, group):
             for n in range(start, start + group):
                 p.put(spec.reply_queue, MQMessage(correl_id=correl, body=_body(n)))
-            await until(lambda: _taken(latest), lambda n, end=start + group: n >= end)
+            await until(lambda: taken(latest), lambda n, end=start + group: n >= end)
         # Its bodies moved to the hold queue, the gather continues as new.
         await until(lambda: _run_id(latest), lambda run: run != first.run_id)
         moved = p.depth(spec.hold_queue)
@@ -109,7 +100,7 @@ async def test_a_move_the_hold_queue_refuses_gives_way_to_the_gathers_response(
         for start in range(0, first_part, group):
             for n in range(start, start + group):
                 p.put(spec.reply_queue, MQMessage(correl_id=correl, body=_body(n)))
-            await until(lambda: _taken(handle), lambda n, end=start + group: n >= end)
+            await until(lambda: taken(handle), lambda n, end=start + group: n >= end)
         await until(lambda: status(handle), lambda s: "MQRC_PUT_INHIBITED" in s.last_error, 30)
         for n in range(first_part, legs):
             p.put(spec.reply_queue, MQMessage(correl_id=correl, body=_body(n)))
@@ -143,7 +134,7 @@ async def test_replies_moved_to_the_hold_queue_keep_their_mqmd_properties_and_bo
         for start in range(0, legs, group):
             for n in range(start, start + group):
                 sent[n] = p.put(spec.reply_queue, reply(n))
-            await until(lambda: _taken(latest), lambda k, end=start + group: k >= end)
+            await until(lambda: taken(latest), lambda k, end=start + group: k >= end)
         await until(lambda: _run_id(latest), lambda run: run != first)
         moved = p.messages(spec.hold_queue)
         p.put(spec.reply_queue, reply(legs))

@@ -670,12 +670,7 @@ COUNTED = AggregateSpec(name="counted", leg_identification="count", merge="blob"
 async def counted_gather(p, text: str, count: int):
     """A gather of ``COUNTED`` registered for ``count`` legs, as a hand-made start would."""
     correl = parse_id(text)
-    handle = await p.client.start_workflow(
-        GatherWorkflow.run, start_input(COUNTED, correl),
-        id=p.handle(COUNTED, correl).id, task_queue=p.task_queue,
-        start_signal=SIGNAL_EXPECT, start_signal_args=[Registration(count=count)],
-    )  # fmt: skip
-    return correl, handle
+    return correl, await p.counted(COUNTED, correl, count)
 
 
 async def counted_flood(p, spec: AggregateSpec, text: str, bodies: list[bytes]):

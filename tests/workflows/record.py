@@ -17,6 +17,12 @@ to ``tests/workflows/histories/SET/<path>.json`` (SET defaults to the worker's b
 id). Recorded sets are kept: the suite replays every one of them against the current
 code.
 
+With ``--large`` it records instead the gathers whose state outgrows what a run can
+carry (their replies moved to the hold queue before continuing as new, and a move the
+hold queue refuses giving way to the response), on a server that suggests continue-as-new
+sooner, each history gzipped (``SET-large/<path>.json.gz``): their bodies run to
+megabytes, and repeat.
+
 With ``--sealed`` every payload is sealed by the codec, with a key ring made for the set
 and kept beside it as ``_keys.json`` (a test key that seals nothing else), so the suite
 replays sealed histories too.
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import shutil
 import sys
 import tempfile
@@ -42,7 +49,7 @@ from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import SEARCH_ATTRIBUTES
 from mqgather.runtime.codec import KeyRing, data_converter, new_key
 from tests.collecting import Collecting, collecting, order
-from tests.harness import Pipeline, pipeline, reset_to_first_task, status, until
+from tests.harness import Pipeline, pipeline, reset_to_first_task, status, taken, until
 from workers.worker import default_build_id
 from workflows.collect_models import ReleaseBatchInput, collector_id
 from workflows.collector import CollectorWorkflow
@@ -345,6 +352,70 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
                  *LEGS[1:])}),
 }  # fmt: skip
 
+#: The server suggests continue-as-new sooner for the large scenarios: the state must
+#: outgrow a payload before it does.
+LARGE_EVENTS = 20
+#: The replies of a large scenario: 40 of 55 KB first, ten at a time (a state of 2.2 MB,
+#: more than a run can carry into the next), then one at a time until the gather has
+#: had to act on it, then the rest.
+LARGE_LEGS, LARGE_FIRST, LARGE_GROUP = 60, 40, 10
+
+Acted = Callable[[WorkflowHandle, str], Awaitable[bool]]
+
+
+def _large_body(n: int) -> bytes:
+    return b"%04d" % n * 13_750
+
+
+async def _large_gather(p: Pipeline, s: AggregateSpec, text: str, acted: Acted) -> bytes:
+    """A counted gather of :data:`LARGE_LEGS` of :func:`_large_body` replies, the first
+    sent as back ends answering over a while send them, each group taken before the next,
+    until ``acted`` (its handle, its first run's id) holds; then the rest, and its
+    response checked."""
+    correl = parse_id(text)
+    first = (await p.counted(s, correl, LARGE_LEGS)).result_run_id or ""
+    handle = p.handle(s, correl)
+    sent = 0
+    while sent < LARGE_LEGS:
+        group = LARGE_GROUP if sent < LARGE_FIRST else 1
+        for n in range(sent, sent + group):
+            p.put(s.reply_queue, MQMessage(correl_id=correl, body=_large_body(n)))
+        sent += group
+        await until(lambda: taken(handle), lambda k, end=sent: k >= end, 60)
+        if sent >= LARGE_FIRST and await acted(handle, first):
+            break
+    assert sent < LARGE_LEGS, "the gather never had to act on its size"
+    for n in range(sent, LARGE_LEGS):
+        p.put(s.reply_queue, MQMessage(correl_id=correl, body=_large_body(n)))
+    response = await p.wait_message(s.response_queue, timeout=60)
+    assert response.body == b"".join(_large_body(n) for n in range(LARGE_LEGS))
+    return correl
+
+
+async def moved_to_hold(p: Pipeline, s: AggregateSpec) -> bytes:
+    async def continued(handle: WorkflowHandle, first: str) -> bool:
+        return (await handle.describe()).run_id != first and p.depth(s.hold_queue) > 0
+
+    return await _large_gather(p, s, "MOVED-1", continued)
+
+
+async def move_gives_way(p: Pipeline, s: AggregateSpec) -> bytes:
+    attrs = p.qm.inquire(s.hold_queue).model_copy(update={"put": "disabled"})
+    p.qm.define(attrs, replace=True)
+
+    async def refused(handle: WorkflowHandle, first: str) -> bool:
+        return "MQRC_PUT_INHIBITED" in (await status(handle)).last_error
+
+    return await _large_gather(p, s, "REFUSED-1", refused)
+
+
+LARGE = {"legs": (), "leg_identification": "count", "merge": "blob", "label": "R",
+         "timeout_seconds": 300, "gather_inline_bytes": 100 * 1024 * 1024}  # fmt: skip
+LARGE_SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
+    "moved_to_hold": (moved_to_hold, LARGE),
+    "move_gives_way": (move_gives_way, LARGE),
+}
+
 Collect = Callable[[Collecting, str], Awaitable[None]]
 
 
@@ -469,9 +540,10 @@ COLLECT_SCENARIOS: dict[str, tuple[str, dict[str, object], Collect]] = {
 
 
 async def _write_runs(
-    env: WorkflowEnvironment, workflow_id: str, name: str, out: Path
+    env: WorkflowEnvironment, workflow_id: str, name: str, out: Path, *, gzipped: bool = False
 ) -> list[Path]:
-    """Every run of one workflow, in start order, as ``name[_runN].json``."""
+    """Every run of one workflow, in start order, as ``name[_runN].json`` (``.json.gz``
+    when ``gzipped``)."""
     runs = [e async for e in env.client.list_workflows(f'WorkflowId = "{workflow_id}"')]
     written = []
     for number, run in enumerate(sorted(runs, key=lambda r: r.start_time), 1):
@@ -481,8 +553,13 @@ async def _write_runs(
         if last == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
             assert len(runs) > 1
         suffix = f"_run{number}" if len(runs) > 1 else ""
-        path = out / f"{name}{suffix}.json"
-        path.write_text(history.to_json())
+        path = out / f"{name}{suffix}.json{'.gz' if gzipped else ''}"
+        text = history.to_json()
+        if gzipped:
+            # mtime 0: the same history gzips to the same bytes.
+            path.write_bytes(gzip.compress(text.encode(), mtime=0))
+        else:
+            path.write_text(text)
         written.append(path)
         print(f"recorded {path} ({len(history.events)} events)", flush=True)
     return written
@@ -513,8 +590,12 @@ async def record_collectors(env: WorkflowEnvironment, out: Path) -> list[Path]:
 KEYS_FILE = "_keys.json"
 
 
-async def record(out: Path, converter: DataConverter | None = None) -> list[Path]:
-    """Run every scenario and write each run of each gather and collector to ``out``."""
+async def record(
+    out: Path, converter: DataConverter | None = None, *, large: bool = False
+) -> list[Path]:
+    """Run every scenario and write each run of each gather and collector to ``out``;
+    with ``large``, the :data:`LARGE_SCENARIOS` only, gzipped."""
+    events = LARGE_EVENTS if large else CONTINUE_AS_NEW_EVENTS
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=shutil.which("temporal"),
         search_attributes=SEARCH_ATTRIBUTES,
@@ -522,13 +603,13 @@ async def record(out: Path, converter: DataConverter | None = None) -> list[Path
         dev_server_log_level="error",
         dev_server_extra_args=[
             "--dynamic-config-value",
-            f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_EVENTS}",
+            f"limit.historyCount.suggestContinueAsNew={events}",
         ],
     )
     written: list[Path] = []
     out.mkdir(parents=True, exist_ok=True)
     try:
-        for name, (scenario, settings) in SCENARIOS.items():
+        for name, (scenario, settings) in (LARGE_SCENARIOS if large else SCENARIOS).items():
             fields = {"name": name.replace("_", "-"), "legs": LEGS, "timeout_seconds": 60,
                       **settings}  # fmt: skip
             spec = AggregateSpec(**fields)  # type: ignore[arg-type]
@@ -536,8 +617,10 @@ async def record(out: Path, converter: DataConverter | None = None) -> list[Path
                 async with pipeline(env.client, Path(tmp), [spec]) as p:
                     correl = await scenario(p, spec)
                     await p.handle(spec, correl).result()  # every run closed
-                    written += await _write_runs(env, p.handle(spec, correl).id, name, out)
-        written += await record_collectors(env, out)
+                    workflow_id = p.handle(spec, correl).id
+                    written += await _write_runs(env, workflow_id, name, out, gzipped=large)
+        if not large:
+            written += await record_collectors(env, out)
     finally:
         await env.shutdown()
     return written
@@ -548,8 +631,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("set", nargs="?", default=None, help="set name")
     parser.add_argument("--sealed", action="store_true", help="seal every payload")
+    parser.add_argument("--large", action="store_true", help="the gathers too large to carry")
     args = parser.parse_args()
-    name = args.set or default_build_id() + ("-sealed" if args.sealed else "")
+    name = args.set or default_build_id() + ("-sealed" if args.sealed else "") + (
+        "-large" if args.large else ""
+    )
     out = HISTORIES / name
     if out.exists():
         sys.exit(f"{out} exists; recorded sets are kept as they are: name a new set")
@@ -559,7 +645,7 @@ def main() -> None:
         ring = KeyRing(key_id, {key_id: new_key()})
         out.mkdir(parents=True)
         (out / KEYS_FILE).write_text(ring.to_file_model().model_dump_json(indent=1) + "\n")
-    written = asyncio.run(record(out, data_converter(ring)))
+    written = asyncio.run(record(out, data_converter(ring), large=args.large))
     print(f"{len(written)} histories in {out}; commit them with the code they came from")
 
 

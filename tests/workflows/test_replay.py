@@ -10,6 +10,7 @@ gather issues fails here, naming the set, the gather and the event.
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -28,12 +29,33 @@ from mqgather.names import (
 )
 from mqgather.runtime.codec import KeyRing, data_converter, parse_key_ring
 from tests.workers.gather_v2 import CollectorV2, GatherV2
-from tests.workflows.record import COLLECT_SCENARIOS, HISTORIES, KEYS_FILE, SCENARIOS
+from tests.workflows.record import (
+    COLLECT_SCENARIOS,
+    HISTORIES,
+    KEYS_FILE,
+    LARGE_SCENARIOS,
+    SCENARIOS,
+)
 from workflows.collector import PATCH_DELAY_FROM_ARRIVAL
-from workflows.gather import PATCH_REREQUEST
+from workflows.gather import PATCH_MOVE_GIVES_WAY, PATCH_MOVE_TO_HOLD, PATCH_REREQUEST
 
 SETS = sorted(p for p in HISTORIES.iterdir() if p.is_dir())
 FILES = sorted(p for p in HISTORIES.glob("*/*.json") if not p.name.startswith("_"))
+#: The large scenarios' histories, gzipped (``record --large``).
+GZIPPED = sorted(HISTORIES.glob("*/*.json.gz"))
+
+
+def _opened(paths: list[Path], into: Path) -> list[Path]:
+    """``paths``, each gzipped one written out as plain JSON under ``into``."""
+    opened = []
+    for path in paths:
+        if path.suffix == ".gz":
+            plain = into / path.parent.name / path.stem
+            plain.parent.mkdir(parents=True, exist_ok=True)
+            plain.write_bytes(gzip.decompress(path.read_bytes()))
+            path = plain
+        opened.append(path)
+    return opened
 
 
 def _recorded_keys() -> KeyRing | None:
@@ -92,6 +114,33 @@ def test_the_recorded_sets_cover_every_path():
     assert set().union(*(patches(LATEST, name) for name in gathers)) == {PATCH_REREQUEST}
 
 
+def test_the_large_set_moves_to_the_hold_queue_and_gives_way(tmp_path):
+    # The branches of the two hold patches are recorded: a state too large to carry
+    # moved to the hold queue before continuing as new, and a move refused giving way.
+    files = {p.name.removesuffix(".json.gz"): p for p in (HISTORIES / LARGE).glob("*.json.gz")}
+    assert {name.split("_run")[0] for name in files} == set(LARGE_SCENARIOS)
+    opened = {p.stem: p for p in _opened(list(files.values()), tmp_path)}
+
+    def events(name: str) -> list:
+        return list(WorkflowHistory.from_json(name, opened[name].read_text()).events)
+
+    def patched(name: str) -> set[str]:
+        found = set()
+        for event in events(name):
+            details = event.marker_recorded_event_attributes.details
+            for payload in details["patch-data"].payloads if "patch-data" in details else ():
+                found.add(json.loads(payload.data)["id"])
+        return found
+
+    first, moved_on = events("moved_to_hold_run1"), events("moved_to_hold_run2")
+    assert first[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    assert moved_on[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+    assert patched("moved_to_hold_run1") == {PATCH_MOVE_TO_HOLD}
+    assert patched("move_gives_way") == {PATCH_MOVE_TO_HOLD, PATCH_MOVE_GIVES_WAY}
+    refused = events("move_gives_way")
+    assert refused[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+
+
 def test_gathers_recorded_since_chains_name_theirs_and_those_before_do_not():
     def chained(name: str) -> set[bool]:
         found = set()
@@ -139,6 +188,8 @@ RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
 #: reset (their runs before and after), gathers whose ledger keys name their chain, and
 #: a duplicate its queue refused for good, put to the dead-letter queue.
 LATEST = "0.1.0-45cb413399ca"
+#: Gathers whose state outgrew what a run can carry, recorded with ``--large``.
+LARGE = "0.1.0-741f25f2f30f-large"
 #: The last set before a collector's batches counted the bytes they carry.
 BEFORE_BATCH_CARRIED = "0.1.0-482180842481"
 #: The last set before gathers' ledger keys named the first run of their chain.
@@ -155,19 +206,22 @@ BEFORE_RULES = "0.1.0-df265dd3ea98"
 FIRST_COLLECTORS = "0.1.0-200b488af0f8"
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
-async def test_recorded_history_replays(path: Path):
+@pytest.mark.parametrize(
+    "path", FILES + GZIPPED, ids=lambda p: f"{p.parent.name}/{p.name.removesuffix('.json.gz')}"
+)
+async def test_recorded_history_replays(path: Path, tmp_path: Path):
     report = ReplayReport()
-    items = read_histories([path], report)
+    items = read_histories(_opened([path], tmp_path), report)
     assert len(items) == 1 and not report.unreadable, report.unreadable
     await replay(items, report, converter=CONVERTER)
     assert report.clean == 1, f"{path.parent.name}/{path.name}: {report.failures[0].describe()}"
 
 
-async def test_an_incompatible_change_fails_replay_naming_the_gather_and_event():
+async def test_an_incompatible_change_fails_replay_naming_the_gather_and_event(tmp_path):
     report = ReplayReport()
-    items = read_histories([HISTORIES], report, kinds=(GATHER_WORKFLOW,))
-    gathers = [f for f in FILES if not f.stem.startswith("collect_")]
+    gathers = [f for f in FILES + GZIPPED if not f.stem.startswith("collect_")]
+    items = read_histories(_opened(gathers, tmp_path), report, kinds=(GATHER_WORKFLOW,))
+    assert not report.unreadable
     await replay(items, report, workflow_class=GatherV2, converter=CONVERTER)
     assert report.replayed == len(gathers) and report.clean == 0
     for failure in report.failures:
