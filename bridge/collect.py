@@ -208,13 +208,14 @@ class CollectorBridge(QueueBridge):
         sizes: dict[int, int] = {}
         whole: dict[int, MQMessage] = {}  # held messages, whole
         for message in batch:
+            aside = self.backed_out_too_often(queue, attrs, dlq, message)
             # Its destination could be among what is missing, or in another segment.
-            if problem := message.unreadable or not_whole(message):
-                moves.append(Move(Destination.FAILURE, failure, message, problem))
-                continue
-            routed = self._route(message)
+            problem = message.unreadable or not_whole(message)
+            routed = problem or self._route(message)
             if isinstance(routed, str):
-                moves.append(Move(Destination.FAILURE, failure, message, routed))
+                # Aside at the threshold too: its move to the failure queue may be what
+                # backs the batch out.
+                moves.append(aside or Move(Destination.FAILURE, failure, message, routed))
                 continue
             destination, rule = routed
             rule = self._fitted(destination, rule)
@@ -222,15 +223,8 @@ class CollectorBridge(QueueBridge):
             # hold it by a reference whose put backed out with its get (held again for
             # its size, or, held for its destination's bytes, now with its body); else
             # the collector counts it a redelivery.
-            if (
-                attrs.bothresh
-                and message.backout_count >= attrs.bothresh
-                and not await self._already_batched(destination, message)
-            ):
-                reason = f"backed out {message.backout_count} times (BOTHRESH {attrs.bothresh})"
-                target = attrs.boqname or dlq
-                kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
-                moves.append(Move(kind, target, message, reason))
+            if aside and not await self._already_batched(destination, message):
+                moves.append(aside)
                 continue
             spec = self.spec
             rate = spec.destination_inline_bytes

@@ -41,7 +41,7 @@ from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, QueueAttributes, fingerprint, not_whole
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
-from mqgather.constants import DEFAULT_MAXUMSGS, LEAST_MAXUMSGS_GATHER
+from mqgather.constants import BRIDGE_BACKOUT_THRESHOLD, DEFAULT_MAXUMSGS, LEAST_MAXUMSGS_GATHER
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_TRACEPARENT, SIGNAL_REPLIES, TASK_QUEUE
 from mqgather.routing import Destination, owner_of_shared_queue, queue_for
@@ -188,6 +188,7 @@ class QueueBridge:
         wait_ms: int = 500,
         rpc_timeout: float = 10.0,
         max_backoff: float = 15.0,
+        backout_threshold: int = BRIDGE_BACKOUT_THRESHOLD,
     ) -> None:
         self.client = client
         self.connect = connect
@@ -196,6 +197,7 @@ class QueueBridge:
         self.wait_ms = wait_ms
         self.rpc_timeout = timedelta(seconds=rpc_timeout)
         self.max_backoff = max_backoff
+        self.backout_threshold = backout_threshold
         self.stats = BridgeStats()
         self._hold_maxmsgl: dict[str, int] = {}
         # The input queues found GET(DISABLED), until they are enabled again.
@@ -208,6 +210,26 @@ class QueueBridge:
     def queues(self) -> list[str]:
         """The input queues this bridge serves."""
         raise NotImplementedError
+
+    def backed_out_too_often(
+        self, queue: str, attrs: QueueAttributes, dlq: str, message: MQMessage
+    ) -> Move | None:
+        """Where ``message`` goes instead of being processed again, or None: backed out
+        BOTHRESH times, or, where the queue has BOTHRESH(0), ``backout_threshold`` times,
+        it goes to BOQNAME, else the dead-letter queue (MQ leaves BOTHRESH to its
+        applications; with none, a message that failed every time was backed out for
+        ever, holding back every message behind it)."""
+        threshold = attrs.bothresh or self.backout_threshold
+        if not threshold or message.backout_count < threshold:
+            return None
+        if attrs.bothresh:
+            why = f"BOTHRESH {threshold} of {queue}"
+        else:
+            why = f"{queue} has BOTHRESH(0): the bridge's --backout-threshold {threshold}"
+        reason = f"backed out {message.backout_count} times ({why})"
+        if attrs.boqname:
+            return Move(Destination.BACKOUT, attrs.boqname, message, reason)
+        return Move(Destination.DEAD_LETTER, dlq, message, reason)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve every input queue until ``stop`` is set."""
@@ -517,26 +539,19 @@ class InboundBridge(QueueBridge):
         undelivered = {}
         for message in batch:
             # Its leg or CorrelId could be among what is missing, or in another segment.
+            aside = self.backed_out_too_often(queue, attrs, dlq, message)
             if problem := message.unreadable or not_whole(message):
+                # Aside at the threshold too: its move to the failure queue may be what
+                # backs the batch out.
                 target = queue_for(owner, Destination.FAILURE)
-                moves.append(Move(Destination.FAILURE, target, message, problem))
+                moves.append(aside or Move(Destination.FAILURE, target, message, problem))
                 continue
             # A redelivery the gather took already is signalled again, not moved: the
             # gather may hold it by a reference whose put backed out with its get (held
             # again for its size, or, held for its gather's bytes, now with its body);
             # else the gather counts it a redelivery.
-            if (
-                attrs.bothresh
-                and message.backout_count >= attrs.bothresh
-                and not await self._already_consumed(message, specs)
-            ):
-                kind = Destination.BACKOUT if attrs.boqname else Destination.DEAD_LETTER
-                target = queue_for(owner, kind, boqname=attrs.boqname, dead_letter_queue=dlq)
-                reason = (
-                    f"backed out {message.backout_count} times (BOTHRESH "
-                    f"{attrs.bothresh} of {queue})"
-                )
-                moves.append(Move(kind, target, message, reason))
+            if aside and not await self._already_consumed(message, specs):
+                moves.append(aside)
                 continue
             try:
                 found = identify(message, specs)

@@ -141,6 +141,10 @@ COLLECT_FAILURE = "COLLECT.FAILURE"
 COLLECT_HOLD = "COLLECT.HOLD"
 #: Target queues of the demo's collector rules.
 COLLECT_DEMO_OUT = ("COLLECT.OUT.FR", "COLLECT.OUT.UK", "COLLECT.OUT.SP")
+#: Backouts after which a bridge moves a message aside when its input queue has
+#: BOTHRESH(0), MQ's default (``--backout-threshold``): with no threshold, a message that
+#: fails every time was backed out for ever, and held back every message behind it.
+BRIDGE_BACKOUT_THRESHOLD = 5
 #: Messages per MQ unit of work of the gathers' bridge (``mqgather bridge --batch-size``).
 BRIDGE_BATCH_SIZE = 100
 #: Messages per MQ unit of work of the collector's bridge: the more per get, the more per

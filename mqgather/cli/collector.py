@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mqgather.cli.options import (
+    backout_threshold_option,
     config_option,
     connector,
     fail_fast_option,
@@ -61,6 +62,7 @@ def collector() -> None:
     "most a quarter of the queue manager's MAXUMSGS: each may be got and put, and ask "
     "for a COD and a COA).",
 )
+@backout_threshold_option
 @fail_fast_option
 @metrics_port_option
 def run_(
@@ -69,6 +71,7 @@ def run_(
     config_path: str | None,
     task_queue: str,
     batch_size: int,
+    backout_threshold: int,
     fail_fast: bool,
     metrics_port: int | None,
     metrics_host: str,
@@ -88,7 +91,8 @@ def run_(
     serve_bridge(
         f"mqgather-collector-{name}", mq, fail_fast, (metrics_host, metrics_port),
         lambda client: CollectorBridge(
-            client, connector(mq), spec, task_queue=task_queue, batch_size=batch_size
+            client, connector(mq), spec, task_queue=task_queue, batch_size=batch_size,
+            backout_threshold=backout_threshold,
         ),
     )  # fmt: skip
 

@@ -17,7 +17,13 @@ from rich.table import Table
 
 from bridge.mq.connect import check_mq_url, open_transport
 from bridge.mq.transport import Transport
-from mqgather.constants import DEFAULT_DEPLOYMENT, DEFAULT_MQ, SALVAGE_PROGRESS_SECONDS
+from mqgather.constants import (
+    BRIDGE_BACKOUT_THRESHOLD,
+    DEFAULT_DEPLOYMENT,
+    DEFAULT_MQ,
+    MAX_QUEUE_DEPTH,
+    SALVAGE_PROGRESS_SECONDS,
+)
 from mqgather.errors import ConfigError, MQGatherError
 from mqgather.limits import queue_name_problem
 from mqgather.names import ENV_CONFIG, ENV_DEPLOYMENT, ENV_MQ, TASK_QUEUE
@@ -138,6 +144,20 @@ def fail_fast_option(fn: F) -> F:
         is_flag=True,
         help="Exit at once if Temporal or the queue manager cannot be reached (default: "
         "wait for them, retrying with backoff and logging each attempt).",
+    )(fn)
+
+
+def backout_threshold_option(fn: F) -> F:
+    """``--backout-threshold``: a bridge's BOTHRESH for input queues that have none."""
+    return click.option(
+        "--backout-threshold",
+        default=BRIDGE_BACKOUT_THRESHOLD,
+        show_default=True,
+        type=click.IntRange(0, MAX_QUEUE_DEPTH),
+        help="Backouts after which a message is moved aside (to BOQNAME, else the "
+        "dead-letter queue) when its input queue has BOTHRESH(0), MQ's default; a queue's "
+        "own BOTHRESH wins. 0: none, so a message that fails every time is backed out for "
+        "ever and holds back those behind it.",
     )(fn)
 
 

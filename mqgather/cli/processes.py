@@ -17,6 +17,7 @@ from bridge.mq.connect import open_transport
 from bridge.mq.errors import ConnectionBroken, QueueManagerUnavailable
 from mqgather.cli.options import (
     WAIT_MS,
+    backout_threshold_option,
     config_option,
     connector,
     fail_fast_option,
@@ -279,6 +280,7 @@ def worker(
               help="Messages per MQ unit of work (at most a quarter of the queue "
                    "manager's MAXUMSGS: each may be got and put, and ask for a COD and a "
                    "COA).")  # fmt: skip
+@backout_threshold_option
 @fail_fast_option
 @metrics_port_option
 def bridge(
@@ -286,6 +288,7 @@ def bridge(
     config_path: str | None,
     task_queue: str,
     batch_size: int,
+    backout_threshold: int,
     fail_fast: bool,
     metrics_port: int | None,
     metrics_host: str,
@@ -298,7 +301,7 @@ def bridge(
         "mqgather-bridge", mq, fail_fast, (metrics_host, metrics_port),
         lambda client: InboundBridge(
             client, connector(mq), list(config.aggregates.values()),
-            task_queue=task_queue, batch_size=batch_size,
+            task_queue=task_queue, batch_size=batch_size, backout_threshold=backout_threshold,
         ),
     )  # fmt: skip
 

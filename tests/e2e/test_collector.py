@@ -124,6 +124,36 @@ async def test_a_rule_change_applies_to_the_next_batch_within_the_bound(temporal
     assert min(new_offsets) < 5 and new_offsets == sorted(new_offsets)
 
 
+@pytest.mark.parametrize(
+    ("bothresh", "why"), [(0, "BOTHRESH(0): the bridge's --backout-threshold 5"),
+                          (3, "BOTHRESH 3 of CMAIN")],
+)  # fmt: skip
+async def test_an_input_queue_with_no_bothresh_moves_a_message_failing_every_time_aside(
+    temporal_env, tmp_path, bothresh, why
+):
+    # MQ's defaults, BOTHRESH(0) and no BOQNAME, and a failure queue that refuses a
+    # message too large for its rule: its batch was backed out for ever, and every
+    # message behind it with it. At the bridge's --backout-threshold it is dead-lettered.
+    # With BOTHRESH(3) too: a message bound for the failure queue was never counted.
+    async with collecting(temporal_env.client, tmp_path, run_bridge=False) as c:
+        c.rule("Tiny", "CMAOUT.FR", max_messages=2, max_bytes=10)
+        c.rule("UK", "CMAOUT.UK", max_messages=1)
+        for queue, change in ((c.spec.input_queue, {"bothresh": bothresh, "boqname": ""}),
+                              (c.spec.failure_queue, {"put": "disabled"})):  # fmt: skip
+            c.qm.define(c.qm.inquire(queue).model_copy(update=change), replace=True)
+        big = c.send("Tiny", b"x" * 11, note="keep me")
+        c.send("UK", order("behind it"))
+        c.start_bridge()
+        dead = await c.take("SYSTEM.DEAD.LETTER.QUEUE", timeout=60)
+        batch = await c.take("CMAOUT.UK", timeout=60)
+        left = [c.depth(q) for q in (c.spec.input_queue, c.spec.failure_queue, "CMAOUT.FR")]
+    header, body = dlh.unpack(dead.body)
+    assert (dead.msg_id, body, dead.properties["note"]) == (big.msg_id, big.body, "keep me")
+    assert header.reason == 2362 and header.dest_q_name == c.spec.input_queue
+    assert why in str(dead.properties[PROP_REASON])
+    assert b"<Test>behind it</Test>" in batch.body and left == [0, 0, 0]
+
+
 async def test_bad_input_goes_to_the_default_rule_or_the_failure_queue_intact(
     temporal_env, tmp_path
 ):

@@ -32,6 +32,7 @@ from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import (
     GATHER_STATE,
     LEGS_MISSING,
+    PROP_BACKOUT_COUNT,
     PROP_REASON,
     SIGNAL_EXPECT,
     SIGNAL_REPLIES,
@@ -225,6 +226,45 @@ async def test_backout_without_boqname_goes_to_the_dead_letter_queue_with_an_mqd
     assert header.reason == 2362 and header.dest_q_name == "GATHER.IN"
     assert header.format == "MQSTR" and header.put_appl_name == "mqgather"
     assert "BOTHRESH 1" in str(dead.properties[PROP_REASON])
+
+
+@pytest.mark.parametrize("poison", ["no CorrelId", "a segment"])
+async def test_a_reply_queue_with_no_bothresh_moves_a_message_failing_every_time_aside(
+    temporal_env, tmp_path, poison
+):
+    # BOTHRESH(0), MQ's default, and a failure queue that refuses the reply that has no
+    # CorrelId: its batch was backed out for ever, and every reply behind it with it.
+    # MQ's own integration nodes take BOTHRESH(0) as 1; the bridge takes its
+    # --backout-threshold (5), so a failure that passes does not set a reply aside.
+    spec = AggregateSpec(name="nothresh", legs=LEGS, timeout_seconds=300)
+    async with pipeline(temporal_env.client, tmp_path, [spec], bothresh=0) as p:
+        failure = p.qm.inquire(spec.failure_queue).model_copy(update={"put": "disabled"})
+        p.qm.define(failure, replace=True)
+        g = await p.scatter(spec)
+        # MQ's defaults: no BOQNAME either.
+        replies = p.qm.inquire(spec.reply_queue).model_copy(update={"boqname": ""})
+        async with p.bridge_stopped():  # one batch: the poison first
+            p.qm.define(replies, replace=True)
+            bad = MQMessage(body=b"poison", properties={"n": 1})
+            if poison == "a segment":  # not whole: to the failure queue before it is read
+                bad = bad.model_copy(update={"correl_id": g.correl_id, "msg_flags": int(
+                    MsgFlags.SEGMENT), "group_id": parse_id("SEGMENTED")})  # fmt: skip
+            sent = p.put(spec.reply_queue, bad)
+            for leg in ("CREDIT", "STOCK", "TAX"):
+                p.reply(spec, g.correl_id, leg, b"{}")
+        dead = await p.wait_message("SYSTEM.DEAD.LETTER.QUEUE", timeout=60)
+        response = await p.wait_message(spec.response_queue, timeout=60)
+        result = await p.result(spec, g.correl_id)
+        await p.landed(spec.reply_queue, lambda n: n == 0)
+        assert p.empty(spec.failure_queue) and p.empty("SYSTEM.DEAD.LETTER.QUEUE")
+        assert p.empty("GATHER.BACKOUT")
+    header, body = dlh.unpack(dead.body)
+    assert (dead.msg_id, body, dead.properties["n"]) == (sent.msg_id, b"poison", 1)
+    assert header.reason == 2362 and header.dest_q_name == spec.reply_queue
+    assert dead.properties[PROP_BACKOUT_COUNT] == 5
+    assert "BOTHRESH(0)" in str(dead.properties[PROP_REASON])
+    assert "--backout-threshold 5" in str(dead.properties[PROP_REASON])
+    assert result.state == "COMPLETE" and response.correl_id == g.correl_id
 
 
 async def test_mainframe_replies_in_ebcdic_merge_and_forward_byte_exact(temporal_env, tmp_path):
