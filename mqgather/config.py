@@ -35,7 +35,10 @@ class QueueDefinition(BaseModel):
         default=k.DEFAULT_MAXMSGL, ge=0, le=k.QMGR_MAXMSGL, description="MAXMSGL, bytes"
     )
     bothresh: int = Field(
-        default=0, ge=0, le=k.MAX_QUEUE_DEPTH, description="BOTHRESH: backouts before BOQNAME"
+        default=0,
+        ge=0,
+        le=k.MAX_QUEUE_DEPTH,
+        description="BOTHRESH: backouts before BOQNAME (0: a bridge takes its --backout-threshold)",
     )
     boqname: str = Field(default="", max_length=48, description="BOQNAME: the backout queue")
     descr: str = Field(default="", max_length=64, description="DESCR")

@@ -173,7 +173,8 @@ def queues() -> None:
 @click.option("--maxmsgl", type=click.IntRange(0, QMGR_MAXMSGL), default=DEFAULT_MAXMSGL,
               show_default=True, help="MAXMSGL.")  # fmt: skip
 @click.option("--bothresh", type=click.IntRange(0, MAX_QUEUE_DEPTH), default=0,
-              show_default=True, help="BOTHRESH (0: none).")  # fmt: skip
+              show_default=True,
+              help="BOTHRESH (0: none; a bridge then takes its --backout-threshold).")  # fmt: skip
 @click.option("--boqname", default="", help="BOQNAME: where the bridge moves backed-out messages.")
 @click.option("--descr", default="", help="DESCR.")
 @click.option("--usage", type=click.Choice(["normal", "xmitq"]), default=None,
@@ -219,7 +220,7 @@ _SWITCH = click.Choice(["enabled", "disabled"])
 @click.option("--maxdepth", type=click.IntRange(0, MAX_QUEUE_DEPTH), default=None,
               help="MAXDEPTH.")  # fmt: skip
 @click.option("--bothresh", type=click.IntRange(0, MAX_QUEUE_DEPTH), default=None,
-              help="BOTHRESH (0: none).")  # fmt: skip
+              help="BOTHRESH (0: none; a bridge then takes its --backout-threshold).")  # fmt: skip
 @click.option("--boqname", default=None, help="BOQNAME.")
 @mq_option
 def alter(
