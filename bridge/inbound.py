@@ -538,8 +538,8 @@ class InboundBridge(QueueBridge):
         undelivered: dict[tuple[str, bytes, int], tuple[AggregateSpec, MQMessage, ReportedLeg]]
         undelivered = {}
         for message in batch:
-            # Its leg or CorrelId could be among what is missing, or in another segment.
             aside = self.backed_out_too_often(queue, attrs, dlq, message)
+            # Its leg or CorrelId could be among what is missing, or in another segment.
             if problem := message.unreadable or not_whole(message):
                 # Aside at the threshold too: its move to the failure queue may be what
                 # backs the batch out.

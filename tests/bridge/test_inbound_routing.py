@@ -10,10 +10,11 @@ import pytest
 from bridge.collect import CollectorBridge
 from bridge.inbound import InboundBridge, QueueBridge
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage
+from bridge.mq.models import MQMessage, QueueAttributes
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_REASON
+from mqgather.routing import Destination
 from tests.collecting import SPEC
 from tests.harness import pipeline, prepare_queues
 
@@ -60,3 +61,30 @@ async def test_a_bridge_refuses_a_maxumsgs_no_unit_of_work_fits_in(temporal_env,
     least = 4 if kind == "gathers" else 5
     with pytest.raises(MQGatherError, match=rf"MAXUMSGS\(\d\).*may need {least}.*ALTER QMGR"):
         await asyncio.wait_for(bridge.run(asyncio.Event()), 10)
+
+
+@pytest.mark.parametrize(
+    ("bothresh", "boqname", "threshold", "count", "expected"),
+    [
+        (3, "BACK.Q", 5, 2, None),
+        (3, "BACK.Q", 5, 3, ("BACK.Q", "BOTHRESH 3 of IN.Q")),
+        (3, "", 5, 4, ("DEAD.Q", "BOTHRESH 3 of IN.Q")),
+        (0, "", 5, 4, None),
+        (0, "", 5, 5, ("DEAD.Q", "IN.Q has BOTHRESH(0): the bridge's --backout-threshold 5")),
+        (0, "BACK.Q", 2, 2, ("BACK.Q", "--backout-threshold 2")),
+        (0, "", 0, 1000, None),  # the bridge told to keep none: backed out for ever
+    ],
+)
+def test_a_message_backed_out_to_the_threshold_goes_aside(
+    bothresh, boqname, threshold, count, expected
+):
+    bridge = InboundBridge(None, lambda: None, [], backout_threshold=threshold)  # type: ignore[arg-type]
+    attrs = QueueAttributes(name="IN.Q", bothresh=bothresh, boqname=boqname)
+    message = MQMessage(body=b"x", backout_count=count)
+    move = bridge.backed_out_too_often("IN.Q", attrs, "DEAD.Q", message)
+    if expected is None:
+        assert move is None
+        return
+    assert move is not None and move.queue == expected[0] and move.message is message
+    assert expected[1] in move.reason and f"backed out {count} times" in move.reason
+    assert move.kind is (Destination.BACKOUT if boqname else Destination.DEAD_LETTER)
