@@ -7,7 +7,6 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import get_args
 
 from temporalio import activity
 
@@ -16,7 +15,7 @@ from bridge.mq import hold, ledger
 from bridge.mq.dlh import dead_letter
 from bridge.mq.errors import MQError, SyncpointLimitReached, undeliverable
 from bridge.mq.forward import with_reason
-from bridge.mq.ledger import ledger_key
+from bridge.mq.ledger import final_group, ledger_key, ledger_owner
 from bridge.mq.models import (
     MQEI_UNLIMITED,
     MQFB_NAN,
@@ -68,6 +67,7 @@ from mqgather.runtime.attempts import (
 from mqgather.runtime.budget import ByteBudget
 from workflows import redelivery
 from workflows.models import (
+    FINAL_ENDINGS,
     ROUTED_KINDS,
     HeldBody,
     HoldRepliesInput,
@@ -91,15 +91,6 @@ def response_msg_id(gather: str, outcome: str) -> bytes:
     """MsgId of a response: derived from gather (its :func:`ledger_owner`) and outcome, so
     a retried PUT repeats it."""
     return hashlib.sha256(f"{gather}|{outcome}".encode()).digest()[:24]
-
-
-def ledger_owner(gather: str, chain: str) -> str:
-    """What a gather's ledger keys name: its id, and the first run of its chain when it
-    has one (gathers started before carry none). A reset and continue-as-new keep the
-    chain; a gather that uses a CorrelId again, once the earlier gather's history is gone
-    (the namespace's retention is shorter than ``ledger_hours``), begins a chain of its
-    own, so the earlier one's markers are not taken for its own."""
-    return f"{gather} {chain}" if chain else gather
 
 
 def _to_requester(inp: PutResponseInput) -> bool:
@@ -604,7 +595,12 @@ class MQActivities:
                         continue  # answered already, or moved by an earlier attempt
                     hold.hold(transport, spec.hold_queue, reply.message)
                     note = f"{inp.gather_id} moved a reply to {spec.hold_queue}"
-                    ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours)
+                    # Findable from the gather, with what names the reply in its final
+                    # and its copy: `hold check` tells a copy the final carried.
+                    copy = ledger.copy_id(reply.message.msg_id, hold.digest(reply.message.body))
+                    ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours,
+                                group=ledger.move_group(owner),
+                                lines=[_final_key(reply), copy])  # fmt: skip
 
             self._unit_of_work(inp.gather_id, work)
             # A final on another worker may have looked for these moves before they were
@@ -689,7 +685,7 @@ class MQActivities:
         earlier = inp.model_copy(update={"outcome": ended})
         answered = "" if ended == "FAILED" else response_id(earlier).hex()
         return PutResponseResult(
-            outcome=ended,  # checked against _ENDINGS
+            outcome=ended,  # checked against FINAL_ENDINGS
             queues=[late] if fresh else [],
             msg_id=answered,
             error=error,
@@ -841,13 +837,6 @@ class MQActivities:
 
 
 #: What a final's marker may say a gather ended as.
-_ENDINGS = frozenset(get_args(PutResponseResult.model_fields["outcome"].annotation))
-
-
-def final_group(gather: str) -> bytes:
-    """The CorrelId of a gather's final marker on the ledger, whatever its outcome: a run
-    after a reset finds the final of the run before by it."""
-    return ledger_key("final", gather)
 
 
 def _final_before(
@@ -864,9 +853,7 @@ def _final_before(
 
 def _carried_by_final(transport: Transport, ledger_queue: str, gather: str) -> set[str]:
     """The keys of the replies this gather's final carried (none before its final)."""
-    marker = ledger.find(transport, ledger_queue, Match(correl_id=final_group(gather)))
-    record = _final_record(marker)
-    return record[2] if record is not None else set()
+    return ledger.carried_by_final(transport, ledger_queue, gather, FINAL_ENDINGS)
 
 
 def placed(
@@ -910,7 +897,7 @@ def _failed_final_key(inp: PutResponseInput) -> bytes:
 
 def _final_keys(gather: str) -> list[bytes]:
     """The ledger keys a gather's final may have been recorded under, whatever it was."""
-    return [*(response_msg_id(gather, ended) for ended in sorted(_ENDINGS)),
+    return [*(response_msg_id(gather, ended) for ended in sorted(FINAL_ENDINGS)),
             ledger_key("merge failed", gather)]  # fmt: skip
 
 
@@ -922,14 +909,8 @@ def _still_held(transport: Transport, held: HeldBody) -> bool:
 
 
 def _final_record(marker: MQMessage | None) -> tuple[str, str, set[str]] | None:
-    """A final's marker read: its note, how the gather ended and the keys of the replies
-    it carried; None for no marker, or one from before finals recorded them."""
-    if marker is None:
-        return None
-    note, *kept = ledger.lines(marker)
-    if len(kept) < 2 or kept[0] not in _ENDINGS:
-        return None
-    return note, kept[0], set(kept[1].split())
+    """A final's marker read (:func:`bridge.mq.ledger.final_record`)."""
+    return ledger.final_record(marker, FINAL_ENDINGS)
 
 
 def _final_key(reply: Reply) -> str:

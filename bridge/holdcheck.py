@@ -8,6 +8,12 @@ gather terminated or deleted by hand, a message put on the hold queue by a perso
 check finds such replies and routes them, intact and with the reason: to the late queue
 when their gather closed, the unknown queue when there is none, the failure queue when
 no aggregate of the hold queue claims them.
+
+One more kind comes from mqgather itself, after a double fault: a copy of a reply whose
+gather's final carried it (a move to the hold queue, on one worker, committed after the
+final on another looked for it, and its worker died before it looked again for the
+final). Its one place is that final's response, so the copy is withdrawn, not routed:
+late, it would have been in two places.
 """
 
 from __future__ import annotations
@@ -19,13 +25,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.identify import IdentificationError, identify
-from bridge.mq import hold
+from bridge.mq import hold, ledger
 from bridge.mq.forward import forward
 from bridge.mq.models import MQMessage, fingerprint
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec
 from mqgather.routing import Destination, queue_for
-from workflows.models import gather_id
+from workflows.models import FINAL_ENDINGS, gather_id
 
 
 @dataclass(frozen=True)
@@ -36,9 +42,10 @@ class HeldReply:
     msg_id: str
     size: int
     gather: str
-    #: running (it belongs), closed, unknown (no such gather) or unidentified.
+    #: running (it belongs), closed, carried (a copy of a reply its gather's final
+    #: carried), unknown (no such gather) or unidentified.
     verdict: str
-    #: Where it went (or would go): "" for one that belongs.
+    #: Where it went (or would go): "" for one that belongs, "withdrawn" for a copy.
     routed_to: str = ""
 
     @property
@@ -68,14 +75,33 @@ def _owner(message: MQMessage, specs: Sequence[AggregateSpec]) -> tuple[Aggregat
     raise problem or IdentificationError("no aggregate holds replies on this queue")
 
 
-async def _verdict(client: Client, gid: str) -> str:
+async def _verdict(client: Client, gid: str) -> tuple[str, str]:
+    """Whether the gather is running, closed or unknown, and the first run of its chain."""
     try:
         desc = await client.get_workflow_handle(gid).describe()
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            return "unknown"
+            return "unknown", ""
         raise
-    return "running" if desc.status == WorkflowExecutionStatus.RUNNING else "closed"
+    chain = desc.raw_description.workflow_execution_info.first_run_id
+    return "running" if desc.status == WorkflowExecutionStatus.RUNNING else "closed", chain
+
+
+def _carried(
+    transport: Transport, spec: AggregateSpec, gid: str, chain: str, message: MQMessage
+) -> bool:
+    """Whether ``message`` is the copy a move of the closed gather put on its hold queue
+    of a reply its final carried (its ledger keys name the chain's first run, or, for a
+    gather started before chains, the gather alone)."""
+    copy = ledger.copy_id(message.msg_id, hold.digest(message.body))
+    for owner in dict.fromkeys((ledger.ledger_owner(gid, chain), gid)):
+        carried = ledger.carried_by_final(transport, spec.ledger_queue, owner, FINAL_ENDINGS)
+        if carried and any(
+            reply in carried and moved == copy
+            for reply, moved in ledger.moved_copies(transport, spec.ledger_queue, owner)
+        ):
+            return True
+    return False
 
 
 async def check_held(
@@ -99,11 +125,14 @@ async def check_held(
                 spec, gid, verdict = min(specs, key=lambda s: s.name), "", "unidentified"
                 reason = f"held reply no aggregate of {queue} claims: {exc}"
             else:
-                verdict = await _verdict(client, gid)
+                verdict, chain = await _verdict(client, gid)
+                if verdict == "closed" and _carried(transport, spec, gid, chain, message):
+                    verdict = "carried"
                 reason = f"held reply of gather {gid}, which is {verdict}"
             target = {
                 "running": "",
                 "closed": queue_for(spec, Destination.LATE),
+                "carried": WITHDRAWN,
                 "unknown": queue_for(spec, Destination.UNKNOWN),
                 "unidentified": queue_for(spec, Destination.FAILURE),
             }[verdict]
@@ -114,13 +143,18 @@ async def check_held(
     return found
 
 
+#: Where a copy of a reply its gather's final carried goes: nowhere (got and dropped).
+WITHDRAWN = "withdrawn"
+
+
 def _move(
     transport: Transport, queue: str, message: MQMessage, target: str, reason: str, gid: str
 ) -> None:
-    """Move one held message, intact, with the reason; gone already is fine (its gather
-    or another check took it meanwhile). Another message there may share its MsgId and
-    CorrelId (a running gather's held reply, say): the one moved is this one, told by its
-    fingerprint, and any other got on the way is put back."""
+    """Move one held message, intact, with the reason (:data:`WITHDRAWN`: drop it, a
+    copy); gone already is fine (its gather or another check took it meanwhile). Another
+    message there may share its MsgId and CorrelId (a running gather's held reply, say):
+    the one moved is this one, told by its fingerprint, and any other got on the way is
+    put back."""
     reader = hold.HeldReader(transport, identity=fingerprint, what="fingerprints")
     try:
         taken = reader.take(queue, message.msg_id, message.correl_id, fingerprint(message),
@@ -129,5 +163,6 @@ def _move(
         transport.backout()
         return
     reader.put_back()
-    forward(transport, target, taken, reason, queue, gid)
+    if target != WITHDRAWN:
+        forward(transport, target, taken, reason, queue, gid)
     transport.commit()

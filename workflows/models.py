@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
@@ -486,6 +486,10 @@ class PutResponseResult(BaseModel):
     queues: list[str]
     msg_id: str
     error: str = ""
+
+
+#: How a gather's final may end: the first line its ledger marker keeps.
+FINAL_ENDINGS = frozenset(get_args(PutResponseResult.model_fields["outcome"].annotation))
 
 
 class SendRequestInput(BaseModel):

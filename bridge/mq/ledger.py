@@ -12,7 +12,7 @@ the longest time a PUT can still be retried.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.models import NONE_ID, Match, MQMessage, PutOptions
@@ -79,3 +79,64 @@ def digest(key: str) -> str:
 def lines(marker: MQMessage) -> list[str]:
     """What :func:`mark` kept: the note, then its ``lines``."""
     return marker.body.decode("utf-8", "replace").split("\n")
+
+
+def ledger_owner(gather: str, chain: str) -> str:
+    """What a gather's ledger keys name: its id, and the first run of its chain when it
+    has one (gathers started before carry none). A reset and continue-as-new keep the
+    chain; a gather that uses a CorrelId again, once the earlier gather's history is gone
+    (the namespace's retention is shorter than ``ledger_hours``), begins a chain of its
+    own, so the earlier one's markers are not taken for its own."""
+    return f"{gather} {chain}" if chain else gather
+
+
+def final_group(owner: str) -> bytes:
+    """The CorrelId of a gather's final marker on the ledger, whatever its outcome: a run
+    after a reset finds the final of the run before by it (``owner``: :func:`ledger_owner`)."""
+    return ledger_key("final", owner)
+
+
+def final_record(
+    marker: MQMessage | None, endings: Collection[str]
+) -> tuple[str, str, set[str]] | None:
+    """A final's marker read: its note, how the gather ended (one of ``endings``) and the
+    digests (:func:`digest`) of the replies it carried; None for no marker, or one from
+    before finals recorded them."""
+    if marker is None:
+        return None
+    note, *kept = lines(marker)
+    if len(kept) < 2 or kept[0] not in endings:
+        return None
+    return note, kept[0], set(kept[1].split())
+
+
+def carried_by_final(
+    transport: Transport, ledger: str, owner: str, endings: Collection[str]
+) -> set[str]:
+    """The digests of the replies a gather's final carried (none before its final)."""
+    record = final_record(find(transport, ledger, Match(correl_id=final_group(owner))), endings)
+    return record[2] if record is not None else set()
+
+
+def move_group(owner: str) -> bytes:
+    """The CorrelId of the markers of a gather's moves to its hold queue, so that what
+    they put there can be found from the gather (``owner``: :func:`ledger_owner`)."""
+    return ledger_key("moves", owner)
+
+
+def copy_id(msg_id: bytes, body_digest: str) -> str:
+    """What names a reply's copy on a hold queue in its move's marker: MsgId and body
+    digest (the copy's MQMD is not the reply's: its Persistence and reports change)."""
+    return f"{msg_id.hex()} {body_digest}"
+
+
+def moved_copies(transport: Transport, ledger: str, owner: str) -> list[tuple[str, str]]:
+    """Of each move the gather's markers record: the digest of the reply moved (as its
+    final's marker keeps it) and its copy's :func:`copy_id`. Moves from before the
+    markers recorded them are not among them."""
+    found = []
+    for marker in transport.browse(ledger, Match(correl_id=move_group(owner))):
+        kept = lines(marker)[1:]
+        if len(kept) >= 2:
+            found.append((kept[0], kept[1]))
+    return found

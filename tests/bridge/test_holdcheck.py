@@ -9,14 +9,27 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 
+import pytest
+
+from activities.mq import MQActivities
 from bridge.holdcheck import check_held
 from bridge.mq.local_qm import LocalQueueManager
-from bridge.mq.models import MQMessage, PutOptions, parse_id
-from mqgather.config import AggregateSpec
+from bridge.mq.models import MQMessage, PutOptions, fingerprint, parse_id
+from mqgather.config import AggregateSpec, LegSpec
 from mqgather.constants import GATHER_HOLD
 from mqgather.names import PROP_REASON
-from tests.harness import THREE_LEGS, pipeline, status, until
+from tests.activities.environment import attempt_env
+from tests.activities.test_mq import _racing
+from tests.harness import THREE_LEGS, pipeline, prepare_queues, status, until
+from workflows.models import (
+    HoldRepliesInput,
+    PutResponseInput,
+    ReceivedLeg,
+    Reply,
+    gather_id,
+)
 
 SPEC = AggregateSpec(name="heldchk", legs=THREE_LEGS, timeout_seconds=300, inline_reply_bytes=64)
 
@@ -126,3 +139,62 @@ async def test_the_command_lists_and_routes(temporal_env, tmp_path):
         assert row["verdict"] == "unknown" and row["routed_to"] == "GATHER.UNKNOWN"
         assert [m.msg_id for m in p.messages("GATHER.UNKNOWN")] == [planted.msg_id]
         assert p.empty(GATHER_HOLD)
+
+
+#: COA: a report the reply asks for, which its copy on the hold queue does not.
+COA = 0x100
+
+
+class _CrashesBeforeItLooksAgain(MQActivities):
+    """A worker that dies between a move's commit and its second look for the final."""
+
+    def _withdraw_copies(self, *args, **kwargs) -> None:
+        raise _Died
+
+
+class _Died(Exception):
+    pass
+
+
+async def test_a_copy_of_a_reply_its_gathers_final_carried_is_withdrawn_not_sent_late(
+    temporal_env, tmp_path
+):
+    # A double fault: a cancelled move's thread ran on, on one worker, while the gather's
+    # final ran on another; each looked for the other before the other committed, and
+    # the move's worker died before it looked again. The reply is in the response and a
+    # copy on the hold queue, which this check sent to the late queue: in two places.
+    spec = AggregateSpec(name="copies", legs=(LegSpec(name="CREDIT", sequence=10),))
+    correl = parse_id("COPIED-1")
+    gid = gather_id(spec.name, correl)
+    # The gather, closed; the first run of its chain names its ledger keys.
+    started = await temporal_env.client.start_workflow("closed", id=gid, task_queue="nobody")
+    await started.terminate("closed")
+    chain = started.result_run_id or ""
+    path = tmp_path / "qm.db"
+    prepare_queues(path)
+    body = b'{"n": 1}' + b" " * 4000
+    message = MQMessage(msg_id=b"M" * 24, correl_id=correl, properties={"leg": "CREDIT"},
+                        body=body, persistence=0, report=COA)  # fmt: skip
+    carried = Reply(message=message, leg="CREDIT", source_queue="GATHER.IN",
+                    received_at=datetime.now(UTC), size=len(body),
+                    fingerprint=fingerprint(message))  # fmt: skip
+    final = MQActivities(lambda: LocalQueueManager(path))
+    answer = PutResponseInput(aggregate=spec, gather_id=gid, correl_id=correl, chain=chain,
+                              outcome="COMPLETE", missing=[], moved_to_hold=True,
+                              legs=[ReceivedLeg(leg=spec.legs[0], replies=[carried])])  # fmt: skip
+    mover = _CrashesBeforeItLooksAgain(_racing(path, lambda: attempt_env().run(
+        final.put_response, answer)))  # fmt: skip
+    move = HoldRepliesInput(aggregate=spec, gather_id=gid, replies=[carried], chain=chain)
+    with pytest.raises(_Died):
+        attempt_env().run(mover.hold_replies, move)
+    with LocalQueueManager(path) as qm:
+        [copy] = qm.browse(GATHER_HOLD)  # its Persistence and reports are not the reply's
+        listed = await check_held(temporal_env.client, qm, [spec], route=False)
+        routed = await check_held(temporal_env.client, qm, [spec])
+        left = {q: list(qm.browse(q)) for q in (GATHER_HOLD, "GATHER.LATE", "ORDER.RESPONSE")}
+    assert copy.body == body and (copy.persistence, copy.report) != (0, COA)
+    assert [(h.verdict, h.routed_to) for h in listed] == [("carried", "withdrawn")]
+    assert [h.verdict for h in routed] == ["carried"]
+    assert left[GATHER_HOLD] == [] and left["GATHER.LATE"] == []
+    [response] = left["ORDER.RESPONSE"]
+    assert json.loads(response.body)["legs"] == {"credit": {"n": 1}}
