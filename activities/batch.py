@@ -126,6 +126,23 @@ RUN_LINE = "run "
 DEAD_LETTER_LINE = "dead-lettered "
 
 
+#: How a batch's marker says how many messages its PUT made and their bytes (parts of a
+#: batch longer than its target's MAXMSGL count each), in a line after its digests:
+#: ``<messages> <bytes>``. An attempt retried after the commit reports them from it.
+PUT_LINE = "put "
+
+
+def put_counted(marker: MQMessage) -> tuple[int, int] | None:
+    """How many messages the batch's ``marker`` says its PUT made, and their bytes; None
+    for a marker written before it said so."""
+    for line in ledger.lines(marker)[2:]:
+        if line.startswith(PUT_LINE):
+            messages, _, size = line.removeprefix(PUT_LINE).partition(" ")
+            if messages.isdigit() and size.isdigit():
+                return int(messages), int(size)
+    return None
+
+
 def dead_lettered(marker: MQMessage) -> tuple[str, str] | None:
     """Where a batch's ``marker`` says it went instead of its target, and why: the
     dead-letter queue and the refusal; None when it went to its target."""
@@ -305,6 +322,7 @@ class CollectorActivities(MQActivities):
         out: list[MQMessage] = []
         bad: list[tuple[MQMessage, str]] = []
         earlier: list[bool] = []
+        counted: list[int] = []  # messages and bytes, as a committed attempt's marker says
         behind = False
 
         fit: _Fit | None = None  # once the target refused a message as too long
@@ -317,6 +335,7 @@ class CollectorActivities(MQActivities):
             nonlocal key, behind, facts, fit, refused, dlq, why
             out.clear()
             bad.clear()
+            counted.clear()
             items = batch.items
             if inp.after_reset:
                 before = put_before(transport, spec.ledger_queue, inp.workflow_id,
@@ -337,6 +356,7 @@ class CollectorActivities(MQActivities):
                 # Committed by an earlier attempt: it reports where that one put it.
                 if (dead := dead_lettered(marker)) is not None:
                     dlq, why = dead
+                counted.extend(put_counted(marker) or ())
                 return
             # Held messages leave the hold queue in this unit of work, with the PUT.
             whole = batch.model_copy(update={"items": [_whole(reader, i) for i in items]})
@@ -390,6 +410,7 @@ class CollectorActivities(MQActivities):
             if refused is not None:
                 why = str(refused)
             went = [f"{DEAD_LETTER_LINE}{dlq} {why}"] if why else []
+            went.insert(0, f"{PUT_LINE}{len(out)} {sum(len(m.body) for m in out)}")
             marked = dead_letter_note(note, (refused, dlq) if refused is not None else None)
             ledger.mark(transport, spec.ledger_queue, key, marked, spec.ledger_hours,
                         group=group, lines=[keys, *went, *ran])  # fmt: skip
@@ -402,7 +423,9 @@ class CollectorActivities(MQActivities):
             except _Refit:
                 continue  # each round fits its parts to fewer bytes than the last
         put, size = len(out), sum(len(m.body) for m in out)
-        if earlier:  # what the committed attempt put, as near as the batch tells
+        if counted:  # what the committed attempt put, as its marker says
+            put, size = counted
+        elif earlier:  # as near as the batch tells (a marker from before it said)
             put = 0 if facts is None else facts.messages if rule.format == "group" else 1
             size = 0 if facts is None else facts.size_bytes
         if facts is not None:

@@ -257,10 +257,12 @@ def test_a_batch_longer_than_its_targets_maxmsgl_is_put_in_parts_that_fit(tmp_pa
         assert got == [(str(n), "x" * 150) for n in range(20)]
     else:
         assert b"".join(p.body for p in parts) == b"".join(bodies)
-    # Retried after the consumer took the parts: nothing is put twice.
-    attempt_env().run(acts.put_batch, inp)
+    # Retried after the consumer took the parts: nothing is put twice, and it reports
+    # what was (it said 1 message, whatever the parts).
+    again = attempt_env().run(acts.put_batch, inp)
     with LocalQueueManager(path) as qm:
         assert drain(qm, "OUT") == []
+    assert (again.messages_put, again.size_bytes) == (len(parts), sum(len(p.body) for p in parts))
 
 
 @pytest.mark.parametrize("fmt", ["json", "group"])
