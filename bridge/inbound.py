@@ -198,6 +198,8 @@ class QueueBridge:
         self.rpc_timeout = timedelta(seconds=rpc_timeout)
         self.max_backoff = max_backoff
         self.backout_threshold = backout_threshold
+        # The input queues warned of that have nowhere to set a message aside.
+        self._nowhere: set[str] = set()
         self.stats = BridgeStats()
         self._hold_maxmsgl: dict[str, int] = {}
         # The input queues found GET(DISABLED), until they are enabled again.
@@ -229,6 +231,18 @@ class QueueBridge:
         reason = f"backed out {message.backout_count} times ({why})"
         if attrs.boqname:
             return Move(Destination.BACKOUT, attrs.boqname, message, reason)
+        if not dlq:
+            # Nowhere to go: it stays, as MQ keeps it (a put to no queue would fail and
+            # back the batch out all the same), said once per queue.
+            if queue not in self._nowhere:
+                self._nowhere.add(queue)
+                log.error(
+                    "%s: a message %s, but the queue has no BOQNAME and the queue manager "
+                    "no DEADQ, so it stays there, backed out each time with its batch; "
+                    "set BOQNAME on %s or DEADQ on the queue manager",
+                    queue, reason, queue,
+                )  # fmt: skip
+            return None
         return Move(Destination.DEAD_LETTER, dlq, message, reason)
 
     async def run(self, stop: asyncio.Event) -> None:

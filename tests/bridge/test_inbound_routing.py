@@ -88,3 +88,16 @@ def test_a_message_backed_out_to_the_threshold_goes_aside(
     assert move is not None and move.queue == expected[0] and move.message is message
     assert expected[1] in move.reason and f"backed out {count} times" in move.reason
     assert move.kind is (Destination.BACKOUT if boqname else Destination.DEAD_LETTER)
+
+
+def test_a_message_at_the_threshold_with_nowhere_to_go_stays_and_is_named(caplog):
+    # No BOQNAME and no DEADQ: the move to no queue failed (MQRC_UNKNOWN_OBJECT_NAME for
+    # queue ''), backing the batch out with an error that said nothing of why.
+    bridge = InboundBridge(None, lambda: None, [])  # type: ignore[arg-type]
+    attrs = QueueAttributes(name="IN.Q", bothresh=2)
+    message = MQMessage(body=b"x", backout_count=2)
+    with caplog.at_level("ERROR", logger="mqgather"):
+        for _ in range(2):
+            assert bridge.backed_out_too_often("IN.Q", attrs, "", message) is None
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "no BOQNAME" in said and "no DEADQ" in said and "BOTHRESH 2 of IN.Q" in said
