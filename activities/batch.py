@@ -321,8 +321,8 @@ class CollectorActivities(MQActivities):
         }
         out: list[MQMessage] = []
         bad: list[tuple[MQMessage, str]] = []
-        earlier: list[bool] = []
-        counted: list[int] = []  # messages and bytes, as a committed attempt's marker says
+        # Messages and bytes the PUT made, as this attempt's marker or a committed one's says.
+        counted: tuple[int, int] | None = None
         behind = False
 
         fit: _Fit | None = None  # once the target refused a message as too long
@@ -332,10 +332,10 @@ class CollectorActivities(MQActivities):
         why = ""  # that refusal, as this attempt or the one that committed it says
 
         def work(transport: Transport, reader: hold.HeldReader) -> None:
-            nonlocal key, behind, facts, fit, refused, dlq, why
+            nonlocal key, behind, facts, fit, refused, dlq, why, counted
             out.clear()
             bad.clear()
-            counted.clear()
+            counted = None
             items = batch.items
             if inp.after_reset:
                 before = put_before(transport, spec.ledger_queue, inp.workflow_id,
@@ -347,16 +347,14 @@ class CollectorActivities(MQActivities):
                 mine = items or [i for i in batch.items if item_key(i) in before.ours]
                 facts = batch.model_copy(update={"items": mine}).facts() if mine else None
                 if not items:
-                    earlier.append(True)
                     return  # all put by the run before the reset, or by an earlier attempt
                 key = batch_key(inp, items)
             marker = ledger.find(transport, spec.ledger_queue, Match(msg_id=key))
             if marker is not None:
-                earlier.append(True)
                 # Committed by an earlier attempt: it reports where that one put it.
                 if (dead := dead_lettered(marker)) is not None:
                     dlq, why = dead
-                counted.extend(put_counted(marker) or ())
+                counted = put_counted(marker)
                 return
             # Held messages leave the hold queue in this unit of work, with the PUT.
             whole = batch.model_copy(update={"items": [_whole(reader, i) for i in items]})
@@ -410,10 +408,11 @@ class CollectorActivities(MQActivities):
             if refused is not None:
                 why = str(refused)
             went = [f"{DEAD_LETTER_LINE}{dlq} {why}"] if why else []
-            went.insert(0, f"{PUT_LINE}{len(out)} {sum(len(m.body) for m in out)}")
+            counted = len(out), sum(len(m.body) for m in out)
+            made = f"{PUT_LINE}{counted[0]} {counted[1]}"
             marked = dead_letter_note(note, (refused, dlq) if refused is not None else None)
             ledger.mark(transport, spec.ledger_queue, key, marked, spec.ledger_hours,
-                        group=group, lines=[keys, *went, *ran])  # fmt: skip
+                        group=group, lines=[keys, made, *went, *ran])  # fmt: skip
 
         held = sum(i.body_bytes() for i in batch.items if i.held)
         while True:
@@ -422,10 +421,9 @@ class CollectorActivities(MQActivities):
                 break
             except _Refit:
                 continue  # each round fits its parts to fewer bytes than the last
-        put, size = len(out), sum(len(m.body) for m in out)
-        if counted:  # what the committed attempt put, as its marker says
+        if counted is not None:
             put, size = counted
-        elif earlier:  # as near as the batch tells (a marker from before it said)
+        else:  # committed before, as near as the batch tells (a marker from before it said)
             put = 0 if facts is None else facts.messages if rule.format == "group" else 1
             size = 0 if facts is None else facts.size_bytes
         if facts is not None:

@@ -597,10 +597,9 @@ class MQActivities:
                     note = f"{inp.gather_id} moved a reply to {spec.hold_queue}"
                     # Findable from the gather, with what names the reply in its final
                     # and its copy: `hold check` tells a copy the final carried.
-                    copy = ledger.copy_id(reply.message.msg_id, hold.digest(reply.message.body))
                     ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours,
                                 group=ledger.move_group(owner),
-                                lines=[_final_key(reply), copy])  # fmt: skip
+                                lines=[_final_key(reply), hold.copy_id(reply.message)])  # fmt: skip
 
             self._unit_of_work(inp.gather_id, work)
             # A final on another worker may have looked for these moves before they were
@@ -834,9 +833,6 @@ class MQActivities:
         # One message in memory at a time, so the largest held one is what it holds.
         held = max((reply.size for _, reply, _ in items if reply.held), default=0)
         self._held_unit_of_work(gather, held, work)
-
-
-#: What a final's marker may say a gather ended as.
 
 
 def _final_before(

@@ -93,7 +93,7 @@ def _carried(
     """Whether ``message`` is the copy a move of the closed gather put on its hold queue
     of a reply its final carried (its ledger keys name the chain's first run, or, for a
     gather started before chains, the gather alone)."""
-    copy = ledger.copy_id(message.msg_id, hold.digest(message.body))
+    copy = hold.copy_id(message)
     for owner in dict.fromkeys((ledger.ledger_owner(gid, chain), gid)):
         carried = ledger.carried_by_final(transport, spec.ledger_queue, owner, FINAL_ENDINGS)
         if carried and any(

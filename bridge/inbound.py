@@ -44,7 +44,7 @@ from mqgather.config import AggregateSpec
 from mqgather.constants import BRIDGE_BACKOUT_THRESHOLD, DEFAULT_MAXUMSGS, LEAST_MAXUMSGS_GATHER
 from mqgather.errors import MQGatherError
 from mqgather.names import PROP_TRACEPARENT, SIGNAL_REPLIES, TASK_QUEUE
-from mqgather.routing import Destination, owner_of_shared_queue, queue_for
+from mqgather.routing import Destination, owner_of_shared_queue, queue_for, set_aside
 from mqgather.runtime import telemetry
 from mqgather.runtime.temporal import healthy
 from workflows import redelivery
@@ -229,9 +229,8 @@ class QueueBridge:
         else:
             why = f"{queue} has BOTHRESH(0): the bridge's --backout-threshold {threshold}"
         reason = f"backed out {message.backout_count} times ({why})"
-        if attrs.boqname:
-            return Move(Destination.BACKOUT, attrs.boqname, message, reason)
-        if not dlq:
+        kind, target = set_aside(attrs.boqname, dlq)
+        if not target:
             # Nowhere to go: it stays, as MQ keeps it (a put to no queue would fail and
             # back the batch out all the same), said once per queue.
             if queue not in self._nowhere:
@@ -243,7 +242,7 @@ class QueueBridge:
                     queue, reason, queue,
                 )  # fmt: skip
             return None
-        return Move(Destination.DEAD_LETTER, dlq, message, reason)
+        return Move(kind, target, message, reason)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve every input queue until ``stop`` is set."""

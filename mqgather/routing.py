@@ -44,7 +44,7 @@ def queue_for(
         The queue name; ``""`` for ``DUPLICATE`` when the aggregate discards duplicates.
     """
     if kind is Destination.BACKOUT:
-        return boqname or dead_letter_queue
+        return set_aside(boqname, dead_letter_queue)[1]
     if kind is Destination.DEAD_LETTER:
         return dead_letter_queue
     return {
@@ -56,6 +56,15 @@ def queue_for(
         Destination.REPORT: spec.report_queue,
         Destination.FAILURE: spec.failure_queue,
     }[kind]
+
+
+def set_aside(boqname: str, dead_letter_queue: str) -> tuple[Destination, str]:
+    """Where a message backed out too often goes, and as what: the input queue's BOQNAME
+    as it is, else the queue manager's dead-letter queue (behind an MQDLH); "" when there
+    is neither."""
+    if boqname:
+        return Destination.BACKOUT, boqname
+    return Destination.DEAD_LETTER, dead_letter_queue
 
 
 def owner_of_shared_queue(specs: Sequence[AggregateSpec]) -> AggregateSpec:

@@ -160,9 +160,10 @@ def _backouts(qm: Transport, queue: str, where: str, a: QueueAttributes) -> list
     """An input queue's BOTHRESH and BOQNAME: a message that fails each time must end
     somewhere."""
     if not a.bothresh:
-        return [Finding(queue, where, "BOTHRESH(0): a message that fails every time goes to "
-                        "the dead-letter queue after the bridge's --backout-threshold; set "
-                        "BOTHRESH and BOQNAME to choose where and when")]  # fmt: skip
+        return [Finding(queue, where, "BOTHRESH(0): a message that fails every time is set "
+                        "aside (BOQNAME, else the dead-letter queue) after the bridge's "
+                        "--backout-threshold; set BOTHRESH and BOQNAME to choose when and "
+                        "where")]  # fmt: skip
     if a.boqname and not qm.list_queues(a.boqname):
         return [Finding(queue, where, f"BOQNAME({a.boqname}) is not defined")]
     return []

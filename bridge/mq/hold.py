@@ -46,6 +46,12 @@ def digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
+def copy_id(message: MQMessage) -> str:
+    """What names a message's copy on a hold queue (a move's ledger marker keeps it): its
+    MsgId and body digest, since :func:`hold` changes its Persistence and reports."""
+    return f"{message.msg_id.hex()} {digest(message.body)}"
+
+
 def property_bytes(properties: dict[str, PropertyValue]) -> int:
     """What the properties weigh in a signal: their typed JSON, escapes and base64
     included (a string of control characters weighs six times its length there)."""

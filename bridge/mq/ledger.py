@@ -124,15 +124,9 @@ def move_group(owner: str) -> bytes:
     return ledger_key("moves", owner)
 
 
-def copy_id(msg_id: bytes, body_digest: str) -> str:
-    """What names a reply's copy on a hold queue in its move's marker: MsgId and body
-    digest (the copy's MQMD is not the reply's: its Persistence and reports change)."""
-    return f"{msg_id.hex()} {body_digest}"
-
-
 def moved_copies(transport: Transport, ledger: str, owner: str) -> list[tuple[str, str]]:
     """Of each move the gather's markers record: the digest of the reply moved (as its
-    final's marker keeps it) and its copy's :func:`copy_id`. Moves from before the
+    final's marker keeps it) and its copy's :func:`bridge.mq.hold.copy_id`. Moves from before the
     markers recorded them are not among them."""
     found = []
     for marker in transport.browse(ledger, Match(correl_id=move_group(owner))):

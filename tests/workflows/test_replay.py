@@ -125,12 +125,7 @@ def test_the_large_set_moves_to_the_hold_queue_and_gives_way(tmp_path):
         return list(WorkflowHistory.from_json(name, opened[name].read_text()).events)
 
     def patched(name: str) -> set[str]:
-        found = set()
-        for event in events(name):
-            details = event.marker_recorded_event_attributes.details
-            for payload in details["patch-data"].payloads if "patch-data" in details else ():
-                found.add(json.loads(payload.data)["id"])
-        return found
+        return _patch_ids(events(name))
 
     first, moved_on = events("moved_to_hold_run1"), events("moved_to_hold_run2")
     assert first[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
@@ -169,13 +164,20 @@ def _signals(name: str, files: str) -> set[str]:
 
 def patches(name: str, files: str = "collect_*.json") -> set[str]:
     """The patches the histories of a set carry (its collectors', by default)."""
-    found = set()
+    found: set[str] = set()
     for path in (HISTORIES / name).glob(files):
-        for event in WorkflowHistory.from_json(path.stem, path.read_text()).events:
-            if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
-                details = event.marker_recorded_event_attributes.details
-                for payload in details["patch-data"].payloads if "patch-data" in details else ():
-                    found.add(json.loads(payload.data)["id"])
+        found |= _patch_ids(WorkflowHistory.from_json(path.stem, path.read_text()).events)
+    return found
+
+
+def _patch_ids(events) -> set[str]:
+    """The ids of the patches recorded among ``events``."""
+    found = set()
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            details = event.marker_recorded_event_attributes.details
+            for payload in details["patch-data"].payloads if "patch-data" in details else ():
+                found.add(json.loads(payload.data)["id"])
     return found
 
 
