@@ -595,11 +595,12 @@ class MQActivities:
                         continue  # answered already, or moved by an earlier attempt
                     hold.hold(transport, spec.hold_queue, reply.message)
                     note = f"{inp.gather_id} moved a reply to {spec.hold_queue}"
-                    # Findable from the gather, with what names the reply in its final
-                    # and its copy: `hold check` tells a copy the final carried.
+                    # Findable from the gather id, with what names the reply in its
+                    # final, its copy and whose final that is: `hold check` tells a copy
+                    # the final carried, its gather's history there or gone.
+                    names = [_final_key(reply), hold.copy_id(reply.message), owner]
                     ledger.mark(transport, spec.ledger_queue, key, note, spec.ledger_hours,
-                                group=ledger.move_group(owner),
-                                lines=[_final_key(reply), hold.copy_id(reply.message)])  # fmt: skip
+                                group=ledger.move_group(inp.gather_id), lines=names)  # fmt: skip
 
             self._unit_of_work(inp.gather_id, work)
             # A final on another worker may have looked for these moves before they were

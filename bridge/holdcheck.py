@@ -13,7 +13,7 @@ One more kind comes from mqgather itself, after a double fault: a copy of a repl
 gather's final carried it (a move to the hold queue, on one worker, committed after the
 final on another looked for it, and its worker died before it looked again for the
 final). Its one place is that final's response, so the copy is withdrawn, not routed:
-late, it would have been in two places.
+late (or unknown, its gather's history gone), it would have been in two places.
 """
 
 from __future__ import annotations
@@ -90,16 +90,21 @@ async def _verdict(client: Client, gid: str) -> tuple[str, str]:
 def _carried(
     transport: Transport, spec: AggregateSpec, gid: str, chain: str, message: MQMessage
 ) -> bool:
-    """Whether ``message`` is the copy a move of the closed gather put on its hold queue
-    of a reply its final carried (its ledger keys name the chain's first run, or, for a
-    gather started before chains, the gather alone)."""
+    """Whether ``message`` is the copy a move of the gather put on its hold queue of a
+    reply whose final carried it. The move's marker names the chain that made it, so this
+    holds when the gather's history is gone too (``chain`` ""); ``chain`` also finds the
+    markers from before they named it."""
     copy = hold.copy_id(message)
-    for owner in dict.fromkeys((ledger.ledger_owner(gid, chain), gid)):
-        carried = ledger.carried_by_final(transport, spec.ledger_queue, owner, FINAL_ENDINGS)
-        if carried and any(
-            reply in carried and moved == copy
-            for reply, moved in ledger.moved_copies(transport, spec.ledger_queue, owner)
-        ):
+    owners = (ledger.ledger_owner(gid, chain),) if chain else ()
+    finals: dict[str, set[str]] = {}
+    for owner, reply, moved in ledger.moved_copies(transport, spec.ledger_queue, gid, owners):
+        if moved != copy:
+            continue
+        if owner not in finals:
+            finals[owner] = ledger.carried_by_final(
+                transport, spec.ledger_queue, owner, FINAL_ENDINGS
+            )
+        if reply in finals[owner]:
             return True
     return False
 
@@ -126,7 +131,7 @@ async def check_held(
                 reason = f"held reply no aggregate of {queue} claims: {exc}"
             else:
                 verdict, chain = await _verdict(client, gid)
-                if verdict == "closed" and _carried(transport, spec, gid, chain, message):
+                if verdict != "running" and _carried(transport, spec, gid, chain, message):
                     verdict = "carried"
                 reason = f"held reply of gather {gid}, which is {verdict}"
             target = {

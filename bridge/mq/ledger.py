@@ -118,19 +118,25 @@ def carried_by_final(
     return record[2] if record is not None else set()
 
 
-def move_group(owner: str) -> bytes:
+def move_group(gather: str) -> bytes:
     """The CorrelId of the markers of a gather's moves to its hold queue, so that what
-    they put there can be found from the gather (``owner``: :func:`ledger_owner`)."""
-    return ledger_key("moves", owner)
+    they put there can be found from the gather id alone, which a held copy gives (its
+    history may be gone). Markers from before named the gather's :func:`ledger_owner`."""
+    return ledger_key("moves", gather)
 
 
-def moved_copies(transport: Transport, ledger: str, owner: str) -> list[tuple[str, str]]:
-    """Of each move the gather's markers record: the digest of the reply moved (as its
-    final's marker keeps it) and its copy's :func:`bridge.mq.hold.copy_id`. Moves from before the
-    markers recorded them are not among them."""
+def moved_copies(
+    transport: Transport, ledger: str, gather: str, owners: Collection[str] = ()
+) -> list[tuple[str, str, str]]:
+    """Of each move the gather's markers record: the :func:`ledger_owner` that made it,
+    the digest of the reply moved (as its final's marker keeps it) and its copy's
+    :func:`bridge.mq.hold.copy_id`. ``owners`` also finds the markers that were grouped
+    by owner (before they named it); moves from before markers recorded their replies are
+    not among them."""
     found = []
-    for marker in transport.browse(ledger, Match(correl_id=move_group(owner))):
-        kept = lines(marker)[1:]
-        if len(kept) >= 2:
-            found.append((kept[0], kept[1]))
+    for group in dict.fromkeys((gather, *owners)):
+        for marker in transport.browse(ledger, Match(correl_id=move_group(group))):
+            kept = lines(marker)[1:]
+            if len(kept) >= 2:
+                found.append((kept[2] if len(kept) >= 3 else group, kept[0], kept[1]))
     return found

@@ -34,8 +34,9 @@ def check(mq: str, config_path: str | None, dry_run: bool, as_json: bool) -> Non
     forward. One whose gather has closed goes to the aggregate's late queue, one whose
     gather does not exist to its unknown queue, one no aggregate claims to its failure
     queue: intact, with the reason in mqgather_reason. A copy a move put there of a reply
-    the closed gather's final carried (after a worker died between two steps) is
-    withdrawn: the reply is in that final's response. Normally there are none.
+    the gather's final carried (after a worker died between two steps) is withdrawn,
+    its history kept or gone: the reply is in that final's response. Normally there
+    are none.
     """
     from bridge.holdcheck import check_held
 

@@ -12,6 +12,10 @@ import sys
 from datetime import UTC, datetime
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.mq import MQActivities
 from bridge.holdcheck import check_held
@@ -156,15 +160,34 @@ class _Died(Exception):
     pass
 
 
+async def _delete(client: Client, handle: WorkflowHandle) -> None:
+    """Delete a closed workflow's history, as retention does, and wait until it is gone."""
+    await client.workflow_service.delete_workflow_execution(
+        DeleteWorkflowExecutionRequest(namespace=client.namespace,
+                                       workflow_execution=WorkflowExecution(workflow_id=handle.id))
+    )  # fmt: skip
+
+    async def gone() -> bool:
+        try:
+            await handle.describe()
+        except RPCError as exc:
+            return exc.status == RPCStatusCode.NOT_FOUND
+        return False
+
+    await until(gone, bool, timeout=60)
+
+
+@pytest.mark.parametrize("history", ["kept", "gone"])
 async def test_a_copy_of_a_reply_its_gathers_final_carried_is_withdrawn_not_sent_late(
-    temporal_env, tmp_path
+    temporal_env, tmp_path, history
 ):
     # A double fault: a cancelled move's thread ran on, on one worker, while the gather's
     # final ran on another; each looked for the other before the other committed, and
     # the move's worker died before it looked again. The reply is in the response and a
-    # copy on the hold queue, which this check sent to the late queue: in two places.
+    # copy on the hold queue, which this check sent to the late queue (or, the gather's
+    # history gone past retention, to the unknown queue): in two places.
     spec = AggregateSpec(name="copies", legs=(LegSpec(name="CREDIT", sequence=10),))
-    correl = parse_id("COPIED-1")
+    correl = parse_id(f"COPIED-{history}")
     gid = gather_id(spec.name, correl)
     # The gather, closed; the first run of its chain names its ledger keys.
     started = await temporal_env.client.start_workflow("closed", id=gid, task_queue="nobody")
@@ -187,14 +210,17 @@ async def test_a_copy_of_a_reply_its_gathers_final_carried_is_withdrawn_not_sent
     move = HoldRepliesInput(aggregate=spec, gather_id=gid, replies=[carried], chain=chain)
     with pytest.raises(_Died):
         attempt_env().run(mover.hold_replies, move)
+    if history == "gone":
+        await _delete(temporal_env.client, started)
     with LocalQueueManager(path) as qm:
         [copy] = qm.browse(GATHER_HOLD)  # its Persistence and reports are not the reply's
         listed = await check_held(temporal_env.client, qm, [spec], route=False)
         routed = await check_held(temporal_env.client, qm, [spec])
-        left = {q: list(qm.browse(q)) for q in (GATHER_HOLD, "GATHER.LATE", "ORDER.RESPONSE")}
+        queues = (GATHER_HOLD, "GATHER.LATE", "GATHER.UNKNOWN", "ORDER.RESPONSE")
+        left = {q: list(qm.browse(q)) for q in queues}
     assert copy.body == body and (copy.persistence, copy.report) != (0, COA)
     assert [(h.verdict, h.routed_to) for h in listed] == [("carried", "withdrawn")]
     assert [h.verdict for h in routed] == ["carried"]
-    assert left[GATHER_HOLD] == [] and left["GATHER.LATE"] == []
+    assert left[GATHER_HOLD] == [] and left["GATHER.LATE"] == [] and left["GATHER.UNKNOWN"] == []
     [response] = left["ORDER.RESPONSE"]
     assert json.loads(response.body)["legs"] == {"credit": {"n": 1}}
