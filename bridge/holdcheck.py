@@ -96,17 +96,11 @@ def _carried(
     markers from before they named it."""
     copy = hold.copy_id(message)
     owners = (ledger.ledger_owner(gid, chain),) if chain else ()
-    finals: dict[str, set[str]] = {}
-    for owner, reply, moved in ledger.moved_copies(transport, spec.ledger_queue, gid, owners):
-        if moved != copy:
-            continue
-        if owner not in finals:
-            finals[owner] = ledger.carried_by_final(
-                transport, spec.ledger_queue, owner, FINAL_ENDINGS
-            )
-        if reply in finals[owner]:
-            return True
-    return False
+    return any(
+        moved == copy
+        and reply in ledger.carried_by_final(transport, spec.ledger_queue, owner, FINAL_ENDINGS)
+        for owner, reply, moved in ledger.moved_copies(transport, spec.ledger_queue, gid, owners)
+    )
 
 
 async def check_held(

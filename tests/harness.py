@@ -15,10 +15,13 @@ from typing import Any
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, ResetReapplyExcludeType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.api.workflowservice.v1 import (
+    DeleteWorkflowExecutionRequest,
+    ResetWorkflowExecutionRequest,
+)
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.fanout import Scattered, scatter
 from bridge.inbound import InboundBridge
@@ -396,6 +399,24 @@ def with_keys(client: Client, ring: Any) -> Client:
 
     return Client(client.service_client, namespace=client.namespace,
                   data_converter=data_converter(ring))  # fmt: skip
+
+
+async def delete_history(client: Client, handle: WorkflowHandle) -> None:
+    """Delete a closed workflow's history, as the namespace's retention does, and wait
+    until describe no longer finds it (the server deletes it a moment later)."""
+    await client.workflow_service.delete_workflow_execution(
+        DeleteWorkflowExecutionRequest(namespace=client.namespace,
+                                       workflow_execution=WorkflowExecution(workflow_id=handle.id))
+    )  # fmt: skip
+
+    async def gone() -> bool:
+        try:
+            await handle.describe()
+        except RPCError as exc:
+            return exc.status == RPCStatusCode.NOT_FOUND
+        return False
+
+    await until(gone, bool, timeout=60)
 
 
 async def reset_to_first_task(

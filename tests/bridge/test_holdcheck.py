@@ -12,10 +12,6 @@ import sys
 from datetime import UTC, datetime
 
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities.mq import MQActivities
 from bridge.holdcheck import check_held
@@ -26,7 +22,14 @@ from mqgather.constants import GATHER_HOLD
 from mqgather.names import PROP_REASON
 from tests.activities.environment import attempt_env
 from tests.activities.test_mq import _racing
-from tests.harness import THREE_LEGS, pipeline, prepare_queues, status, until
+from tests.harness import (
+    THREE_LEGS,
+    delete_history,
+    pipeline,
+    prepare_queues,
+    status,
+    until,
+)
 from workflows.models import (
     HoldRepliesInput,
     PutResponseInput,
@@ -160,23 +163,6 @@ class _Died(Exception):
     pass
 
 
-async def _delete(client: Client, handle: WorkflowHandle) -> None:
-    """Delete a closed workflow's history, as retention does, and wait until it is gone."""
-    await client.workflow_service.delete_workflow_execution(
-        DeleteWorkflowExecutionRequest(namespace=client.namespace,
-                                       workflow_execution=WorkflowExecution(workflow_id=handle.id))
-    )  # fmt: skip
-
-    async def gone() -> bool:
-        try:
-            await handle.describe()
-        except RPCError as exc:
-            return exc.status == RPCStatusCode.NOT_FOUND
-        return False
-
-    await until(gone, bool, timeout=60)
-
-
 @pytest.mark.parametrize("history", ["kept", "gone"])
 async def test_a_copy_of_a_reply_its_gathers_final_carried_is_withdrawn_not_sent_late(
     temporal_env, tmp_path, history
@@ -211,7 +197,7 @@ async def test_a_copy_of_a_reply_its_gathers_final_carried_is_withdrawn_not_sent
     with pytest.raises(_Died):
         attempt_env().run(mover.hold_replies, move)
     if history == "gone":
-        await _delete(temporal_env.client, started)
+        await delete_history(temporal_env.client, started)
     with LocalQueueManager(path) as qm:
         [copy] = qm.browse(GATHER_HOLD)  # its Persistence and reports are not the reply's
         listed = await check_held(temporal_env.client, qm, [spec], route=False)

@@ -11,7 +11,7 @@ from bridge.mq import dlh, xqh
 from bridge.mq.models import MQMT_REPORT, MQMessage, PutOptions, QueueAttributes, parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import PROP_REASON, PROP_SOURCE_QUEUE
-from tests.harness import pipeline, status, until
+from tests.harness import delete_history, pipeline, status, until
 from workflows.gather import GatherWorkflow
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
@@ -486,9 +486,6 @@ async def test_a_correl_id_used_again_once_the_earlier_gathers_history_is_gone_i
     same CorrelId starts a gather of its own (registered, or started by its first reply):
     its response is PUT, not taken for the earlier one's on the ledger, and its replies
     are in it, not on the late queue."""
-    from temporalio.api.common.v1 import WorkflowExecution
-    from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
-
     from bridge.fanout import ScatterError
 
     spec = AggregateSpec(name=f"reused-{mode}", mode=mode, legs=LEGS, timeout_seconds=300)
@@ -501,12 +498,9 @@ async def test_a_correl_id_used_again_once_the_earlier_gathers_history_is_gone_i
         first = await p.wait_message("ORDER.RESPONSE")
         handle = p.handle(spec, correl)
         await handle.result()
-        await p.client.workflow_service.delete_workflow_execution(
-            DeleteWorkflowExecutionRequest(namespace=p.client.namespace,
-                                           workflow_execution=WorkflowExecution(workflow_id=handle.id))
-        )  # fmt: skip
+        await delete_history(p.client, handle)
 
-        async def gone() -> bool:  # the server deletes it a moment later
+        async def gone() -> bool:  # and from the visibility store and its starters' view
             if mode == "static":
                 return not [w async for w in p.client.list_workflows(f"WorkflowId = '{handle.id}'")]
             try:
