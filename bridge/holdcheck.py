@@ -18,7 +18,7 @@ late (or unknown, its gather's history gone), it would have been in two places.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -87,20 +87,55 @@ async def _verdict(client: Client, gid: str) -> tuple[str, str]:
     return "running" if desc.status == WorkflowExecutionStatus.RUNNING else "closed", chain
 
 
-def _carried(
-    transport: Transport, spec: AggregateSpec, gid: str, chain: str, message: MQMessage
-) -> bool:
-    """Whether ``message`` is the copy a move of the gather put on its hold queue of a
-    reply whose final carried it. The move's marker names the chain that made it, so this
-    holds when the gather's history is gone too (``chain`` ""); ``chain`` also finds the
-    markers from before they named it."""
-    copy = hold.copy_id(message)
+def _carried_copies(transport: Transport, spec: AggregateSpec, gid: str, chain: str) -> set[str]:
+    """The :func:`bridge.mq.hold.copy_id` of every copy the gather's moves put on its hold
+    queue of a reply whose final carried it. The move's marker names the chain that made
+    it, so this holds when the gather's history is gone too (``chain`` ""); ``chain`` also
+    finds the markers from before they named it. Each final is read once, however many
+    moves its chain made."""
     owners = (ledger.ledger_owner(gid, chain),) if chain else ()
-    return any(
-        moved == copy
-        and reply in ledger.carried_by_final(transport, spec.ledger_queue, owner, FINAL_ENDINGS)
-        for owner, reply, moved in ledger.moved_copies(transport, spec.ledger_queue, gid, owners)
-    )
+    finals: dict[str, set[str]] = {}
+    copies = set()
+    for owner, reply, moved in ledger.moved_copies(transport, spec.ledger_queue, gid, owners):
+        if owner not in finals:
+            finals[owner] = ledger.carried_by_final(
+                transport, spec.ledger_queue, owner, FINAL_ENDINGS
+            )
+        if reply in finals[owner]:
+            copies.add(moved)
+    return copies
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the check keeps of a held message between its browse and its move: the
+    names that find it again, not its body (a hold queue holds the replies too large
+    for a signal, thousands of them after a flood)."""
+
+    queue: str
+    msg_id: bytes
+    correl_id: bytes
+    fingerprint: str
+    copy_id: str
+    size: int
+    spec: AggregateSpec
+    #: The gather it is for; "" when no aggregate of its hold queue claims it.
+    gid: str
+    #: Why no aggregate claims it ("" when one does).
+    unclaimed: str = ""
+
+
+def _browse(transport: Transport, queue: str, specs: Sequence[AggregateSpec]) -> Iterator[_Seen]:
+    """Each message on ``queue``, named and identified as the bridge identified it."""
+    for message in transport.browse(queue):
+        names = (message.msg_id, message.correl_id, fingerprint(message), hold.copy_id(message))
+        try:
+            spec, gid = _owner(message, specs)
+        except IdentificationError as exc:
+            spec, gid = min(specs, key=lambda s: s.name), ""
+            yield _Seen(queue, *names, len(message.body), spec, gid, str(exc))
+        else:
+            yield _Seen(queue, *names, len(message.body), spec, gid)
 
 
 async def check_held(
@@ -109,36 +144,49 @@ async def check_held(
     aggregates: Sequence[AggregateSpec],
     *,
     route: bool = True,
+    on_total: Callable[[int], None] = lambda _: None,
+    on_progress: Callable[[int], None] = lambda _: None,
 ) -> list[HeldReply]:
     """Every message on the aggregates' hold queues and its verdict; with ``route``,
-    each orphan is moved (in a unit of work of its own) to where it belongs."""
+    each orphan is moved (in a unit of work of its own) to where it belongs.
+
+    ``on_total`` is told how many messages the hold queues held, once they are browsed;
+    ``on_progress`` how many have been checked, after each.
+    """
     by_hold: dict[str, list[AggregateSpec]] = {}
     for spec in aggregates:
         by_hold.setdefault(spec.hold_queue, []).append(spec)
+    held = [seen for queue, specs in by_hold.items() for seen in _browse(transport, queue, specs)]
+    on_total(len(held))
     found: list[HeldReply] = []
-    for queue, specs in by_hold.items():
-        for message in list(transport.browse(queue)):
-            try:
-                spec, gid = _owner(message, specs)
-            except IdentificationError as exc:
-                spec, gid, verdict = min(specs, key=lambda s: s.name), "", "unidentified"
-                reason = f"held reply no aggregate of {queue} claims: {exc}"
-            else:
-                verdict, chain = await _verdict(client, gid)
-                if verdict != "running" and _carried(transport, spec, gid, chain, message):
+    # A flood's gather moved thousands of replies, each with its own marker: its ledger
+    # is read once per check, not once per held copy. Its verdict is asked per message,
+    # so one that starts running again meanwhile (a reset) keeps the rest of its replies.
+    carried: dict[tuple[str, str], set[str]] = {}
+    for seen in held:
+        spec, gid = seen.spec, seen.gid
+        if not gid:
+            verdict = "unidentified"
+            reason = f"held reply no aggregate of {seen.queue} claims: {seen.unclaimed}"
+        else:
+            verdict, chain = await _verdict(client, gid)
+            if verdict != "running":
+                if (gid, chain) not in carried:
+                    carried[gid, chain] = _carried_copies(transport, spec, gid, chain)
+                if seen.copy_id in carried[gid, chain]:
                     verdict = "carried"
-                reason = f"held reply of gather {gid}, which is {verdict}"
-            target = {
-                "running": "",
-                "closed": queue_for(spec, Destination.LATE),
-                "carried": WITHDRAWN,
-                "unknown": queue_for(spec, Destination.UNKNOWN),
-                "unidentified": queue_for(spec, Destination.FAILURE),
-            }[verdict]
-            item = HeldReply(queue, message.msg_id.hex(), len(message.body), gid, verdict, target)
-            if target and route:
-                _move(transport, queue, message, target, reason, gid)
-            found.append(item)
+            reason = f"held reply of gather {gid}, which is {verdict}"
+        target = {
+            "running": "",
+            "closed": queue_for(spec, Destination.LATE),
+            "carried": WITHDRAWN,
+            "unknown": queue_for(spec, Destination.UNKNOWN),
+            "unidentified": queue_for(spec, Destination.FAILURE),
+        }[verdict]
+        if target and route:
+            _move(transport, seen, target, reason)
+        found.append(HeldReply(seen.queue, seen.msg_id.hex(), seen.size, gid, verdict, target))
+        on_progress(len(found))
     return found
 
 
@@ -146,9 +194,7 @@ async def check_held(
 WITHDRAWN = "withdrawn"
 
 
-def _move(
-    transport: Transport, queue: str, message: MQMessage, target: str, reason: str, gid: str
-) -> None:
+def _move(transport: Transport, seen: _Seen, target: str, reason: str) -> None:
     """Move one held message, intact, with the reason (:data:`WITHDRAWN`: drop it, a
     copy); gone already is fine (its gather or another check took it meanwhile). Another
     message there may share its MsgId and CorrelId (a running gather's held reply, say):
@@ -156,12 +202,11 @@ def _move(
     put back."""
     reader = hold.HeldReader(transport, identity=fingerprint, what="fingerprints")
     try:
-        taken = reader.take(queue, message.msg_id, message.correl_id, fingerprint(message),
-                            wait_ms=0)  # fmt: skip
+        taken = reader.take(seen.queue, seen.msg_id, seen.correl_id, seen.fingerprint, wait_ms=0)
     except hold.HeldReplyError:
         transport.backout()
         return
     reader.put_back()
     if target != WITHDRAWN:
-        forward(transport, target, taken, reason, queue, gid)
+        forward(transport, target, taken, reason, seen.queue, seen.gid)
     transport.commit()

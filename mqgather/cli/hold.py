@@ -8,6 +8,7 @@ import json
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from bridge.mq.connect import open_transport
@@ -46,10 +47,21 @@ def check(mq: str, config_path: str | None, dry_run: bool, as_json: bool) -> Non
     async def main(_: asyncio.Event) -> list:
         client = await connect()
         transport = await asyncio.to_thread(open_transport, mq)
-        try:
-            return await check_held(client, transport, aggregates, route=not dry_run)
-        finally:
-            transport.close()
+        # On stderr, so --json's lines stay one object each: a hold queue a flood filled
+        # takes a while, a verdict per message.
+        with Progress(
+            TextColumn("checking held replies"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+        ) as progress:  # fmt: skip
+            bar = progress.add_task("check", total=None)
+            try:
+                return await check_held(
+                    client, transport, aggregates, route=not dry_run,
+                    on_total=lambda n: progress.update(bar, total=n),
+                    on_progress=lambda n: progress.update(bar, completed=n),
+                )  # fmt: skip
+            finally:
+                transport.close()
 
     found = run(main)
     orphans = [h for h in found if h.orphan]

@@ -210,3 +210,72 @@ async def test_a_copy_of_a_reply_its_gathers_final_carried_is_withdrawn_not_sent
     assert left[GATHER_HOLD] == [] and left["GATHER.LATE"] == [] and left["GATHER.UNKNOWN"] == []
     [response] = left["ORDER.RESPONSE"]
     assert json.loads(response.body)["legs"] == {"credit": {"n": 1}}
+
+
+class _CountsLedgerReads(LocalQueueManager):
+    """The embedded queue manager, counting the browses begun on the ledger queue."""
+
+    def __init__(self, path, ledger_queue: str) -> None:
+        super().__init__(path)
+        self.ledger_queue, self.ledger_browses = ledger_queue, 0
+
+    def get(self, queue, *args, **kwargs):
+        if queue == self.ledger_queue and kwargs.get("browse") == "first":
+            self.ledger_browses += 1
+        return super().get(queue, *args, **kwargs)
+
+
+async def test_a_flood_of_copies_is_withdrawn_reading_the_ledger_once(temporal_env, tmp_path):
+    # The double fault after a flood: a move of 120 replies committed after the final
+    # that carried them all looked, and its worker died; the requester took the response
+    # the instant it landed and the gather's history is gone. Every copy is withdrawn,
+    # none sent late or unknown, and the ledger is read once for the gather, not once per
+    # copy (a check over a flood's copies took minutes per thousand).
+    flood = 120
+    legs = tuple(LegSpec(name=f"L{i:03d}", sequence=i) for i in range(flood))
+    spec = AggregateSpec(name="flooded", legs=legs)
+    correl = parse_id("FLOODED")
+    gid = gather_id(spec.name, correl)
+    started = await temporal_env.client.start_workflow("closed", id=gid, task_queue="nobody")
+    await started.terminate("closed")
+    chain = started.result_run_id or ""
+    path = tmp_path / "qm.db"
+    prepare_queues(path)
+    replies = []
+    for i, leg in enumerate(legs):
+        body = json.dumps({"n": i}).encode()
+        message = MQMessage(msg_id=b"F%023d" % i, correl_id=correl, body=body,
+                            properties={"leg": leg.name})  # fmt: skip
+        replies.append(Reply(message=message, leg=leg.name, source_queue="GATHER.IN",
+                             received_at=datetime.now(UTC), size=len(body),
+                             fingerprint=fingerprint(message)))  # fmt: skip
+    final = MQActivities(lambda: LocalQueueManager(path))
+    answer = PutResponseInput(aggregate=spec, gather_id=gid, correl_id=correl, chain=chain,
+                              outcome="COMPLETE", missing=[], moved_to_hold=True,
+                              legs=[ReceivedLeg(leg=leg, replies=[reply])
+                                    for leg, reply in zip(legs, replies, strict=True)])  # fmt: skip
+
+    def respond_and_take() -> None:
+        attempt_env().run(final.put_response, answer)
+        with LocalQueueManager(path) as requester:
+            requester.get("ORDER.RESPONSE", syncpoint=False)
+
+    mover = _CrashesBeforeItLooksAgain(_racing(path, respond_and_take))
+    move = HoldRepliesInput(aggregate=spec, gather_id=gid, replies=replies, chain=chain)
+    with pytest.raises(_Died):
+        attempt_env().run(mover.hold_replies, move)
+    await delete_history(temporal_env.client, started)
+    totals, done = [], []
+    with _CountsLedgerReads(path, spec.ledger_queue) as qm:
+        assert len(list(qm.browse(GATHER_HOLD))) == flood
+        checked = await check_held(temporal_env.client, qm, [spec],
+                                   on_total=totals.append, on_progress=done.append)  # fmt: skip
+        queues = (GATHER_HOLD, "GATHER.LATE", "GATHER.UNKNOWN", "ORDER.RESPONSE")
+        left = {q: list(qm.browse(q)) for q in queues}
+        reads = qm.ledger_browses
+    assert {(h.verdict, h.routed_to) for h in checked} == {("carried", "withdrawn")}
+    assert sorted(h.msg_id for h in checked) == sorted(r.message.msg_id.hex() for r in replies)
+    assert left == {q: [] for q in queues}
+    # One browse of the gather's moves, one of its chain's final.
+    assert reads == 2
+    assert totals == [flood] and done == list(range(1, flood + 1))
