@@ -45,6 +45,7 @@ BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
     ("analytics_sealed", ["bench.analytics_sealed", "--gathers", "20000", "--repeat", "3"]),
     ("chaos", ["bench.chaos"]),
     ("large_replies", ["bench.large_replies", "--gathers", "10"]),
+    ("hold_check", ["bench.hold_check", "--repeat", "3"]),
 )  # fmt: skip
 
 
