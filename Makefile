@@ -84,7 +84,7 @@ bench-scale: bytecode
 
 # A new set of recorded gather histories (tests/workflows/histories/<build id>/) from the
 # current workflow code; commit it when a new workflow version ships (`--large` in
-# ARGS: the gathers too large to carry, into <build id>-large/).
+# ARGS: the gathers and a collector too large to carry, into <build id>-large/).
 histories: bytecode
 	$(BIN)/python -m tests.workflows.record $(ARGS) $(SET)
 

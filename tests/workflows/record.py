@@ -19,9 +19,10 @@ code.
 
 With ``--large`` it records instead the gathers whose state outgrows what a run can
 carry (their replies moved to the hold queue before continuing as new, and a move the
-hold queue refuses giving way to the response), on a server that suggests continue-as-new
-sooner, each history gzipped (``SET-large/<path>.json.gz``): their bodies run to
-megabytes, and repeat.
+hold queue refuses giving way to the response) and a collector whose batches closed
+while it settled would outgrow it (they are PUT first), on a server that suggests
+continue-as-new sooner, each history gzipped (``SET-large/<path>.json.gz``): their
+bodies run to megabytes, and repeat.
 
 With ``--sealed`` every payload is sealed by the codec, with a key ring made for the set
 and kept beside it as ``_keys.json`` (a test key that seals nothing else), so the suite
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import json
 import shutil
 import sys
 import tempfile
@@ -45,10 +47,11 @@ from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
 from bridge.mq.models import Match, MQMessage, MsgFlags, PutOptions, QueueAttributes, parse_id
+from mqgather.collector_config import CollectorSpec
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.names import SEARCH_ATTRIBUTES
+from mqgather.names import PATCH_CARRY_FITS, SEARCH_ATTRIBUTES
 from mqgather.runtime.codec import KeyRing, data_converter, new_key
-from tests.collecting import Collecting, collecting, order
+from tests.collecting import SPEC, Collecting, collecting, order
 from tests.harness import Pipeline, pipeline, reset_to_first_task, status, taken, until
 from workers.worker import default_build_id
 from workflows.collect_models import ReleaseBatchInput, collector_id
@@ -539,6 +542,54 @@ COLLECT_SCENARIOS: dict[str, tuple[str, dict[str, object], Collect]] = {
 }
 
 
+def patch_ids(events) -> set[str]:
+    """The ids of the patches recorded among ``events``."""
+    found = set()
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            details = event.marker_recorded_event_attributes.details
+            for payload in details["patch-data"].payloads if "patch-data" in details else ():
+                found.add(json.loads(payload.data)["id"])
+    return found
+
+
+#: The large collector's messages: bursts of 200 of 5 KB, each taken before the next
+#: (a burst's JSON outgrows the 1 MB a batch carries), until a run has had to PUT its
+#: closed batches before continuing as new; at most this many messages.
+CARRY_BURST, CARRY_BODY, CARRY_MOST = 200, 5000, 4000
+
+
+def _carry_body(n: int) -> bytes:
+    return b"%05d" % n * (CARRY_BODY // 5)
+
+
+async def _runs_patched(c: Collecting, workflow_id: str) -> set[str]:
+    """The patches recorded by every run of one workflow so far."""
+    found: set[str] = set()
+    async for run in c.client.list_workflows(f'WorkflowId = "{workflow_id}"'):
+        history = await c.client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
+        found |= patch_ids(history.events)
+    return found
+
+
+async def carry_fits(c: Collecting, d: str) -> None:
+    """Messages that close batches while the collector settles before continuing as new,
+    the state left more than a run can carry: its closed batches are PUT first."""
+    workflow_id = collector_id(c.spec.name, d)
+    sent = 0
+    while PATCH_CARRY_FITS not in await _runs_patched(c, workflow_id):
+        assert sent < CARRY_MOST, "no run had to PUT its batches before continuing as new"
+        for n in range(sent, sent + CARRY_BURST):
+            c.send(d, _carry_body(n))
+        sent += CARRY_BURST
+        await until(lambda: c.status(d), lambda st, end=sent: st.messages == end, 60)
+    await until(lambda: c.status(d), lambda st: st.open_messages == st.waiting_to_put == 0, 60)
+    batches = []
+    while c.depth("CMAOUT.CARRY"):
+        batches.append((await c.take("CMAOUT.CARRY")).body)
+    assert b"".join(batches) == b"".join(_carry_body(n) for n in range(sent))
+
+
 async def _write_runs(
     env: WorkflowEnvironment, workflow_id: str, name: str, out: Path, *, gzipped: bool = False
 ) -> list[Path]:
@@ -565,24 +616,45 @@ async def _write_runs(
     return written
 
 
-async def record_collectors(env: WorkflowEnvironment, out: Path) -> list[Path]:
-    """Run every collector scenario, one destination each, and write their runs."""
+#: The large collector scenario: its destination's rule and its run. The bridge keeps
+#: every message inline, so the batches' bodies are in the state.
+LARGE_COLLECT_SCENARIOS: dict[str, tuple[str, dict[str, object], Collect]] = {
+    "collect_carry_fits": (
+        "CMAOUT.CARRY",
+        {"max_messages": 3000, "max_bytes": 20 * 1024 * 1024, "max_delay_seconds": 5,
+         "format": "blob"},
+        carry_fits,
+    ),
+}  # fmt: skip
+LARGE_COLLECTOR = SPEC.model_copy(update={"destination_inline_bytes": 100 * 1024 * 1024})
+
+
+async def record_collectors(
+    env: WorkflowEnvironment,
+    out: Path,
+    scenarios: dict[str, tuple[str, dict[str, object], Collect]] = COLLECT_SCENARIOS,
+    *,
+    spec: CollectorSpec = SPEC,
+    gzipped: bool = False,
+) -> list[Path]:
+    """Run every collector scenario of ``scenarios``, one destination each, and write
+    their runs."""
     written: list[Path] = []
     with tempfile.TemporaryDirectory() as tmp:
-        async with collecting(env.client, Path(tmp), run_bridge=False) as c:
-            for name, (queue, rule, _) in COLLECT_SCENARIOS.items():
+        async with collecting(env.client, Path(tmp), spec=spec, run_bridge=False) as c:
+            for name, (queue, rule, _) in scenarios.items():
                 c.rule(name, queue, **rule)
             c.qm.define(QueueAttributes(name="CMAOUT.FULL", maxdepth=1), replace=True)
-            c.qm.define(QueueAttributes(name="CMAOUT.REUSED"))
-            c.qm.define(QueueAttributes(name="CMAOUT.RESET"))
+            for queue in ("CMAOUT.REUSED", "CMAOUT.RESET", "CMAOUT.CARRY"):
+                c.qm.define(QueueAttributes(name=queue))
             c.start_bridge()
-            for name, (_, _, scenario) in COLLECT_SCENARIOS.items():
+            for name, (_, _, scenario) in scenarios.items():
                 await scenario(c, name)
             # Collectors never end: each is terminated once its scenario is over.
-            for name in COLLECT_SCENARIOS:
+            for name in scenarios:
                 handle = env.client.get_workflow_handle(collector_id(c.spec.name, name))
                 await handle.terminate("recorded")
-                written += await _write_runs(env, handle.id, name, out)
+                written += await _write_runs(env, handle.id, name, out, gzipped=gzipped)
     return written
 
 
@@ -594,7 +666,8 @@ async def record(
     out: Path, converter: DataConverter | None = None, *, large: bool = False
 ) -> list[Path]:
     """Run every scenario and write each run of each gather and collector to ``out``;
-    with ``large``, the :data:`LARGE_SCENARIOS` only, gzipped."""
+    with ``large``, the :data:`LARGE_SCENARIOS` and :data:`LARGE_COLLECT_SCENARIOS`
+    only, gzipped."""
     events = LARGE_EVENTS if large else CONTINUE_AS_NEW_EVENTS
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=shutil.which("temporal"),
@@ -619,7 +692,11 @@ async def record(
                     await p.handle(spec, correl).result()  # every run closed
                     workflow_id = p.handle(spec, correl).id
                     written += await _write_runs(env, workflow_id, name, out, gzipped=large)
-        if not large:
+        if large:
+            written += await record_collectors(
+                env, out, LARGE_COLLECT_SCENARIOS, spec=LARGE_COLLECTOR, gzipped=True
+            )
+        else:
             written += await record_collectors(env, out)
     finally:
         await env.shutdown()

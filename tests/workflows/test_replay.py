@@ -19,11 +19,13 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowHistory
 
 from analytics.replay import ReplayReport, read_histories, replay
+from mqgather.constants import CARRIED_STATE_BYTES
 from mqgather.names import (
     COLLECT_WORKFLOW,
     GATHER_WORKFLOW,
     PATCH_BATCH_CARRIED,
     PATCH_BY_CONTENT,
+    PATCH_CARRY_FITS,
     PATCH_SETTLE,
     SIGNAL_UNDELIVERED,
 )
@@ -33,8 +35,10 @@ from tests.workflows.record import (
     COLLECT_SCENARIOS,
     HISTORIES,
     KEYS_FILE,
+    LARGE_COLLECT_SCENARIOS,
     LARGE_SCENARIOS,
     SCENARIOS,
+    patch_ids,
 )
 from workflows.collector import PATCH_DELAY_FROM_ARRIVAL
 from workflows.gather import PATCH_MOVE_GIVES_WAY, PATCH_MOVE_TO_HOLD, PATCH_REREQUEST
@@ -114,18 +118,20 @@ def test_the_recorded_sets_cover_every_path():
     assert set().union(*(patches(LATEST, name) for name in gathers)) == {PATCH_REREQUEST}
 
 
-def test_the_large_set_moves_to_the_hold_queue_and_gives_way(tmp_path):
+def test_the_large_set_moves_to_the_hold_queue_gives_way_and_puts_first(tmp_path):
     # The branches of the two hold patches are recorded: a state too large to carry
-    # moved to the hold queue before continuing as new, and a move refused giving way.
+    # moved to the hold queue before continuing as new, and a move refused giving way;
+    # and the collector's: batches closed while it settled PUT before it continued.
     files = {p.name.removesuffix(".json.gz"): p for p in (HISTORIES / LARGE).glob("*.json.gz")}
-    assert {name.split("_run")[0] for name in files} == set(LARGE_SCENARIOS)
+    scenarios = set(LARGE_SCENARIOS) | set(LARGE_COLLECT_SCENARIOS)
+    assert {name.split("_run")[0] for name in files} == scenarios
     opened = {p.stem: p for p in _opened(list(files.values()), tmp_path)}
 
     def events(name: str) -> list:
         return list(WorkflowHistory.from_json(name, opened[name].read_text()).events)
 
     def patched(name: str) -> set[str]:
-        return _patch_ids(events(name))
+        return patch_ids(events(name))
 
     first, moved_on = events("moved_to_hold_run1"), events("moved_to_hold_run2")
     assert first[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
@@ -134,6 +140,17 @@ def test_the_large_set_moves_to_the_hold_queue_and_gives_way(tmp_path):
     assert patched("move_gives_way") == {PATCH_MOVE_TO_HOLD, PATCH_MOVE_GIVES_WAY}
     refused = events("move_gives_way")
     assert refused[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+
+    collector = events("collect_carry_fits_run1")
+    assert collector[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    assert PATCH_CARRY_FITS in patched("collect_carry_fits_run1")
+    fits = next(n for n, e in enumerate(collector) if PATCH_CARRY_FITS in patch_ids([e]))
+    puts = [e for e in collector[fits:]
+            if e.marker_recorded_event_attributes.marker_name == "core_local_activity"]  # fmt: skip
+    assert puts, "no batch PUT between the patch and continuing as new"
+    # What the next run began with fits in a payload.
+    started = events("collect_carry_fits_run2")[0].workflow_execution_started_event_attributes
+    assert started.input.payloads[0].ByteSize() < CARRIED_STATE_BYTES
 
 
 def test_gathers_recorded_since_chains_name_theirs_and_those_before_do_not():
@@ -166,18 +183,7 @@ def patches(name: str, files: str = "collect_*.json") -> set[str]:
     """The patches the histories of a set carry (its collectors', by default)."""
     found: set[str] = set()
     for path in (HISTORIES / name).glob(files):
-        found |= _patch_ids(WorkflowHistory.from_json(path.stem, path.read_text()).events)
-    return found
-
-
-def _patch_ids(events) -> set[str]:
-    """The ids of the patches recorded among ``events``."""
-    found = set()
-    for event in events:
-        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
-            details = event.marker_recorded_event_attributes.details
-            for payload in details["patch-data"].payloads if "patch-data" in details else ():
-                found.add(json.loads(payload.data)["id"])
+        found |= patch_ids(WorkflowHistory.from_json(path.stem, path.read_text()).events)
     return found
 
 
@@ -190,8 +196,9 @@ RECORDED_WITH_RECORDER = "0.1.0-56876c569e39"
 #: reset (their runs before and after), gathers whose ledger keys name their chain, and
 #: a duplicate its queue refused for good, put to the dead-letter queue.
 LATEST = "0.1.0-45cb413399ca"
-#: Gathers whose state outgrew what a run can carry, recorded with ``--large``.
-LARGE = "0.1.0-741f25f2f30f-large"
+#: Gathers whose state outgrew what a run can carry, and a collector that PUT its
+#: batches first not to outgrow it, recorded with ``--large``.
+LARGE = "0.1.0-128f7318340b-large"
 #: The last set before a collector's batches counted the bytes they carry.
 BEFORE_BATCH_CARRIED = "0.1.0-482180842481"
 #: The last set before gathers' ledger keys named the first run of their chain.
