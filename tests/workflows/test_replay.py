@@ -240,12 +240,14 @@ async def test_an_incompatible_change_fails_replay_naming_the_gather_and_event(t
     assert named and all(f"at event {f.event_id}" in f.describe() for f in named)
 
 
-async def test_an_incompatible_collector_change_fails_replay_naming_the_collector():
+async def test_an_incompatible_collector_change_fails_replay_naming_the_collector(tmp_path):
     report = ReplayReport()
-    items = read_histories([HISTORIES], report, kinds=(COLLECT_WORKFLOW,))
+    collectors = [f for f in FILES + GZIPPED if f.name.startswith("collect_")]
+    items = read_histories(_opened(collectors, tmp_path), report, kinds=(COLLECT_WORKFLOW,))
+    assert not report.unreadable
     await replay(items, report, collector_class=CollectorV2, converter=CONVERTER)
-    collectors = [f for f in FILES if f.stem.startswith("collect_")]
     assert len(collectors) >= len(COLLECT_SCENARIOS)
+    assert any(f.suffix == ".gz" for f in collectors), "the large set's collectors"
     assert report.replayed == len(collectors) and report.clean == 0
     assert all(f.workflow_id.startswith("collect:") for f in report.failures)
     assert all("Nondeterminism" in f.error for f in report.failures)
