@@ -1,7 +1,8 @@
 """Every benchmark, one after another, quietly: each one's output goes to a log, a line
 per benchmark shows progress, and one table is written to ``bench/results/<date>.md``
 with every headline figure beside its floor, the ratio (median and range over the runs)
-and the target, and the machine's core count. Refuses to start while another benchmark
+and the target, and the machine's core count; at the end it prints the headline ratios
+beside the runs before (``bench.trend``). Refuses to start while another benchmark
 runs (they would measure each other).
 
     python -m bench.suite [--only NAME ...] [--out DIR]      # make bench
@@ -22,10 +23,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.figures import ENV_HELD, ENV_RECORD, BenchmarkBusy, Figure, exclusive, read
+from bench.trend import BadResults, runs_in, trend_table
 
 #: The releases the analytics job is compared with: the one whose figures the README once
 #: gave, and the one before the arrivals came with each gather's result.
 ANALYTICS_RELEASES = ("246f2c6", "a7d0c82")
+
+#: Runs, this one included, in the run-by-run table printed at the end.
+TREND_RUNS = 3
 
 #: (name, module arguments): the order they run in.
 BENCHMARKS: tuple[tuple[str, list[str]], ...] = (
@@ -93,6 +98,25 @@ def table(figures: list[Figure]) -> list[str]:
     return lines
 
 
+def results_lines(
+    stamp: datetime, commit: str, figures: list[Figure], failed: list[str]
+) -> list[str]:
+    """The results file of a run: its day, commit, hour and machine, then the table."""
+    lines = [
+        f"# Benchmarks, {stamp:%Y-%m-%d}",
+        "",
+        f"Commit {commit}, {stamp:%H:%M} UTC; {os.cpu_count()} cores, "
+        f"{platform.machine()}, Python {platform.python_version()}. Every ratio is to a floor "
+        "measured in the same run; a value is the median over the runs, the range in "
+        "brackets. The full output is in the log beside this file.",
+        "",
+        *table(figures),
+    ]
+    if failed:
+        lines += ["", f"Failed (see the log): {', '.join(failed)}"]
+    return lines
+
+
 def main() -> int:
     """Run the benchmarks; 0 when every one ran (met or not), 1 when one failed."""
     parser = argparse.ArgumentParser(
@@ -126,22 +150,18 @@ def main() -> int:
                 print(f"{'FAILED (exit ' + str(run.returncode) + ')' if run.returncode else 'done'}"
                       f" in {took / 60:.1f} min", flush=True)  # fmt: skip
         figures = read(recorded)
-    lines = [
-        f"# Benchmarks, {day}",
-        "",
-        f"Commit {_commit()}, {stamp:%H:%M} UTC; {os.cpu_count()} cores, "
-        f"{platform.machine()}, Python {platform.python_version()}. Every ratio is to a floor "
-        "measured in the same run; a value is the median over the runs, the range in "
-        "brackets. The full output is in the log beside this file.",
-        "",
-        *table(figures),
-    ]
-    if failed:
-        lines += ["", f"Failed (see the log): {', '.join(failed)}"]
     results = ns.out / f"{day}.md"
-    results.write_text("\n".join(lines) + "\n")
+    results.write_text("\n".join(results_lines(stamp, _commit(), figures, failed)) + "\n")
     print(f"\n{len(figures)} figures from {len(chosen) - len(failed)} of {len(chosen)} "
           f"benchmarks -> {results} (log {log_path})")  # fmt: skip
+    try:
+        print(
+            "\nThe headline figures, this run beside the ones before it (✓ met, ✗ not; "
+            "python -m bench.trend --readme puts the latest in the README):"
+        )
+        print("\n".join(trend_table(runs_in(ns.out)[-TREND_RUNS:])))
+    except BadResults as exc:
+        print(f"No run-by-run table: {exc}")
     return 1 if failed else 0
 
 
