@@ -157,7 +157,7 @@ def main() -> int:
     try:
         print(
             "\nThe headline figures, this run beside the ones before it (✓ met, ✗ not; "
-            "python -m bench.trend --readme puts the latest in the README):"
+            "python -m bench.trend --readme puts the latest in the README and docs/performance.md):"
         )
         print("\n".join(trend_table(runs_in(ns.out)[-TREND_RUNS:])))
     except BadResults as exc:

@@ -2,11 +2,11 @@
 
 Reads every table `make bench` wrote (``bench/results/<date>.md``) and prints one row per
 headline figure with its target, one column per run: the median over that run's rounds
-and their range, marked where the run met the target. The README's run-by-run table is
-this output; ``--readme`` writes it there, ``--check`` fails when the README's is not
-what the results give.
+and their range, marked where the run met the target. The run-by-run tables of the
+README and of docs/performance.md are this output; ``--readme`` writes them there,
+``--check`` fails when one is not what the results give.
 
-    python -m bench.trend [--results DIR] [--last N] [--readme | --check]
+    python -m bench.trend [--results DIR] [--last N] [--readme [PAGE] | --check [PAGE]]
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from pathlib import Path
 
 #: The columns ``bench.suite.table`` writes, in order.
 COLUMNS = ("benchmark", "figure", "runs", "value", "against", "floor", "ratio", "target", "met")
-#: Where the results are, and the README whose run-by-run table comes from them.
+#: Where the results are, and the pages whose run-by-run table comes from them.
 RESULTS = Path("bench/results")
-README = Path("README.md")
-#: The lines between which the README holds the table.
+PAGES = (Path("README.md"), Path("docs/performance.md"))
+#: The lines between which a page holds the table.
 BEGIN = "<!-- bench.trend: python -m bench.trend --readme writes this table -->"
 END = "<!-- /bench.trend -->"
-#: Runs the README shows.
-README_RUNS = 5
+#: Runs the pages show.
+PAGE_RUNS = 5
 
 _HEAD = re.compile(r"^Commit (?P<commit>\S+), (?P<time>\d\d:\d\d) UTC; (?P<cores>\d+) cores")
 _SPREAD = re.compile(r"^(?P<median>[-\d.]+)(?: \((?P<low>[-\d.]+) to (?P<high>[-\d.]+)\))?")
@@ -181,27 +181,28 @@ def trend_table(runs: list[Run], headlines: tuple[Headline, ...] = HEADLINES) ->
     return lines
 
 
-def in_readme(text: str, table: list[str]) -> str:
+def in_page(text: str, table: list[str], name: str = "the page") -> str:
     """``text`` with the lines between :data:`BEGIN` and :data:`END` replaced by ``table``.
 
     Raises:
-        BadResults: the README lacks either marker line.
+        BadResults: the page lacks either marker line.
     """
     lines = text.splitlines()
     try:
         start, stop = lines.index(BEGIN), lines.index(END)
     except ValueError:
-        raise BadResults(f"the README has no '{BEGIN}' … '{END}' lines to hold the table") from None
+        raise BadResults(f"{name} has no '{BEGIN}' … '{END}' lines to hold the table") from None
     if stop < start:
-        raise BadResults(f"the README's '{END}' comes before its '{BEGIN}'")
+        raise BadResults(f"{name}'s '{END}' comes before its '{BEGIN}'")
     return "\n".join([*lines[: start + 1], *table, *lines[stop:]]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table, or write it into the README, or check the README's (1 when stale)."""
+    """Print the table, or write it into the pages, or check theirs (1 when one is stale)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    pages = " and ".join(str(p) for p in PAGES)
     parser.add_argument(
         "--results",
         type=Path,
@@ -212,46 +213,54 @@ def main(argv: list[str] | None = None) -> int:
         "--last",
         type=int,
         default=None,
-        help=f"only the latest N runs (default: all; {README_RUNS} in the README)",
+        help=f"only the latest N runs (default: all; {PAGE_RUNS} in a page)",
     )
     parser.add_argument(
         "--readme",
         type=Path,
         nargs="?",
-        const=README,
+        const=PAGES,
         default=None,
-        help=f"write the table into this README (default {README})",
+        help=f"write the table into this page (default {pages})",
     )
     parser.add_argument(
         "--check",
         type=Path,
         nargs="?",
-        const=README,
+        const=PAGES,
         default=None,
-        help="exit 1 when this README's table is not what the results give",
+        help="exit 1 when this page's table (default: each of "
+        f"{pages}) is not what the results give",
     )
     ns = parser.parse_args(argv)  # fmt: skip
     runs = runs_in(ns.results)
     if not runs:
         print(f"no make bench tables in {ns.results}: run make bench first", file=sys.stderr)
         return 1
-    readme = ns.readme or ns.check
-    last = ns.last or (README_RUNS if readme else len(runs))
+    chosen = ns.readme if ns.readme is not None else ns.check
+    targets: tuple[Path, ...] = () if chosen is None else (
+        chosen if isinstance(chosen, tuple) else (chosen,))  # fmt: skip
+    last = ns.last or (PAGE_RUNS if targets else len(runs))
     table = trend_table(runs[-last:])
-    if readme is None:
+    if not targets:
         print("\n".join(table))
         print(f"\n{len(runs[-last:])} of {len(runs)} runs in {ns.results}; ✓ met, ✗ not met")
         return 0
-    text = readme.read_text()
-    wanted = in_readme(text, table)
-    if ns.check:
-        if wanted != text:
-            print(f"{readme}'s run-by-run table is not what {ns.results} gives: run "
-                  "python -m bench.trend --readme", file=sys.stderr)  # fmt: skip
-            return 1
-        return 0
-    readme.write_text(wanted)
-    print(f"{readme}: the table of the latest {len(runs[-last:])} runs written")
+    stale = []
+    for page in targets:
+        text = page.read_text()
+        wanted = in_page(text, table, str(page))
+        if wanted == text:
+            continue
+        if ns.check is not None:
+            stale.append(str(page))
+        else:
+            page.write_text(wanted)
+            print(f"{page}: the table of the latest {len(runs[-last:])} runs written")
+    if stale:
+        print(f"the run-by-run table of {', '.join(stale)} is not what {ns.results} gives: "
+              "run python -m bench.trend --readme", file=sys.stderr)  # fmt: skip
+        return 1
     return 0
 
 

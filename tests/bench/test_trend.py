@@ -71,8 +71,9 @@ def test_a_file_that_is_not_a_bench_table_is_named_with_what_it_lacks(tmp_path, 
     assert str(path) in str(raised.value)
 
 
-def test_the_readmes_table_is_what_the_results_give():
-    assert trend.main(["--results", str(RESULTS), "--check", str(ROOT / "README.md")]) == 0
+@pytest.mark.parametrize("page", trend.PAGES, ids=str)
+def test_each_pages_table_is_what_the_results_give(page):
+    assert trend.main(["--results", str(RESULTS), "--check", str(ROOT / page)]) == 0
 
 
 def test_a_stale_readme_fails_the_check_and_is_rewritten(tmp_path, capsys):
@@ -86,7 +87,7 @@ def test_a_stale_readme_fails_the_check_and_is_rewritten(tmp_path, capsys):
     (results / "2026-12-31.md").write_text(text)
     args = ["--results", str(results)]
     assert trend.main([*args, "--check", str(readme)]) == 1
-    assert "python -m bench.trend --readme" in capsys.readouterr().err
+    assert f"{readme} is not what" in capsys.readouterr().err
     before = readme.read_text()
     assert trend.main([*args, "--readme", str(readme)]) == 0
     after = readme.read_text()
@@ -97,11 +98,11 @@ def test_a_stale_readme_fails_the_check_and_is_rewritten(tmp_path, capsys):
     assert trend.main([*args, "--check", str(readme)]) == 0
 
 
-def test_a_readme_without_the_markers_is_refused(tmp_path):
-    with pytest.raises(BadResults, match="has no"):
-        trend.in_readme("# A README\n", ["| a |"])
+def test_a_page_without_the_markers_is_refused(tmp_path):
+    with pytest.raises(BadResults, match=r"README\.md has no"):
+        trend.in_page("# A README\n", ["| a |"], "README.md")
     with pytest.raises(BadResults, match="comes before"):
-        trend.in_readme(f"{trend.END}\n{trend.BEGIN}\n", ["| a |"])
+        trend.in_page(f"{trend.END}\n{trend.BEGIN}\n", ["| a |"])
 
 
 def test_a_floor_headline_carries_no_mark():
