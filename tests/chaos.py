@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class Requester:
 
     def __init__(self, path: Path, queue: str) -> None:
         self.taken: list[MQMessage] = []
+        #: When each response was taken (``time.monotonic``), in the order of ``taken``.
+        self.taken_at: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(path, queue), daemon=True)
         self._thread.start()
@@ -42,9 +45,11 @@ class Requester:
         with LocalQueueManager(path) as qm:
             while not self._stop.is_set():
                 try:
-                    self.taken.append(qm.get(queue, wait_ms=100, syncpoint=False))
+                    message = qm.get(queue, wait_ms=100, syncpoint=False)
                 except NoMessageAvailable:
                     continue
+                self.taken_at.append(time.monotonic())
+                self.taken.append(message)
 
     def stop(self) -> None:
         self._stop.set()
