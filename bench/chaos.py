@@ -5,7 +5,11 @@ responses, duplicate responses, how long after the last kill every gather sent b
 had its response (the recovery), and how long after the last request every gather had
 (the drain).
 
-    python -m bench.chaos [--gathers 1000] [--rate 20] [--kills 3] [--seed 1]
+    python -m bench.chaos [--gathers 1000] [--rate 20] [--kills 3] [--seed 1] [--large]
+
+With ``--large`` every gather's replies are 2 KB, 300 KB and 3 MB, two of them too large
+for a signal, so they wait on the hold queue (run fewer, slower: ``--gathers 100
+--rate 2``).
 
 Targets: 0 lost, 0 duplicates, drain <= 10 s.
 """
@@ -22,13 +26,14 @@ from pathlib import Path
 
 from bench.figures import Figure, exclusive, record
 from bridge.mq.local_qm import LocalQueueManager
-from tests.chaos import LEGS, SPEC, Requester, Stack, put_replies, scatter_retrying
+from tests.chaos import LARGE, LEGS, SPEC, Requester, Stack, put_replies, scatter_retrying
 from tests.harness import connect_when_up, prepare_queues
 from workflows.models import GatherResult, gather_id
 from workflows.redelivery import msg_id_of
 
 OTHER_QUEUES = ("GATHER.IN", "GATHER.LATE", "GATHER.DUPLICATE", "GATHER.UNKNOWN",
-                "GATHER.FAILURE", "GATHER.BACKOUT", "SYSTEM.DEAD.LETTER.QUEUE")  # fmt: skip
+                "GATHER.FAILURE", "GATHER.BACKOUT", "GATHER.HOLD",
+                "SYSTEM.DEAD.LETTER.QUEUE")  # fmt: skip
 
 
 #: The drain's target, seconds from the last request to the last response taken.
@@ -69,7 +74,9 @@ def recovery_and_drain(
     return last(before_kill, last_kill), last(sent, last_request)
 
 
-async def run(gathers: int, rate: float, kills: int, seed: int, tmp: Path) -> dict[str, float]:
+async def run(
+    gathers: int, rate: float, kills: int, seed: int, tmp: Path, large: bool = False
+) -> dict[str, float]:
     rng = random.Random(seed)
     schedule = sorted(
         (rng.randrange(gathers // 10, gathers - gathers // 10), part)
@@ -101,7 +108,7 @@ async def run(gathers: int, rate: float, kills: int, seed: int, tmp: Path) -> di
                     print(f"  killed and restarted the {part} at gather {i}", flush=True)
                 correl = os.urandom(20) + bytes(4)
                 await scatter_retrying(client, qm, correl, stack.task_queue)
-                put[correl] = put_replies(qm, correl)
+                put[correl] = put_replies(qm, correl, LARGE if large else None)
                 last_request = time.monotonic()
                 pause = start + (i + 1) / rate - time.monotonic()
                 if pause > 0:
@@ -148,9 +155,15 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="gathers per second")
     parser.add_argument("--kills", type=int, default=3, help="SIGKILLs of each part")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="replies of 2 KB, 300 KB and 3 MB (two on the hold queue)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mqgather-chaos-") as tmp:
-        figures = asyncio.run(run(args.gathers, args.rate, args.kills, args.seed, Path(tmp)))
+        figures = asyncio.run(run(args.gathers, args.rate, args.kills, args.seed, Path(tmp),
+                                  args.large))  # fmt: skip
     width = max(len(k) for k in figures)
     for key, value in figures.items():
         print(f"{key:<{width}}  {value}")

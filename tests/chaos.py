@@ -28,6 +28,8 @@ from tests.harness import free_ports
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
 SPEC = AggregateSpec(name="chaos", legs=LEGS, timeout_seconds=600)
+#: Reply sizes of large gathers: one leg inline, two held (one of them megabytes).
+LARGE = {"CREDIT": 2000, "STOCK": 300 * 1024, "TAX": 3 * 1024 * 1024}
 
 
 class Requester:

@@ -15,6 +15,7 @@ import pytest
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
 from tests.chaos import (
+    LARGE,
     LEGS,
     SPEC,
     Requester,
@@ -35,10 +36,6 @@ KILLS = {50: "worker", 100: "bridge", 150: "server"}
 @pytest.mark.timeout(600)
 async def test_kills_of_worker_bridge_and_server_lose_nothing_and_repeat_nothing(tmp_path):
     await _chaos(tmp_path, GATHERS, KILLS)
-
-
-#: Legs of the large gathers: one inline, two held (one of them megabytes).
-LARGE = {"CREDIT": 2000, "STOCK": 300 * 1024, "TAX": 3 * 1024 * 1024}
 
 
 @pytest.mark.timeout(600)
