@@ -2,8 +2,9 @@
 per benchmark shows progress, and one table is written to ``bench/results/<date>.md``
 with every headline figure beside its floor, the ratio (median and range over the runs)
 and the target, and the machine's core count; at the end it prints the headline ratios
-beside the runs before (``bench.trend``). Refuses to start while another benchmark
-runs (they would measure each other).
+beside the runs before and, after a whole run into ``bench/results``, writes the latest
+into the README's and docs/performance.md's run-by-run tables (``bench.trend``).
+Refuses to start while another benchmark runs (they would measure each other).
 
     python -m bench.suite [--only NAME ...] [--out DIR]      # make bench
 """
@@ -23,7 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.figures import ENV_HELD, ENV_RECORD, BenchmarkBusy, Figure, exclusive, read
-from bench.trend import BadResults, runs_in, trend_table
+from bench.trend import RESULTS, BadResults, runs_in, trend_table
+from bench.trend import main as trend_main
 
 #: The releases the analytics job is compared with: the one whose figures the README once
 #: gave, and the one before the arrivals came with each gather's result.
@@ -124,7 +126,7 @@ def main() -> int:
     )
     names = [name for name, _ in BENCHMARKS]
     parser.add_argument("--only", nargs="+", choices=names, help="run only these")
-    parser.add_argument("--out", type=Path, default=Path("bench/results"),
+    parser.add_argument("--out", type=Path, default=RESULTS,
                         help="where the table and the log go (default bench/results)")  # fmt: skip
     ns = parser.parse_args()
     chosen = [(n, args) for n, args in BENCHMARKS if not ns.only or n in ns.only]
@@ -155,11 +157,12 @@ def main() -> int:
     print(f"\n{len(figures)} figures from {len(chosen) - len(failed)} of {len(chosen)} "
           f"benchmarks -> {results} (log {log_path})")  # fmt: skip
     try:
-        print(
-            "\nThe headline figures, this run beside the ones before it (✓ met, ✗ not; "
-            "python -m bench.trend --readme puts the latest in the README and docs/performance.md):"
-        )
+        print("\nThe headline figures, this run beside the ones before it (✓ met, ✗ not):")
         print("\n".join(trend_table(runs_in(ns.out)[-TREND_RUNS:])))
+        # A whole run into the repository's results: the pages' run-by-run tables follow
+        # it (a part run, or one elsewhere, would put a column of gaps there).
+        if not ns.only and ns.out.resolve() == RESULTS.resolve():
+            trend_main(["--results", str(ns.out), "--readme"])
     except BadResults as exc:
         print(f"No run-by-run table: {exc}")
     return 1 if failed else 0

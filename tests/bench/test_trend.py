@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from bench import trend
+from bench import suite, trend
 from bench.figures import Figure
 from bench.suite import results_lines
 from bench.trend import HEADLINES, BadResults, Headline, read_results, runs_in, trend_table
@@ -110,3 +111,33 @@ def test_a_floor_headline_carries_no_mark():
     row = trend.Row("gather", "e2e", 3, "50 /s", "ceiling", "60.0 (55.0 to 65.0) /s",
                     "0.83 (0.80 to 0.90)", "≥ 0.9", "no")  # fmt: skip
     assert trend.cell(row, headline) == "60.0 (55.0–65.0) /s"
+
+
+def _suite_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout's results and pages under ``tmp_path``, and a suite of one benchmark
+    that records nothing, run from there."""
+    shutil.copytree(RESULTS, tmp_path / "bench" / "results")
+    (tmp_path / "docs").mkdir()
+    for page in trend.PAGES:
+        shutil.copy(ROOT / page, tmp_path / page)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setattr(suite, "BENCHMARKS", (("nothing", ["bench.figures"]),))
+
+
+def test_a_whole_bench_run_brings_the_pages_tables_up_to_date(tmp_path, monkeypatch):
+    _suite_in(tmp_path, monkeypatch)
+    monkeypatch.setattr(sys, "argv", ["bench.suite"])
+    assert suite.main() == 0
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    for page in trend.PAGES:
+        assert f"| {today} (" in (tmp_path / page).read_text(), page
+    assert trend.main(["--check"]) == 0
+
+
+def test_a_part_run_leaves_the_pages_as_they_were(tmp_path, monkeypatch):
+    _suite_in(tmp_path, monkeypatch)
+    before = {page: (tmp_path / page).read_text() for page in trend.PAGES}
+    monkeypatch.setattr(sys, "argv", ["bench.suite", "--only", "nothing"])
+    assert suite.main() == 0
+    assert {page: (tmp_path / page).read_text() for page in trend.PAGES} == before
