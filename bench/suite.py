@@ -24,8 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.figures import ENV_HELD, ENV_RECORD, BenchmarkBusy, Figure, exclusive, read
-from bench.trend import RESULTS, BadResults, runs_in, trend_table
-from bench.trend import main as trend_main
+from bench.trend import RESULTS, BadResults, runs_in, trend_table, update_pages
 
 #: The releases the analytics job is compared with: the one whose figures the README once
 #: gave, and the one before the arrivals came with each gather's result.
@@ -162,7 +161,8 @@ def main() -> int:
         # A whole run into the repository's results: the pages' run-by-run tables follow
         # it (a part run, or one elsewhere, would put a column of gaps there).
         if not ns.only and ns.out.resolve() == RESULTS.resolve():
-            trend_main(["--results", str(ns.out), "--readme"])
+            for page in update_pages(ns.out):
+                print(f"{page}: its run-by-run table now ends with this run")
     except BadResults as exc:
         print(f"No run-by-run table: {exc}")
     return 1 if failed else 0

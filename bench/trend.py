@@ -160,7 +160,9 @@ def cell(row: Row | None, headline: Headline) -> str:
 
 
 def _target(runs: list[Run], headline: Headline) -> str:
-    for run in reversed(runs if not headline.floor else []):
+    if headline.floor:
+        return ""  # the machine's speed is shown, not judged
+    for run in reversed(runs):
         row = run.find(headline.bench, headline.figure, headline.against)
         if row is not None and row.target:
             return row.target
@@ -197,12 +199,33 @@ def in_page(text: str, table: list[str], name: str = "the page") -> str:
     return "\n".join([*lines[: start + 1], *table, *lines[stop:]]) + "\n"
 
 
+def update_pages(
+    results: Path, pages: tuple[Path, ...] = PAGES, *, write: bool = True
+) -> list[Path]:
+    """The pages whose run-by-run table is not the latest :data:`PAGE_RUNS` runs in
+    ``results``; with ``write``, each is brought up to date.
+
+    Raises:
+        BadResults: a results file or a page is not what it should be.
+    """
+    table = trend_table(runs_in(results)[-PAGE_RUNS:])
+    stale = []
+    for page in pages:
+        text = page.read_text()
+        wanted = in_page(text, table, str(page))
+        if wanted != text:
+            stale.append(page)
+            if write:
+                page.write_text(wanted)
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the table, or write it into the pages, or check theirs (1 when one is stale)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    pages = " and ".join(str(p) for p in PAGES)
+    named = " and ".join(str(p) for p in PAGES)
     parser.add_argument(
         "--results",
         type=Path,
@@ -213,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         "--last",
         type=int,
         default=None,
-        help=f"only the latest N runs (default: all; {PAGE_RUNS} in a page)",
+        help=f"only the latest N runs printed (default: all; a page shows {PAGE_RUNS})",
     )
     parser.add_argument(
         "--readme",
@@ -221,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="?",
         const=PAGES,
         default=None,
-        help=f"write the table into this page (default {pages})",
+        help=f"write the table into this page (default {named})",
     )
     parser.add_argument(
         "--check",
@@ -230,36 +253,29 @@ def main(argv: list[str] | None = None) -> int:
         const=PAGES,
         default=None,
         help="exit 1 when this page's table (default: each of "
-        f"{pages}) is not what the results give",
+        f"{named}) is not what the results give",
     )
-    ns = parser.parse_args(argv)  # fmt: skip
+    ns = parser.parse_args(argv)
     runs = runs_in(ns.results)
     if not runs:
         print(f"no make bench tables in {ns.results}: run make bench first", file=sys.stderr)
         return 1
     chosen = ns.readme if ns.readme is not None else ns.check
-    targets: tuple[Path, ...] = () if chosen is None else (
-        chosen if isinstance(chosen, tuple) else (chosen,))  # fmt: skip
-    last = ns.last or (PAGE_RUNS if targets else len(runs))
-    table = trend_table(runs[-last:])
-    if not targets:
-        print("\n".join(table))
+    if chosen is None:
+        last = ns.last or len(runs)
+        print("\n".join(trend_table(runs[-last:])))
         print(f"\n{len(runs[-last:])} of {len(runs)} runs in {ns.results}; ✓ met, ✗ not met")
         return 0
-    stale = []
-    for page in targets:
-        text = page.read_text()
-        wanted = in_page(text, table, str(page))
-        if wanted == text:
-            continue
-        if ns.check is not None:
-            stale.append(str(page))
-        else:
-            page.write_text(wanted)
-            print(f"{page}: the table of the latest {len(runs[-last:])} runs written")
+    pages: tuple[Path, ...] = chosen if isinstance(chosen, tuple) else (chosen,)
+    stale = update_pages(ns.results, pages, write=ns.check is None)
+    if ns.check is None:
+        for page in stale:
+            print(f"{page}: the table of the latest {PAGE_RUNS} runs written")
+        return 0
     if stale:
-        print(f"the run-by-run table of {', '.join(stale)} is not what {ns.results} gives: "
-              "run python -m bench.trend --readme", file=sys.stderr)  # fmt: skip
+        names = ", ".join(map(str, stale))
+        print(f"the run-by-run table of {names} is not what {ns.results} gives: run "
+              "python -m bench.trend --readme", file=sys.stderr)  # fmt: skip
         return 1
     return 0
 

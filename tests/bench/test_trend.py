@@ -35,6 +35,9 @@ def test_a_recorded_run_reads_back_with_its_commit_and_the_ratios_it_states():
     # The machine's speed is shown, never judged.
     assert _row(lines, HEADLINES[0].label)[1:] == ["", "74.5 (70.7–82.9) /s"]
     assert _row(lines, "bridge CPU per gather, 0 open")[2] == "1.82 (1.77–1.85) ms ✗"
+    # Every headline names a figure the benchmarks write (a renamed one would show "—").
+    missing = [h.label for h in HEADLINES if run.find(h.bench, h.figure, h.against) is None]
+    assert not missing
 
 
 def test_what_the_suite_writes_the_trend_reads_and_a_missing_figure_is_a_dash(tmp_path):
