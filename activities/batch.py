@@ -155,9 +155,10 @@ def dead_lettered(marker: MQMessage) -> tuple[str, str] | None:
 
 @dataclass(frozen=True)
 class PutBefore:
-    """What the markers of a collector's batches numbered ``number`` and on say."""
+    """What the markers of a collector's batches numbered ``number`` and on say of the
+    messages asked about."""
 
-    #: The digests of the messages they put.
+    #: The digests, of those asked about, of the messages they put.
     put: set[str] = field(default_factory=set)
     #: Of those, what the asking run's own markers put (an earlier attempt of its).
     ours: set[str] = field(default_factory=set)
@@ -166,25 +167,40 @@ class PutBefore:
 
 
 def put_before(
-    transport: Transport, ledger_queue: str, workflow_id: str, number: int, run_id: str = ""
+    transport: Transport,
+    ledger_queue: str,
+    workflow_id: str,
+    number: int,
+    wanted: set[str],
+    run_id: str = "",
 ) -> PutBefore:
-    """What the collector's batches numbered ``number`` and on put, and which of it run
-    ``run_id`` put itself. A run after a reset batches the same messages into as many
-    batches or fewer, so what its batch ``number`` holds was put, if at all, by a batch
-    of that number or a later one."""
+    """Which of the messages ``wanted`` (their digests) the collector's batches numbered
+    ``number`` and on put, and which of those run ``run_id`` put itself. A run after a
+    reset batches the same messages into as many batches or fewer, so what its batch
+    ``number`` holds was put, if at all, by a batch of that number or a later one.
+
+    The walk stops at the first number without a marker, or once every one of
+    ``wanted`` is found: a run after a reset mostly batches as the run before did, so
+    each of its batches reads a number or two, not every one after its own (which
+    made a reset of a collector with many batches quadratic in them).
+    """
     put: set[str] = set()
     ours: set[str] = set()
     at = number
     while markers := list(
         transport.browse(ledger_queue, Match(correl_id=batch_group(workflow_id, at)))
     ):
+        # Every marker of a number is read: the run's own is among them (it has the
+        # batch's number), and another run's may be too.
         for marker in markers:
             _, *rest = ledger.lines(marker)
-            keys = set(rest[0].split()) if rest else set()
+            keys = set(rest[0].split()) & wanted if rest else set()
             put |= keys
             if run_id and rest[-1:] == [RUN_LINE + run_id]:
                 ours |= keys
         at += 1
+        if put >= wanted:
+            break
     return PutBefore(put, ours, at == number)
 
 
@@ -338,8 +354,9 @@ class CollectorActivities(MQActivities):
             counted = None
             items = batch.items
             if inp.after_reset:
+                wanted = {item_key(i) for i in batch.items}
                 before = put_before(transport, spec.ledger_queue, inp.workflow_id,
-                                    batch.number, run_id)  # fmt: skip
+                                    batch.number, wanted, run_id)  # fmt: skip
                 behind = before.none
                 items = [i for i in batch.items if item_key(i) not in before.put]
                 # The batch this run put is what it put itself: the analytics count the

@@ -353,7 +353,9 @@ def salvage_items(
     turns = _Turns(send, before_each)
     try:
         for batch in found.batches:
-            put = put_before(transport, spec.ledger_queue, found.workflow_id, batch.number).put
+            wanted = {item_key(item) for item in batch.items}
+            put = put_before(transport, spec.ledger_queue, found.workflow_id, batch.number,
+                             wanted).put  # fmt: skip
             for item in batch.items:
                 digest = item_key(item)
                 key = ledger_key("salvage", found.workflow_id, digest)
