@@ -160,17 +160,24 @@ async def check_held(
     on_total(len(held))
     found: list[HeldReply] = []
     # A flood's gather moved thousands of replies, each with its own marker: its ledger
-    # is read once per check, not once per held copy. Its verdict is asked per message,
-    # so one that starts running again meanwhile (a reset) keeps the rest of its replies.
+    # is read once per check, not once per held copy. A closed gather's verdict is asked
+    # again for each of its messages, so one that starts running again meanwhile (a
+    # reset) keeps the rest of its replies; a running one's is asked once, since a reply
+    # it leaves is only left (one it closes on meanwhile is the next check's).
     carried: dict[tuple[str, str], set[str]] = {}
+    running: set[str] = set()
     for seen in held:
         spec, gid = seen.spec, seen.gid
         if not gid:
             verdict = "unidentified"
             reason = f"held reply no aggregate of {seen.queue} claims: {seen.unclaimed}"
+        elif gid in running:
+            verdict, reason = "running", ""
         else:
             verdict, chain = await _verdict(client, gid)
-            if verdict != "running":
+            if verdict == "running":
+                running.add(gid)
+            else:
                 if (gid, chain) not in carried:
                     carried[gid, chain] = _carried_copies(transport, spec, gid, chain)
                 if seen.copy_id in carried[gid, chain]:

@@ -12,6 +12,7 @@ import sys
 from datetime import UTC, datetime
 
 import pytest
+import temporalio.client as temporal
 
 from activities.mq import MQActivities
 from bridge.holdcheck import check_held
@@ -92,6 +93,54 @@ async def test_check_routes_only_what_no_gather_will_take(temporal_env, tmp_path
         response = await p.wait_message("ORDER.RESPONSE")
         assert json.loads(response.body)["legs"]["credit"] == {"y": "z" * 500}
         assert p.empty(GATHER_HOLD)
+
+
+class _CountsDescribes(temporal.Interceptor):
+    """Counts the gathers described, by workflow id."""
+
+    def __init__(self) -> None:
+        self.described: list[str] = []
+
+    def intercept_client(self, next: temporal.OutboundInterceptor) -> temporal.OutboundInterceptor:
+        return _Describes(next, self.described)
+
+
+class _Describes(temporal.OutboundInterceptor):
+    def __init__(self, next: temporal.OutboundInterceptor, described: list[str]) -> None:
+        super().__init__(next)
+        self.described = described
+
+    async def describe_workflow(self, input: temporal.DescribeWorkflowInput):
+        self.described.append(input.id)
+        return await super().describe_workflow(input)
+
+
+async def test_a_running_gather_is_asked_about_once_a_closed_one_for_each_reply(
+    temporal_env, tmp_path
+):
+    """Held replies of a running gather stay, so one answer does for all of them (a
+    flood's gather holds thousands); a closed gather is asked again for each, since a
+    reset may start it running meanwhile and it must keep the rest."""
+    async with pipeline(temporal_env.client, tmp_path, [SPEC]) as p:
+        done = await p.scatter(SPEC)
+        for leg in ("CREDIT", "STOCK", "TAX"):
+            p.reply(SPEC, done.correl_id, leg, b'{"x": 1}')
+        await p.result(SPEC, done.correl_id)
+        running = await p.scatter(SPEC)
+        for leg in ("CREDIT", "STOCK"):
+            p.reply(SPEC, running.correl_id, leg, json.dumps({"y": "z" * 500}).encode())
+        await p.landed(GATHER_HOLD, lambda n: n == 2)
+        late = [_plant(p, done.correl_id, leg=leg) for leg in ("TAX", "STOCK")]
+        counting = _CountsDescribes()
+        client = temporal.Client(**{**p.client.config(), "interceptors": [counting]})
+        with LocalQueueManager(p.path) as qm:
+            checked = await check_held(client, qm, [SPEC])
+        assert [h.verdict for h in checked] == ["running", "running", "closed", "closed"]
+        assert sorted(h.msg_id for h in checked if h.orphan) == sorted(m.msg_id.hex() for m in late)
+        assert sorted(counting.described) == sorted(
+            [p.handle(SPEC, running.correl_id).id] + [p.handle(SPEC, done.correl_id).id] * 2
+        )
+        assert p.depth(GATHER_HOLD) == 2 and p.depth("GATHER.LATE") == 2
 
 
 async def test_an_orphan_that_shares_ids_with_a_running_gathers_reply_is_the_one_moved(
