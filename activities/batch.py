@@ -354,14 +354,14 @@ class CollectorActivities(MQActivities):
             counted = None
             items = batch.items
             if inp.after_reset:
-                wanted = {item_key(i) for i in batch.items}
+                keyed = [(item_key(i), i) for i in batch.items]
                 before = put_before(transport, spec.ledger_queue, inp.workflow_id,
-                                    batch.number, wanted, run_id)  # fmt: skip
+                                    batch.number, {k for k, _ in keyed}, run_id)  # fmt: skip
                 behind = before.none
-                items = [i for i in batch.items if item_key(i) not in before.put]
+                items = [i for k, i in keyed if k not in before.put]
                 # The batch this run put is what it put itself: the analytics count the
                 # run before's batches from that run's history.
-                mine = items or [i for i in batch.items if item_key(i) in before.ours]
+                mine = items or [i for k, i in keyed if k in before.ours]
                 facts = batch.model_copy(update={"items": mine}).facts() if mine else None
                 if not items:
                     return  # all put by the run before the reset, or by an earlier attempt

@@ -182,6 +182,19 @@ def prepare_queues(path: Path, extra: Sequence[str] = (), bothresh: int = 3) -> 
             qm.define(QueueAttributes(name=name, maxdepth=100_000), replace=True)
 
 
+class CountsLedgerReads(LocalQueueManager):
+    """The embedded queue manager, counting the browses begun on the ledger queue."""
+
+    def __init__(self, path: Path, ledger_queue: str) -> None:
+        super().__init__(path)
+        self.ledger_queue, self.ledger_browses = ledger_queue, 0
+
+    def get(self, queue: str, *args: Any, **kwargs: Any) -> MQMessage:
+        if queue == self.ledger_queue and kwargs.get("browse") == "first":
+            self.ledger_browses += 1
+        return super().get(queue, *args, **kwargs)
+
+
 @asynccontextmanager
 async def pipeline(
     client: Client,

@@ -353,11 +353,10 @@ def salvage_items(
     turns = _Turns(send, before_each)
     try:
         for batch in found.batches:
-            wanted = {item_key(item) for item in batch.items}
+            keyed = [(item_key(item), item) for item in batch.items]
             put = put_before(transport, spec.ledger_queue, found.workflow_id, batch.number,
-                             wanted).put  # fmt: skip
-            for item in batch.items:
-                digest = item_key(item)
+                             {k for k, _ in keyed}).put  # fmt: skip
+            for digest, item in keyed:
                 key = ledger_key("salvage", found.workflow_id, digest)
                 if digest in put:
                     verdict = f"put in batch {batch.number}"

@@ -23,7 +23,7 @@ from mqgather.names import PROP_BATCH_PART, PROP_BATCH_PARTS, PROP_REASON
 from tests.activities.environment import attempt_env
 from tests.activities.test_mq import drain, overlapping_attempts
 from tests.conftest import standin_connector
-from tests.harness import prepare_queues
+from tests.harness import CountsLedgerReads, prepare_queues
 from workflows.collect_models import ClosedBatch, Item, PutBatchInput
 
 SPEC = CollectorSpec(name="c")
@@ -123,17 +123,6 @@ def test_after_a_reset_a_batch_with_nothing_new_reports_no_batch(tmp_path: Path)
     assert again.batch is None and (again.messages_put, again.size_bytes) == (0, 0)
 
 
-class _CountsLedgerReads(LocalQueueManager):
-    """The embedded queue manager, counting the browses begun on the ledger queue."""
-
-    browses = 0
-
-    def get(self, queue, *args, **kwargs):
-        if queue == SPEC.ledger_queue and kwargs.get("browse") == "first":
-            type(self).browses += 1
-        return super().get(queue, *args, **kwargs)
-
-
 def numbered(inp: PutBatchInput, number: int) -> PutBatchInput:
     return inp.model_copy(update={"batch": inp.batch.model_copy(update={"number": number})})
 
@@ -153,16 +142,17 @@ def test_after_a_reset_each_batch_reads_the_ledger_up_to_what_put_its_messages(t
     batches = [numbered(batch_input(m[2 * k : 2 * k + 2]), k + 1) for k in range(runs)]
     for inp in batches:
         env.run(before.put_batch, inp)
-    after = CollectorActivities(lambda: _CountsLedgerReads(path))
-    _CountsLedgerReads.browses = 0
+    counting = CountsLedgerReads(path, SPEC.ledger_queue)
+    after = CollectorActivities(lambda: counting)  # the activity keeps its connection
     results = [
         env.run(after.put_batch, inp.model_copy(update={"after_reset": True}))
         for inp in [*batches, numbered(batch_input(m[-1:]), runs + 1)]
     ]
+    after.close()
     assert [r.messages_put for r in results] == [0] * runs + [1]
     assert [r.reset_behind for r in results] == [False] * runs + [True]
     # One read each for the 60, then the new batch's: its number (none) and its own key.
-    assert _CountsLedgerReads.browses == runs + 2
+    assert counting.ledger_browses == runs + 2
     with LocalQueueManager(path) as consumer:
         bodies = [json.loads(out.body) for out in drain(consumer, "OUT")]
     assert bodies == [[[2 * k], [2 * k + 1]] for k in range(runs)] + [[[2 * runs]]]

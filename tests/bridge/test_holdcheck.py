@@ -25,6 +25,7 @@ from tests.activities.environment import attempt_env
 from tests.activities.test_mq import _racing
 from tests.harness import (
     THREE_LEGS,
+    CountsLedgerReads,
     delete_history,
     pipeline,
     prepare_queues,
@@ -261,19 +262,6 @@ async def test_a_copy_of_a_reply_its_gathers_final_carried_is_withdrawn_not_sent
     assert json.loads(response.body)["legs"] == {"credit": {"n": 1}}
 
 
-class _CountsLedgerReads(LocalQueueManager):
-    """The embedded queue manager, counting the browses begun on the ledger queue."""
-
-    def __init__(self, path, ledger_queue: str) -> None:
-        super().__init__(path)
-        self.ledger_queue, self.ledger_browses = ledger_queue, 0
-
-    def get(self, queue, *args, **kwargs):
-        if queue == self.ledger_queue and kwargs.get("browse") == "first":
-            self.ledger_browses += 1
-        return super().get(queue, *args, **kwargs)
-
-
 async def test_a_flood_of_copies_is_withdrawn_reading_the_ledger_once(temporal_env, tmp_path):
     # The double fault after a flood: a move of 120 replies committed after the final
     # that carried them all looked, and its worker died; the requester took the response
@@ -315,7 +303,7 @@ async def test_a_flood_of_copies_is_withdrawn_reading_the_ledger_once(temporal_e
         attempt_env().run(mover.hold_replies, move)
     await delete_history(temporal_env.client, started)
     totals, done = [], []
-    with _CountsLedgerReads(path, spec.ledger_queue) as qm:
+    with CountsLedgerReads(path, spec.ledger_queue) as qm:
         assert len(list(qm.browse(GATHER_HOLD))) == flood
         checked = await check_held(temporal_env.client, qm, [spec],
                                    on_total=totals.append, on_progress=done.append)  # fmt: skip
