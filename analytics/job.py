@@ -593,7 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     """spark-submit entry point."""
     parser = argparse.ArgumentParser(description="Mine gather and collector histories for trends.")
     parser.add_argument("inputs", nargs="+", type=Path, help="history files or directories")
-    parser.add_argument("--out", type=Path, default=Path("analytics-out"))
+    parser.add_argument("--out", type=Path, default=Path("analytics-out"),
+                        help="folder for the facts, trends, charts and report")  # fmt: skip
     parser.add_argument("--window", default=None, help="default: picked from the data's span")
     parser.add_argument("--master", default=None, help="default: spark-submit's, or local[*]")
     ns = parser.parse_args(argv)

@@ -20,7 +20,6 @@ code its samples fall in (:mod:`bench.jfr`): what the pass costs beyond the floo
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import statistics
@@ -39,7 +38,7 @@ from analytics.synth import synthesize
 from analytics.transforms import RAW_SCHEMA
 from bench import jfr
 from bench.analytics_duckdb import gather_facts as duckdb_facts
-from bench.figures import ENV_RECORD, Figure, exclusive, record
+from bench.figures import ENV_RECORD, Figure, command_line, exclusive, record
 from bench.gather_throughput import cpu_times
 
 #: The issue's targets: facts + trends within 2x the read-and-count floor at 100,000
@@ -187,10 +186,9 @@ def measure(spark: SparkSession, data: Path, files: list[str], out: Path, n: int
 
 def main() -> None:
     """Run each size and print a table."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser = command_line(__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000],
+                        help="gathers exported and analysed, a measure each")  # fmt: skip
     parser.add_argument("--plan", action="store_true", help="print the gather facts' plan")
     parser.add_argument("--against", metavar="REV", action="append", default=[],
                         help="also run this git revision's own benchmark and compare "

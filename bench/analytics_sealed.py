@@ -13,7 +13,6 @@ reading the inputs (opening them, for the sealed ones), the facts and the trends
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from analytics.job import analyze, spark_session
 from analytics.synth import as_exported, synthesize
-from bench.figures import Figure, exclusive, record
+from bench.figures import Figure, command_line, exclusive, record
 from mqgather.names import ENV_KEYS
 from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key
 
@@ -46,10 +45,8 @@ def write_exports(n: int, plain: Path, sealed: Path, cipher: PayloadCipher) -> N
 
 def main() -> None:
     """Write the exports, run the job on each, print and record the ratio."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--gathers", type=int, default=20_000)
+    parser = command_line(__doc__)
+    parser.add_argument("--gathers", type=int, default=20_000, help="gathers exported")
     parser.add_argument("--repeat", type=int, default=3, metavar="N", help="runs of each")
     ns = parser.parse_args()
     ring = KeyRing("bench", {"bench": new_key()})

@@ -21,7 +21,6 @@ whole of its work and none of its start-up. The two alternate, round by round.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import statistics
@@ -38,7 +37,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import GrpcCompression
 
-from bench.figures import Figure, exclusive, record
+from bench.figures import Figure, command_line, exclusive, record
 from bench.gather_throughput import (
     CONFIG,
     LEGS,
@@ -172,16 +171,16 @@ async def main(n: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__)
     sub = parser.add_subparsers(dest="command")
     floor = sub.add_parser("serve", help="run the floor's loop (the bench starts it)")
-    floor.add_argument("--address", required=True)
-    floor.add_argument("--qm", type=Path, required=True)
-    floor.add_argument("--grpc-compression", default="none")
+    floor.add_argument("--address", required=True, help="Temporal's address")
+    floor.add_argument("--qm", type=Path, required=True,
+                       help="the embedded queue manager's file")  # fmt: skip
+    floor.add_argument("--grpc-compression", default="none",
+                       help="as the bridge's client sends (none or gzip)")  # fmt: skip
     parser.add_argument("--gathers", type=int, default=600, help="gathers per round and side")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each side, alternated")
     ns = parser.parse_args()
     if ns.command == "serve":
         asyncio.run(serve(ns.address, ns.qm, FLOOR_QUEUE, ns.grpc_compression))

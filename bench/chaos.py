@@ -16,7 +16,6 @@ Targets: 0 lost, 0 duplicates, drain <= 10 s.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import random
@@ -24,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.figures import Figure, exclusive, record
+from bench.figures import Figure, command_line, exclusive, record
 from bridge.mq.local_qm import LocalQueueManager
 from tests.chaos import LARGE, LEGS, SPEC, Requester, Stack, put_replies, scatter_retrying
 from tests.harness import connect_when_up, prepare_queues
@@ -150,11 +149,12 @@ async def run(
 
 def main() -> None:
     """Run the chaos benchmark and print its figures."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gathers", type=int, default=1000)
+    parser = command_line(__doc__)
+    parser.add_argument("--gathers", type=int, default=1000, help="gathers sent")
     parser.add_argument("--rate", type=float, default=20.0, help="gathers per second")
     parser.add_argument("--kills", type=int, default=3, help="SIGKILLs of each part")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1,
+                        help="picks the gathers each kill comes at")  # fmt: skip
     parser.add_argument(
         "--large",
         action="store_true",

@@ -19,7 +19,6 @@ rate, in one run.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -34,7 +33,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bench.figures import exclusive
+from bench.figures import command_line, exclusive
 from bench.gather_throughput import Bench, _cpu_seconds
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions, QueueAttributes
@@ -229,9 +228,10 @@ async def main(n: int, destinations: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--messages", type=int, default=20_000)
-    parser.add_argument("--destinations", type=int, default=20)
+    parser = command_line(__doc__)
+    parser.add_argument("--messages", type=int, default=20_000, help="messages put (N)")
+    parser.add_argument("--destinations", type=int, default=20,
+                        help="destinations they are spread over (D)")  # fmt: skip
     ns = parser.parse_args()
     with exclusive():
         asyncio.run(main(ns.messages, ns.destinations))

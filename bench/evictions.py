@@ -34,7 +34,6 @@ collection walks, for each gather the cache holds.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import gc
@@ -49,7 +48,7 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from bench.figures import Figure, exclusive, record
+from bench.figures import Figure, command_line, exclusive, record
 from bench.gather_throughput import CONFIG, Bench, _first_task_done
 from bench.trivial import TrivialLocalWorkflow, TrivialVisibleWorkflow, nothing
 from bench.worker_direct import correl_of, starters
@@ -280,9 +279,7 @@ async def main(n: int, cache: int, mode: str = EVICTED) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__)
     parser.add_argument("-n", type=int, default=300, help="workflows of each kind counted")
     parser.add_argument("--cache", type=int, default=10, help="workflows each worker caches")
     modes = parser.add_mutually_exclusive_group()

@@ -5,6 +5,7 @@ table (``bench/results/<date>.md``).
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import os
@@ -21,6 +22,27 @@ LOCK = Path(os.environ.get("MQGATHER_BENCH_LOCK", "/tmp/mqgather-bench.lock"))
 ENV_HELD = "MQGATHER_BENCH_LOCK_HELD"
 #: Where a benchmark appends its figures (JSON lines), when the runner asks for them.
 ENV_RECORD = "MQGATHER_BENCH_RECORD"
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The docstring as written; each option with its default, unless it has none to
+    show (a flag, a None) or its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        told = action.help or ""
+        if (
+            not action.option_strings
+            or action.default in (None, False, argparse.SUPPRESS)
+            or "default" in told
+        ):
+            return told
+        return f"{told} (default: %(default)s)"
+
+
+def command_line(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's command line: ``--help`` gives its whole docstring (what it measures,
+    against which floor, how to run it) and every option's default."""
+    return argparse.ArgumentParser(description=doc, formatter_class=_HelpFormatter)
 
 
 class BenchmarkBusy(RuntimeError):

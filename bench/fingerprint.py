@@ -10,7 +10,6 @@ JSON body, a leg and a trace property); the figure is their ratio, median and ra
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from datetime import UTC, datetime
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from bench.figures import command_line
 from bridge.mq.models import MQMessage, fingerprint
 from workflows.models import Reply, ReplyBatch
 
@@ -31,8 +31,8 @@ def _per_call_us(fn: Callable[[], object], calls: int) -> float:
 
 def main() -> None:
     """Time both, alternated, and print each round and the ratio."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of each (default 5)")
+    parser = command_line(__doc__)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of each")
     parser.add_argument("--calls", type=int, default=20_000, help="calls per round")
     args = parser.parse_args()
     now = datetime.now(UTC)

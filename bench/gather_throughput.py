@@ -37,7 +37,6 @@ sealed by the codec (a key ring of one key), and a last table sets the two side 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import os
@@ -61,7 +60,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench import gcwatch, worker_parts
-from bench.figures import Figure, exclusive, record
+from bench.figures import Figure, command_line, exclusive, record
 from bench.figures import percentile as _q
 from bench.profile import Sampler, table
 from bridge.mq.local_qm import LocalQueueManager
@@ -1003,18 +1002,17 @@ def _table(results: list[Level], title: str, rows: dict[str, list[str]]) -> None
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__)
     parser.add_argument("--gathers", type=int, default=1000, help="gathers per measure")
     # 50,000 is the target level; the dev server here opens about 40 gathers/s, so opening
     # that many takes some 20 minutes.
     parser.add_argument("--open", default="0,1000,10000",
                         help="levels of open gathers, comma-separated (e.g. "
                              "0,1000,10000,50000)")  # fmt: skip
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--bridges", type=int, default=1)
-    parser.add_argument("--max-cached-gathers", type=int, default=DEFAULT_MAX_CACHED_GATHERS)
+    parser.add_argument("--workers", type=int, default=1, help="gather worker processes")
+    parser.add_argument("--bridges", type=int, default=1, help="bridge processes")
+    parser.add_argument("--max-cached-gathers", type=int, default=DEFAULT_MAX_CACHED_GATHERS,
+                        help="gathers each worker keeps between tasks")  # fmt: skip
     parser.add_argument("--sandbox", action="store_true", help="workers run the sandbox")
     parser.add_argument("--encrypt", action="store_true",
                         help="run plain, then with payloads sealed, and compare")  # fmt: skip

@@ -19,7 +19,6 @@ ledger is read once per gather, so the check grows as the floor does).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from bench.figures import Figure, exclusive, record
+from bench.figures import Figure, command_line, exclusive, record
 from bench.gather_throughput import Bench
 from bridge.holdcheck import check_held
 from bridge.mq.local_qm import LocalQueueManager
@@ -141,11 +140,11 @@ async def main(sizes: list[int], repeat: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--copies", type=int, nargs="+", default=[1000, 4000])
-    parser.add_argument("--repeat", type=int, default=3, metavar="N")
+    parser = command_line(__doc__)
+    parser.add_argument("--copies", type=int, nargs="+", default=[1000, 4000],
+                        help="held replies a flood leaves, one measure each")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=3, metavar="N",
+                        help="runs of each measure")  # fmt: skip
     ns = parser.parse_args()
     with exclusive():
         try:

@@ -16,7 +16,6 @@ For each leg size (default 1 MB and 10 MB; 3 legs per gather, blob merge):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -24,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.figures import exclusive
+from bench.figures import command_line, exclusive
 from bench.gather_throughput import Bench, _rss_mb, wait_depth
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
@@ -177,7 +176,7 @@ async def main(sizes: list[int], gathers: int, held_mb: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__)
     parser.add_argument("--sizes", default="1,10", help="leg sizes in MB, comma separated")
     parser.add_argument("--gathers", type=int, default=20, help="gathers per size")
     parser.add_argument("--held-mb", type=int, default=DEFAULT_HELD_MB, help="the worker's")

@@ -8,13 +8,12 @@ Prints messages/s (each message put, committed, got and committed) for batch siz
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import tempfile
 import time
 from pathlib import Path
 
-from bench.figures import exclusive
+from bench.figures import command_line, exclusive
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, QueueAttributes
 
@@ -51,8 +50,8 @@ def _fresh(directory: Path, name: str) -> str:
 
 def main() -> None:
     """Run the benchmark and print a table."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--messages", type=int, default=5000)
+    parser = command_line(__doc__)
+    parser.add_argument("--messages", type=int, default=5000, help="messages per measure")
     n = parser.parse_args().messages
     ctx = mp.get_context("spawn")
     print(

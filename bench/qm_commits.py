@@ -12,7 +12,6 @@ shipped, with no other writer, in the same run.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import statistics
 import tempfile
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.figures import Figure, exclusive, percentile, record
+from bench.figures import Figure, command_line, exclusive, percentile, record
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage, PutOptions
 from tests.harness import prepare_queues
@@ -81,10 +80,10 @@ def commits(n: int, rate: float, kind: str, other: bool) -> list[float]:
 
 def main() -> None:
     """Rounds of each setting, alternated, then their medians."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__)
     parser.add_argument("--commits", type=int, default=1000, help="commits per measure")
     parser.add_argument("--rate", type=float, default=300, help="the other writer's gets/s")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of each way, alternated")
     ns = parser.parse_args()
     runs = {"alone": ("as shipped", False), **{kind: (kind, True) for kind in KINDS}}
     rows: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in runs}

@@ -11,7 +11,6 @@ Refuses to start while another benchmark runs (they would measure each other).
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -23,7 +22,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.figures import ENV_HELD, ENV_RECORD, BenchmarkBusy, Figure, exclusive, read
+from bench.figures import ENV_HELD, ENV_RECORD, BenchmarkBusy, Figure, command_line, exclusive, read
 from bench.trend import RESULTS, BadResults, runs_in, trend_table, update_pages
 
 #: The releases the analytics job is compared with: the one whose figures the README once
@@ -120,13 +119,11 @@ def results_lines(
 
 def main() -> int:
     """Run the benchmarks; 0 when every one ran (met or not), 1 when one failed."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__)
     names = [name for name, _ in BENCHMARKS]
     parser.add_argument("--only", nargs="+", choices=names, help="run only these")
     parser.add_argument("--out", type=Path, default=RESULTS,
-                        help="where the table and the log go (default bench/results)")  # fmt: skip
+                        help="where the table and the log go")  # fmt: skip
     ns = parser.parse_args()
     chosen = [(n, args) for n, args in BENCHMARKS if not ns.only or n in ns.only]
     ns.out.mkdir(parents=True, exist_ok=True)

@@ -11,11 +11,12 @@ README and of docs/performance.md are this output; ``--readme`` writes them ther
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.figures import command_line
 
 #: The columns ``bench.suite.table`` writes, in order.
 COLUMNS = ("benchmark", "figure", "runs", "value", "against", "floor", "ratio", "target", "met")
@@ -222,9 +223,7 @@ def update_pages(
 
 def main(argv: list[str] | None = None) -> int:
     """Print the table, or write it into the pages, or check theirs (1 when one is stale)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__)
     named = " and ".join(str(p) for p in PAGES)
     parser.add_argument(
         "--results",

@@ -12,7 +12,6 @@ gather of three legs upserts at its own. What it costs the server beyond
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -24,6 +23,7 @@ from temporalio.service import GrpcCompression
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from bench.figures import command_line
 from mqgather import names
 
 
@@ -112,9 +112,9 @@ async def _serve(
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--address", required=True)
-    parser.add_argument("--task-queue", required=True)
+    parser = command_line(__doc__)
+    parser.add_argument("--address", required=True, help="Temporal's address")
+    parser.add_argument("--task-queue", required=True, help="the floor's task queue")
     parser.add_argument("--sandbox", action="store_true", help="as the gather workers run")
     parser.add_argument("--grpc-compression", choices=("none", "gzip"), default="gzip",
                         help="as the gather's clients send (default: the SDK's gzip)")  # fmt: skip

@@ -29,7 +29,6 @@ costs the worker nothing measurable, where sampling the one process cost it a th
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import re
@@ -49,7 +48,7 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 
-from bench.figures import Figure, exclusive, record
+from bench.figures import Figure, command_line, exclusive, record
 from bench.gather_throughput import (
     BODY,
     CONFIG,
@@ -439,12 +438,10 @@ async def main(
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__)
     parser.add_argument("--workflows", type=int, default=300, help="per kind and round")
     parser.add_argument("--rate", type=float, default=30.0, help="workflows started a second")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each kind")
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--trace", type=Path, metavar="DIR",
                      help="trace both workers and write their counts here")  # fmt: skip

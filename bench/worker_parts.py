@@ -18,7 +18,6 @@ them (polling, the local activity's hand-offs, the Rust core) and contention.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import tempfile
 import time
@@ -42,6 +41,7 @@ from temporalio.worker import (
 )
 
 from activities.batch import CollectorActivities
+from bench.figures import command_line
 from bench.trivial import TrivialLocalWorkflow, nothing
 from bridge.mq.admin import setup_queues
 from bridge.mq.connect import open_transport
@@ -202,12 +202,11 @@ def _load(directory: Path) -> list[WorkflowHistory]:
 
 def main() -> None:
     """Measure both parts for histories saved as JSON files."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__)
     parser.add_argument("gathers", type=Path, help="a folder of gather histories (JSON)")
     parser.add_argument("floors", type=Path, help="a folder of TrivialLocal histories (JSON)")
-    parser.add_argument("--replays", type=int, default=REPLAYS)
+    parser.add_argument("--replays", type=int, default=REPLAYS,
+                        help="replays and calls of each part")  # fmt: skip
     ns = parser.parse_args()
     parts = asyncio.run(measure(_load(ns.gathers), _load(ns.floors), ns.replays))
     print("\n".join(parts.lines()))

@@ -110,7 +110,8 @@ def _master(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", default="analytics-out", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path))  # fmt: skip
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the facts, trends, charts and report.")  # fmt: skip
 @click.option(
     "--window",
     default=None,

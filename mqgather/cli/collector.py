@@ -138,10 +138,13 @@ def rules_list(name: str, config_path: str | None, as_json: bool) -> None:
 @click.argument("name")
 @click.argument("destination")
 @click.option("--queue", "target_queue", required=True, help="Target queue of the batches.")
-@click.option("--max-messages", type=int, default=10, show_default=True)
+@click.option("--max-messages", type=int, default=10, show_default=True,
+              help="A batch closes at this many messages.")  # fmt: skip
 @click.option("--max-delay", "max_delay_seconds", type=float, default=60.0, show_default=True,
               help="Seconds from a batch's first message.")  # fmt: skip
-@click.option("--max-bytes", type=int, default=1024 * 1024, show_default=True)
+@click.option("--max-bytes", type=int, default=1024 * 1024, show_default=True,
+              help="Bodies per batch; a message that would pass it opens the next batch. "
+              "Up to the target queue's MAXMSGL.")  # fmt: skip
 @click.option("--format", "fmt", default="xml", show_default=True,
               help=f"One of {', '.join(FORMATS)}.")  # fmt: skip
 @click.option("--separator", default="", help="Between bodies (blob).")
@@ -229,7 +232,8 @@ def status(name: str, destination: str, as_json: bool) -> None:
 @collector.command()
 @click.argument("name")
 @click.argument("destination")
-@click.option("--reason", default="released by an operator", show_default=True)
+@click.option("--reason", default="released by an operator", show_default=True,
+              help="Why; kept with the release in the collector's history.")  # fmt: skip
 def release(name: str, destination: str, reason: str) -> None:
     """Close DESTINATION's open batch now and PUT it."""
     from workflows.collect_models import ReleaseBatchInput

@@ -43,7 +43,8 @@ LATE_MARGIN_SECONDS = 2.0
 
 @click.command()
 @fanout_options
-@click.option("--requests", "n", default=100, show_default=True, type=click.IntRange(min=1))
+@click.option("--requests", "n", default=100, show_default=True, type=click.IntRange(min=1),
+              help="Requests to send.")  # fmt: skip
 @click.option("--rate", default=50.0, show_default=True, type=RATE, callback=finite,
               help="Requests per second.")  # fmt: skip
 @share_option("--drop-rate", 0.02, "Share of the requests with a leg never answered.")
@@ -51,7 +52,8 @@ LATE_MARGIN_SECONDS = 2.0
 @share_option(
     "--duplicate-rate", 0.03, "Share with a leg answered twice (the shares add up to at most 1)."
 )
-@click.option("--seed", default=7, show_default=True)
+@click.option("--seed", default=7, show_default=True,
+              help="Picks the requests dropped, late or duplicated.")  # fmt: skip
 @click.option(
     "--wait/--no-wait",
     default=True,

@@ -214,7 +214,8 @@ def codec_tokens() -> list[str]:
 
 @click.command("codec-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8089, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--port", default=8089, show_default=True, type=click.IntRange(1, 65535),
+              help="Port to listen on.")  # fmt: skip
 @click.option("--ui-origin", "origins", multiple=True, metavar="URL",
               help="A Web UI origin allowed to call it from the browser (repeatable), "
               "e.g. http://localhost:8233.")  # fmt: skip

@@ -336,8 +336,10 @@ def serve_bridge(
 @mq_option
 @config_option
 @click.option("--aggregate", "names", multiple=True, help="Serve these aggregates' legs (all).")
-@click.option("--latency-ms", default=100.0, show_default=True, type=WAIT_MS, callback=finite)
-@click.option("--jitter-ms", default=50.0, show_default=True, type=WAIT_MS, callback=finite)
+@click.option("--latency-ms", default=100.0, show_default=True, type=WAIT_MS, callback=finite,
+              help="Milliseconds before each leg's reply.")  # fmt: skip
+@click.option("--jitter-ms", default=50.0, show_default=True, type=WAIT_MS, callback=finite,
+              help="Up to this many milliseconds more, set by each request's MsgId.")  # fmt: skip
 @share_option("--drop-rate", 0.0, "Share of legs never answered.")
 @share_option("--late-rate", 0.0, "Share answered after --late-after.")
 @share_option("--duplicate-rate", 0.0, "Share answered twice.")
