@@ -14,7 +14,7 @@ rate, in one run.
     the PUT of a batch's first message to the PUT of the batch, and inside the collector
     (the bridge got the first message -> the batch's PUT done, from the histories).
 
-    python bench/collector_throughput.py [--messages N] [--destinations D]
+    python -m bench.collector_throughput [--messages N] [--destinations D]
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ the gathers' worker keeps gathers, so that at a level both workers hold and evic
 With ``--encrypt`` the whole run is made twice, on fresh servers: payloads plain, then
 sealed by the codec (a key ring of one key), and a last table sets the two side by side.
 
-    python bench/gather_throughput.py [--gathers N] [--open 0,1000,10000,50000]
+    python -m bench.gather_throughput [--gathers N] [--open 0,1000,10000,50000]
         [--workers N] [--bridges M] [--max-cached-gathers N] [--encrypt]
 """
 

@@ -3,7 +3,7 @@
 Prints messages/s (each message put, committed, got and committed) for batch sizes
 1, 10 and 100, on one connection and with a producer and a consumer process.
 
-    python bench/mq_throughput.py [--messages N]
+    python -m bench.mq_throughput [--messages N]
 """
 
 from __future__ import annotations

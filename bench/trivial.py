@@ -8,6 +8,10 @@ and latency are the floor the SDK and the server set for one gather.
 search attributes, summary and details, it upserts at its close the search attributes a
 gather of three legs upserts at its own. What it costs the server beyond
 ``TrivialLocal`` is the price of the operators' view, which no gather goes without.
+
+The gather and worker benchmarks start the worker themselves, beside the gathers':
+
+    python -m bench.trivial --address HOST:PORT --task-queue QUEUE
 """
 
 from __future__ import annotations

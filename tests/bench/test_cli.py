@@ -58,7 +58,10 @@ def test_no_benchmark_builds_a_command_line_of_its_own():
 @pytest.mark.parametrize("module", COMMANDS)
 def test_a_benchmark_s_help_is_its_docstring_and_explains_every_option(module, monkeypatch):
     parser = _parser(module, monkeypatch)
-    assert parser.description == importlib.import_module(f"bench.{module}").__doc__
+    doc = importlib.import_module(f"bench.{module}").__doc__ or ""
+    assert parser.description == doc
+    # How to run it, as it runs: ``python bench/<module>.py`` does not find the package.
+    assert f"python -m bench.{module}" in doc and "python bench/" not in doc
     unexplained = [a.option_strings or [a.dest] for a in _options(parser) if not a.help]
     assert unexplained == []
 
