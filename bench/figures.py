@@ -22,6 +22,8 @@ LOCK = Path(os.environ.get("MQGATHER_BENCH_LOCK", "/tmp/mqgather-bench.lock"))
 ENV_HELD = "MQGATHER_BENCH_LOCK_HELD"
 #: Where a benchmark appends its figures (JSON lines), when the runner asks for them.
 ENV_RECORD = "MQGATHER_BENCH_RECORD"
+#: What a benchmark run by hand needs first, for an error that says what to do.
+RUN_THROUGH_MAKE = "run it through `make bench`, or `make install` first"
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):

@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -60,7 +59,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench import gcwatch, worker_parts
-from bench.figures import Figure, command_line, exclusive, record
+from bench.figures import RUN_THROUGH_MAKE, Figure, command_line, exclusive, record
 from bench.figures import percentile as _q
 from bench.profile import Sampler, table
 from bridge.mq.local_qm import LocalQueueManager
@@ -74,6 +73,7 @@ from mqgather.runtime.temporal import (
     ensure_search_attributes,
     grpc_compression,
     grpc_compression_name,
+    require_temporal_cli,
 )
 from tests.harness import prepare_queues
 from workflows.models import ReplyBatch, gather_id, start_options
@@ -192,8 +192,7 @@ class Bench:
         self.port = _port()
         self.address = f"localhost:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = []
-        binary = shutil.which("temporal")
-        assert binary, "run through `make bench` so the temporal CLI is on PATH"
+        binary = require_temporal_cli(RUN_THROUGH_MAKE)
         server = dev_server_args(str(tmp / "t.db"), self.port, _port())
         self.spawn([binary, *server, "--headless", *(server_args or [])])
         self.qm_path = tmp / "qm.db"

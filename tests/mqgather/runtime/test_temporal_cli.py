@@ -6,7 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-from mqgather.runtime.temporal import temporal_cli
+import pytest
+
+from mqgather.runtime.temporal import TemporalCLIMissing, require_temporal_cli, temporal_cli
 
 
 def test_found_beside_the_interpreter_when_not_on_path(monkeypatch):
@@ -22,3 +24,14 @@ def test_path_wins(monkeypatch, tmp_path):
     own.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert temporal_cli() == str(own)
+
+
+def test_missing_it_is_said_with_where_it_was_looked_for_and_what_to_run(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    with pytest.raises(TemporalCLIMissing) as caught:
+        require_temporal_cli("run `make bench`")
+    assert str(caught.value) == (
+        f"the temporal CLI is neither on PATH nor beside {tmp_path / 'bin' / 'python'}; "
+        "run `make bench`"
+    )
