@@ -111,10 +111,9 @@ async def temporal_env():
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
-    binary = shutil.which("temporal")
-    if binary is None:
-        pytest.fail("the temporal CLI is not on PATH; run the tests through `make test`")
-    from mqgather.runtime.temporal import dev_server_config_args
+    from mqgather.runtime.temporal import dev_server_config_args, require_temporal_cli
+
+    binary = require_temporal_cli("run the tests through `make test`")
     from tests.harness import free_port
 
     ui_port = free_port()

@@ -24,6 +24,7 @@ from analytics.export import export_histories
 from bridge.mq.models import parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.errors import MQGatherError
+from mqgather.runtime.temporal import require_temporal_cli
 from tests.analytics.test_histories import running_copy
 from tests.harness import pipeline
 
@@ -314,7 +315,7 @@ def _html_tables(page: str) -> dict[str, list[list[str]]]:
 def test_cli_json_and_cloud_export_give_identical_facts(spark, recorded, tmp_path):
     from analytics.job import analyze
 
-    binary = shutil.which("temporal")
+    binary = require_temporal_cli("run the tests through `make test`")
     cli_dir = tmp_path / "cli"
     cli_dir.mkdir()
     histories = []

@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import gzip
 import json
-import shutil
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -51,6 +50,7 @@ from mqgather.collector_config import CollectorSpec
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.names import PATCH_CARRY_FITS, SEARCH_ATTRIBUTES
 from mqgather.runtime.codec import KeyRing, data_converter, new_key
+from mqgather.runtime.temporal import require_temporal_cli
 from tests.collecting import SPEC, Collecting, collecting, order
 from tests.harness import Pipeline, pipeline, reset_to_first_task, status, taken, until
 from workers.worker import default_build_id
@@ -670,7 +670,7 @@ async def record(
     only, gzipped."""
     events = LARGE_EVENTS if large else CONTINUE_AS_NEW_EVENTS
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=shutil.which("temporal"),
+        dev_server_existing_path=require_temporal_cli("run it as `make histories` does"),
         search_attributes=SEARCH_ATTRIBUTES,
         data_converter=converter or data_converter(None),
         dev_server_log_level="error",

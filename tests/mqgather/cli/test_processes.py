@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import time
 import pytest
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 
-from mqgather.runtime.temporal import dev_server_args
+from mqgather.runtime.temporal import dev_server_args, require_temporal_cli
 from tests.harness import free_port, free_ports
 
 
@@ -47,8 +46,7 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def _dev_server(tmp_path, port: int) -> subprocess.Popen[bytes]:
-    binary = shutil.which("temporal")
-    assert binary is not None
+    binary = require_temporal_cli("run the tests through `make test`")
     # Its output goes to a file a failing test can quote (a port taken meanwhile, say).
     ui_port = next(p for p in free_ports(2) if p != port)
     with open(tmp_path / "server.log", "wb") as log:
