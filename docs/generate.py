@@ -8,11 +8,13 @@ out of date.
 
 configuration.md from the pydantic models of the configuration file (every key, its
 type, default and description), cli.md from the click commands' own help,
-search-attributes.md and message-properties.md from ``mqgather.names``.
+search-attributes.md and message-properties.md from ``mqgather.names``, benchmarks.md
+from the benchmarks' docstrings.
 """
 
 from __future__ import annotations
 
+import ast
 import sys
 import types
 import typing
@@ -232,12 +234,59 @@ def metrics_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _benchmark_docs() -> dict[str, str]:
+    """Each benchmark with a command line (it builds it with ``command_line``) and its
+    docstring, read from its source without running it."""
+    found = {}
+    for path in sorted((HERE.parent / "bench").glob("*.py")):
+        source = path.read_text()
+        if "command_line(__doc__)" in source:
+            found[path.stem] = ast.get_docstring(ast.parse(source)) or ""
+    return found
+
+
+def benchmarks() -> str:
+    """Every benchmark as its docstring tells it, in the order `make bench` runs them,
+    with the arguments it runs them with; the others after."""
+    from bench.suite import BENCHMARKS
+
+    docs = _benchmark_docs()
+    runs: dict[str, list[str]] = {}
+    for _, args in BENCHMARKS:
+        runs.setdefault(args[0].removeprefix("bench."), []).append(" ".join(args))
+    # The runner itself first: the Makefile's bench target names it.
+    recipe = (HERE.parent / "Makefile").read_text().split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    runner = [name for name in docs if f"-m bench.{name}" in recipe]
+    order = [*runner, *runs, *sorted(set(docs) - set(runs) - set(runner))]
+    lines = ["# Benchmarks", "", GENERATED, ""]
+    lines += [
+        "What each benchmark measures and against which floor, as its own `--help` says it",
+        "(which lists its options too). `make bench`, the first, runs the others in this",
+        "order, one at a time, but for the last few, and writes one table of their headline",
+        "figures to `bench/results/<date>.md`; the figures and what was learnt from them are",
+        "in [Performance](../performance.md).",
+        "",
+    ]
+    for name in order:
+        lines += [f"## `bench.{name}`", ""]
+        made = " and ".join(f"`python -m {m}`" for m in runs.get(name, []))
+        if name in runner:
+            lines += ["This is `make bench`.", ""]
+        elif made:
+            lines += [f"`make bench` runs {made}.", ""]
+        else:
+            lines += ["`make bench` does not run it by itself.", ""]
+        lines += ["```text", docs[name].rstrip(), "```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 PAGES = {
     "configuration.md": configuration,
     "cli.md": cli,
     "search-attributes.md": search_attributes,
     "message-properties.md": message_properties,
     "metrics.md": metrics_page,
+    "benchmarks.md": benchmarks,
 }
 
 
