@@ -6,6 +6,7 @@ table (``bench/results/<date>.md``).
 from __future__ import annotations
 
 import argparse
+import ast
 import fcntl
 import json
 import os
@@ -45,6 +46,27 @@ def command_line(doc: str | None) -> argparse.ArgumentParser:
     """A benchmark's command line: ``--help`` gives its whole docstring (what it measures,
     against which floor, how to run it) and every option's default."""
     return argparse.ArgumentParser(description=doc, formatter_class=_HelpFormatter)
+
+
+def commands() -> dict[str, str]:
+    """Every benchmark with a command line (built with :func:`command_line`), by module
+    name, with its docstring: read from the sources, no benchmark imported or run."""
+    found = {}
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        if any(_builds_command_line(node) for node in ast.walk(tree)):
+            found[path.stem] = ast.get_docstring(tree, clean=False) or ""
+    return found
+
+
+def _builds_command_line(node: ast.AST) -> bool:
+    """Whether ``node`` is the call ``command_line(__doc__)``."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "command_line"
+        and [ast.unparse(arg) for arg in node.args] == ["__doc__"]
+    )
 
 
 class BenchmarkBusy(RuntimeError):

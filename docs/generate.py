@@ -14,7 +14,7 @@ from the benchmarks' docstrings.
 
 from __future__ import annotations
 
-import ast
+import inspect
 import sys
 import types
 import typing
@@ -234,23 +234,13 @@ def metrics_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _benchmark_docs() -> dict[str, str]:
-    """Each benchmark with a command line (it builds it with ``command_line``) and its
-    docstring, read from its source without running it."""
-    found = {}
-    for path in sorted((HERE.parent / "bench").glob("*.py")):
-        source = path.read_text()
-        if "command_line(__doc__)" in source:
-            found[path.stem] = ast.get_docstring(ast.parse(source)) or ""
-    return found
-
-
 def benchmarks() -> str:
     """Every benchmark as its docstring tells it, in the order `make bench` runs them,
     with the arguments it runs them with; the others after."""
+    from bench.figures import commands
     from bench.suite import BENCHMARKS
 
-    docs = _benchmark_docs()
+    docs = {name: inspect.cleandoc(doc) for name, doc in commands().items()}
     runs: dict[str, list[str]] = {}
     for _, args in BENCHMARKS:
         runs.setdefault(args[0].removeprefix("bench."), []).append(" ".join(args))

@@ -111,9 +111,10 @@ async def temporal_env():
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
-    from mqgather.runtime.temporal import dev_server_config_args, require_temporal_cli
+    from mqgather.runtime.temporal import dev_server_config_args
+    from tests.harness import temporal_binary
 
-    binary = require_temporal_cli("run the tests through `make test`")
+    binary = temporal_binary()
     from tests.harness import free_port
 
     ui_port = free_port()

@@ -309,6 +309,12 @@ async def connect_when_up(
     raise AssertionError(f"Temporal at {address} did not start")
 
 
+def temporal_binary() -> str:
+    """The installed Temporal CLI, for every dev server the tests start (given none, the
+    SDK would download one); an error saying to run the tests through ``make test``."""
+    return require_temporal_cli("run the tests through `make test`")
+
+
 async def start_dev_server(
     log_dir: Path, args_for: Callable[[list[int]], list[str]], ports: int, tries: int = 3
 ) -> tuple[subprocess.Popen[bytes], Client, list[int]]:
@@ -319,7 +325,7 @@ async def start_dev_server(
     its own as it starts), and the server then exits: it is started again on new ports,
     up to ``tries`` times. Its output goes to ``log_dir``, and a failure quotes it.
     """
-    cli = require_temporal_cli("run the tests through `make test`")
+    cli = temporal_binary()
     log = log_dir / "dev-server-0.log"
     for attempt in range(tries):
         chosen = free_ports(ports)

@@ -24,9 +24,8 @@ from analytics.export import export_histories
 from bridge.mq.models import parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.errors import MQGatherError
-from mqgather.runtime.temporal import require_temporal_cli
 from tests.analytics.test_histories import running_copy
-from tests.harness import pipeline
+from tests.harness import pipeline, temporal_binary
 
 LEGS = (LegSpec(name="CREDIT", sequence=10), LegSpec(name="STOCK", sequence=20),
         LegSpec(name="TAX", sequence=30))  # fmt: skip
@@ -315,7 +314,7 @@ def _html_tables(page: str) -> dict[str, list[list[str]]]:
 def test_cli_json_and_cloud_export_give_identical_facts(spark, recorded, tmp_path):
     from analytics.job import analyze
 
-    binary = require_temporal_cli("run the tests through `make test`")
+    binary = temporal_binary()
     cli_dir = tmp_path / "cli"
     cli_dir.mkdir()
     histories = []

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.figures import command_line
+from bench.figures import command_line, commands
 
 BENCH = Path(__file__).parents[2] / "bench"
 #: The benchmarks with a command line (each builds it with ``command_line``).
-COMMANDS = sorted(p.stem for p in BENCH.glob("*.py") if "command_line(__doc__)" in p.read_text())
+COMMANDS = sorted(commands())
 
 
 class _Parsed(Exception):
@@ -59,7 +59,7 @@ def test_no_benchmark_builds_a_command_line_of_its_own():
 def test_a_benchmark_s_help_is_its_docstring_and_explains_every_option(module, monkeypatch):
     parser = _parser(module, monkeypatch)
     doc = importlib.import_module(f"bench.{module}").__doc__ or ""
-    assert parser.description == doc
+    assert parser.description == doc == commands()[module]
     # How to run it, as it runs: ``python bench/<module>.py`` does not find the package.
     assert f"python -m bench.{module}" in doc and "python bench/" not in doc
     unexplained = [a.option_strings or [a.dest] for a in _options(parser) if not a.help]

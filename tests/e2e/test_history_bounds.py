@@ -14,9 +14,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from bridge.mq.models import MQFMT_STRING, MQMessage
 from mqgather.names import SEARCH_ATTRIBUTES
-from mqgather.runtime.temporal import dev_server_config_args, require_temporal_cli
+from mqgather.runtime.temporal import dev_server_config_args
 from tests.e2e.test_hostile_input import COUNTED, counted_gather
-from tests.harness import pipeline, status, taken, until
+from tests.harness import pipeline, status, taken, temporal_binary, until
 from workflows.gather import PATCH_MOVE_TO_HOLD
 
 #: The server suggests continuing as new past this many events (4,096 by default).
@@ -27,7 +27,7 @@ SUGGEST_EVENTS = 20
 async def small_histories():
     """A dev server that ends a workflow whose history passes :data:`LIMIT_BYTES`."""
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=require_temporal_cli("run the tests through `make test`"),
+        dev_server_existing_path=temporal_binary(),
         search_attributes=SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
         dev_server_log_level="error",

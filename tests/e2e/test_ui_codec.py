@@ -17,9 +17,9 @@ from bridge.mq.models import parse_id
 from mqgather.config import AggregateSpec, LegSpec
 from mqgather.runtime.codec import KeyRing, PayloadCipher, new_key
 from mqgather.runtime.codec_server import CodecServer
-from mqgather.runtime.temporal import dev_server_args, require_temporal_cli
+from mqgather.runtime.temporal import dev_server_args
 from tests.browser import browser
-from tests.harness import free_ports, pipeline, until, with_keys
+from tests.harness import free_ports, pipeline, temporal_binary, until, with_keys
 
 RING = KeyRing("ui1", {"ui1": new_key()})
 TOKEN = "ui-token-" + "7" * 24
@@ -35,7 +35,7 @@ async def _server_with_codec(tmp_path: Path) -> AsyncIterator[tuple[Client, str,
     origins = [f"http://localhost:{ui}", f"http://127.0.0.1:{ui}"]
     codec = CodecServer(("127.0.0.1", codec_port), PayloadCipher(RING), [TOKEN], origins)
     codec.start()
-    binary = require_temporal_cli("run the tests through `make test`")
+    binary = temporal_binary()
     args = [*dev_server_args(str(tmp_path / "t.db"), port, ui), "--ui-codec-endpoint", codec.url]
     server = subprocess.Popen([binary, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

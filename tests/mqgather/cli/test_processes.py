@@ -13,8 +13,8 @@ import time
 import pytest
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 
-from mqgather.runtime.temporal import dev_server_args, require_temporal_cli
-from tests.harness import free_port, free_ports
+from mqgather.runtime.temporal import dev_server_args
+from tests.harness import free_port, free_ports, temporal_binary
 
 
 def _env(port: int | str) -> dict[str, str]:
@@ -46,7 +46,7 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def _dev_server(tmp_path, port: int) -> subprocess.Popen[bytes]:
-    binary = require_temporal_cli("run the tests through `make test`")
+    binary = temporal_binary()
     # Its output goes to a file a failing test can quote (a port taken meanwhile, say).
     ui_port = next(p for p in free_ports(2) if p != port)
     with open(tmp_path / "server.log", "wb") as log:
