@@ -620,6 +620,8 @@ class Level:
     #: server's, the workers' and the bridges' ("server (c)"...), during (d) the server's
     #: and the floor's worker's ("server (d)", "floor (d)").
     waits: dict[str, float] = field(default_factory=dict)
+    #: (e): the floor's worker's CPU ms per workflow at full speed, as ``speeds``.
+    floor_full_cpu: dict[str, float] = field(default_factory=lambda: {"floor": 0.0, "visible": 0.0})
 
     def in_temporal(self) -> list[float]:
         """Per gather, ms from the signal at the server to the task's completion."""
@@ -781,12 +783,14 @@ async def main(
                             print(f"[{level:,} open] {line}", flush=True)
                         record_parts(parts, level)
                     speeds: dict[str, float] = {}
+                    floor_full: dict[str, float] = {}
                     for kind, of in (("floor", None), ("visible", spec)):
                         print(f"[{level:,} open] (e) {kind} at full speed: {n} workflows …",
                               flush=True)  # fmt: skip
-                        was = _cpu_seconds(server_pid)
+                        was, was_floor = _cpu_seconds(server_pid), _cpu_seconds(trivial)
                         speeds[kind] = await full_speed(client, of, n)
                         server[kind] = 1000 * (_cpu_seconds(server_pid) - was) / n
+                        floor_full[kind] = 1000 * (_cpu_seconds(trivial) - was_floor) / n
                     rss = [_rss_mb(pid) for pid in roles["workers"]]
                     results.append(
                         Level(
@@ -804,6 +808,7 @@ async def main(
                             server,
                             full_collections,
                             waits,
+                            floor_full,
                         )
                     )
                     print(f"[{level:,} open] " + row(results[-1], results[0].e2e, n), flush=True)
@@ -830,8 +835,11 @@ def record_level(r: Level, n: int) -> None:
     at = f"{r.open:,} open"
     record(Figure("gather", f"worker CPU ms per gather at the floor's rate, {at}", r.paced_cpu,
                   "ms", r.floor_cpu, "floor's worker", target=TARGET_CPU))  # fmt: skip
-    record(Figure("gather", f"worker CPU ms per gather at full speed (a), {at}",
-                  1000 * r.cpu["workers"] / n, "ms"))  # fmt: skip
+    for kind, floor_name in (("floor", "floor's worker at full speed (e)"),
+                             ("visible", "visible floor's worker at full speed (e)")):  # fmt: skip
+        record(Figure("gather", f"worker CPU ms per gather at full speed (a), {at}",
+                      1000 * r.cpu["workers"] / n, "ms", r.floor_full_cpu[kind],
+                      floor_name))  # fmt: skip
     record(Figure("gather", f"signal -> done p99 ms, {at}", _q(r.in_temporal(), 99), "ms",
                   _q(r.floor_ms, 99), "floor", target=TARGET_P99))  # fmt: skip
     record(Figure("gather", f"end to end gathers/s, {at}", r.e2e, "/s", r.bare, "ceiling",
@@ -953,6 +961,9 @@ def report(results: list[Level], n: int, title: str) -> None:
             "server CPU ms: floor": [f"{r.server['floor']:.1f}" for r in results],
             "server CPU ms: visible floor": [f"{r.server['visible']:.1f}" for r in results],
             "server CPU ms: gather (a)": [f"{1000 * r.cpu['server'] / n:.1f}" for r in results],
+            "worker CPU ms: floor": [f"{r.floor_full_cpu['floor']:.1f}" for r in results],
+            "worker CPU ms: visible floor": [f"{r.floor_full_cpu['visible']:.1f}" for r in results],
+            "worker CPU ms: gather (a)": [f"{1000 * r.cpu['workers'] / n:.1f}" for r in results],
         },
     )
 

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.local_qm import LocalQueueManager
@@ -76,13 +77,17 @@ class Stack:
                         MQGATHER_CONFIG=str(config))  # fmt: skip
         self.task_queue = f"chaos-{uuid.uuid4().hex[:8]}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        #: The command that starts a part other than the server, where it is not
+        #: mqgather's own (the floor's worker, in the chaos benchmark).
+        self.commands: dict[str, list[str]] = {}
         self.logs = tmp
 
     def start(self, part: str) -> None:
         if part == "server":
             args = self.server_args
         else:
-            args = [sys.executable, "-m", "mqgather.cli", part, "--task-queue", self.task_queue]
+            args = self.commands.get(part) or [sys.executable, "-m", "mqgather.cli", part,
+                                               "--task-queue", self.task_queue]  # fmt: skip
         log = open(self.logs / f"{part}.log", "ab")  # noqa: SIM115
         self.procs[part] = subprocess.Popen(args, env=self.env, stdout=log, stderr=log)
 
@@ -102,15 +107,20 @@ async def scatter_retrying(
     client: Client, qm: LocalQueueManager, correl: bytes, task_queue: str
 ) -> None:
     """Register a gather and put its leg requests, retrying while the server is down (a
-    refused scatter is backed out, so a retry sends nothing twice)."""
+    refused scatter is backed out, so a retry sends nothing twice). A start the client
+    gave up on because the server took no connection (still starting, past the client's
+    own retries) is one that never reached it, so it is retried too."""
     from bridge.fanout import ScatterError, scatter
 
     while True:
         try:
             await scatter(client, qm, SPEC, correl_id=correl, task_queue=task_queue)
             return
-        except ScatterError:
-            raise
+        except ScatterError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, RPCError) and cause.status == RPCStatusCode.UNAVAILABLE):
+                raise
+            await asyncio.sleep(0.2)
         except Exception:  # noqa: BLE001  (RPC and connection errors while it restarts)
             await asyncio.sleep(0.2)
 

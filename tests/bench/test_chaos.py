@@ -1,33 +1,87 @@
-"""The chaos benchmark's figures: recovery and drain, not the time left to send."""
+"""The chaos benchmark's figures: each kill's recovery, by part, and the drain from the
+last request, not the time left to send."""
 
 from __future__ import annotations
 
 import math
 
-from bench.chaos import recovery_and_drain
+from bench.chaos import (
+    PARTS,
+    drain,
+    first_of,
+    kill_schedule,
+    median_and_worst,
+    recoveries,
+    report,
+)
 
 
-def test_recovery_counts_from_the_kill_and_drain_from_the_last_request():
-    # Gathers a and b were sent before the kill at t=10; c and d after it, the last
-    # request at t=30. b's response came at 14 (a duplicate of it later, at 40).
-    taken = [b"a", b"b", b"c", b"b", b"d"]
-    at = [11.0, 14.0, 25.0, 40.0, 33.5]
-    recovered, drained = recovery_and_drain(taken, at, {b"a", b"b", b"c", b"d"},
-                                            {b"a", b"b"}, 10.0, 30.0)  # fmt: skip
-    assert recovered == 4.0  # b at 14, not the sending that went on until 30
-    # Answered before the kill: recovered at once.
-    assert recovery_and_drain([b"a"], [9.0], {b"a"}, {b"a"}, 10.0, 8.0) == (0.0, 1.0)
-    assert drained == 3.5  # d at 33.5; b's duplicate at 40 is not a later response
+def test_a_duplicate_response_counts_at_the_first():
+    assert first_of([b"a", b"b", b"a"], [1.0, 2.0, 5.0]) == {b"a": 1.0, b"b": 2.0}
 
 
-def test_a_gather_never_answered_leaves_the_figure_unknown():
-    recovered, drained = recovery_and_drain([b"a"], [12.0], {b"a", b"c"}, {b"a"}, 10.0, 30.0)
-    assert recovered == 2.0
-    assert math.isnan(drained)
-    recovered, _ = recovery_and_drain([b"c"], [31.0], {b"a", b"c"}, {b"a"}, 10.0, 30.0)
-    assert math.isnan(recovered)
+def test_recovery_counts_from_the_kill_to_the_last_gather_in_flight_at_it():
+    # a and b were sent before the worker's kill at 10, c after it; a was answered
+    # before the kill, b at 14, c at 25 (the sending went on until 30).
+    sent = {b"a": 1.0, b"b": 9.0, b"c": 12.0}
+    done = {b"a": 9.5, b"b": 14.0, b"c": 25.0}
+    assert recoveries(done, sent, [(10.0, "worker")]) == {"worker": [4.0]}
 
 
-def test_no_restart_recovers_at_once():
-    recovered, drained = recovery_and_drain([b"a"], [2.0], {b"a"}, set(), 0.0, 1.0)
-    assert (recovered, drained) == (0.0, 1.0)
+def test_each_part_keeps_each_of_its_kills():
+    sent = {b"a": 1.0, b"b": 19.0, b"c": 29.0}
+    done = {b"a": 12.0, b"b": 21.0, b"c": 29.5}
+    kills = [(10.0, "worker"), (20.0, "worker"), (29.25, "server")]
+    assert recoveries(done, sent, kills) == {"worker": [2.0, 1.0], "server": [0.25]}
+    assert median_and_worst([2.0, 1.0, 10.0]) == (2.0, 10.0)
+
+
+def test_a_kill_with_nothing_in_flight_recovers_at_once():
+    sent = {b"a": 1.0}
+    assert recoveries({b"a": 2.0}, sent, [(5.0, "bridge")]) == {"bridge": [0.0]}
+    assert recoveries({b"a": 2.0}, sent, []) == {}
+
+
+def test_a_gather_never_answered_leaves_its_kills_unknown():
+    sent = {b"a": 1.0, b"b": 2.0}
+    each = recoveries({b"a": 12.0}, sent, [(3.0, "worker"), (4.0, "server"), (0.5, "bridge")])
+    assert math.isnan(each["worker"][0])
+    assert math.isnan(each["server"][0])
+    assert each["bridge"] == [0.0]  # nothing had been sent yet
+    # One unknown kill of a part leaves its median and worst unknown.
+    assert all(math.isnan(v) for v in median_and_worst([2.0, math.nan, 1.0]))
+
+
+def test_drain_is_from_the_last_request():
+    sent = {b"a": 10.0, b"b": 30.0}
+    assert drain({b"a": 31.0, b"b": 33.5}, sent) == 3.5  # a's late answer is before b's
+    assert drain({b"a": 11.0, b"b": 30.5}, sent) == 0.5
+    assert math.isnan(drain({b"a": 11.0}, sent))
+
+
+def test_the_floor_is_killed_before_the_same_sends():
+    schedule = kill_schedule(1000, 3, seed=1)
+    assert schedule == kill_schedule(1000, 3, seed=1)
+    assert sorted(part for _, part in schedule) == sorted(PARTS * 3)
+    assert all(100 <= i < 900 for i, _ in schedule)
+    assert [i for i, _ in schedule] == sorted(i for i, _ in schedule)
+
+
+def test_the_report_sets_each_timing_beside_the_floors_then_each_kill():
+    figures = {"gathers": 10, "kills": 3, "lost responses": 0,
+               "recovery after a kill of the worker, worst (s)": 10.0,
+               "recovery after a kill of the bridge, worst (s)": 1.0,
+               "drain after the last request (s)": 0.5}  # fmt: skip
+    floor = {"floor workflows": 10, "kills": 2,
+             "recovery after a kill of the worker, worst (s)": 8.0,
+             "drain after the last request (s)": 0.0}  # fmt: skip
+    text = report((figures, {"worker": [10.0, 0.25], "bridge": [1.0]}),
+                  (floor, {"worker": [8.0, 0.5]}))  # fmt: skip
+    lines = {line.split("  ")[0].strip(): line.split() for line in text.splitlines()}
+    assert lines["recovery after a kill of the worker, worst (s)"][-3:] == ["10.0", "8.0", "1.25"]
+    assert lines["recovery after a kill of the bridge, worst (s)"][-1] == "1.0"  # no floor
+    assert lines["drain after the last request (s)"][-1] == "-"  # a floor of nothing
+    assert lines["kills"][-2:] == ["3", "2"]
+    assert "  the worker, gathers: 10.00, 0.25" in text.splitlines()
+    assert "  the worker, floor: 8.00, 0.50" in text.splitlines()
+    assert "  the bridge, gathers: 1.00" in text.splitlines()

@@ -13,10 +13,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from bench.figures import ENV_RECORD, read
 from bench.gather_throughput import (
     FLOOR_OPEN_PREFIX,
     FLOOR_STAGES,
@@ -28,6 +30,7 @@ from bench.gather_throughput import (
     _wait_rows,
     floor_stages,
     open_floor,
+    record_level,
     threads_scheduled,
     trivial_worker,
     waits_per_run,
@@ -194,3 +197,23 @@ def test_the_floor_table_shows_each_wait_and_a_dash_where_none_was_measured() ->
     assert rows["queued per ms run, server (c)"] == ["0.72", "-"]
     assert rows["queued per ms run, floor (d)"] == ["1.70", "-"]
     assert rows["queued per ms run, bridge (c)"] == ["1.23", "-"]
+
+
+def test_the_workers_cpu_at_full_speed_is_set_beside_the_floors_at_full_speed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gather = {name: [1.0, 2.0] for name in STAGES}
+    floor = {name: [1.0, 2.0] for name in FLOOR_STAGES}
+    level = Level(0, 50.0, 60.0, {"workers": 6.0, "bridges": 1.0, "server": 12.0}, [], [], gather,
+                  4.0, floor, 6.5, {"floor": 55.0, "visible": 52.0},
+                  {"ceiling": 10.0, "floor": 11.0, "visible": 12.0},
+                  floor_full_cpu={"floor": 4.0, "visible": 5.0})  # fmt: skip
+    out = tmp_path / "figures.jsonl"
+    monkeypatch.setenv(ENV_RECORD, str(out))
+    record_level(level, 1000)
+    full = [f for f in read(out) if f.name.startswith("worker CPU ms per gather at full speed")]
+    assert [(f.value, f.floor, f.floor_name) for f in full] == [
+        (6.0, 4.0, "floor's worker at full speed (e)"),
+        (6.0, 5.0, "visible floor's worker at full speed (e)"),
+    ]
+    assert full[0].ratio == 1.5
