@@ -1,9 +1,9 @@
 """Chaos benchmark: gathers at a steady rate while the worker, the bridge and the
 Temporal dev server are each killed (SIGKILL) at random moments, with a requester that
 takes every response the instant it lands. Prints gathers, kills, lost replies and
-responses, duplicate responses, and two timings: each part's worst recovery (the most
-seconds from one of its kills until every gather in flight at it had its response) and
-the drain (how long after the last request every gather had its response).
+responses, duplicate responses, and two timings: each kill's recovery (how long after
+it every gather in flight at it had its response), with each part's median and worst,
+and the drain (how long after the last request every gather had its response).
 
 Then the floor: the platform alone doing the same. The floor's workflows (the gather's
 shape with no MQ and no mqgather code, ``bench.trivial``), each started and then
@@ -162,8 +162,8 @@ async def _send_all(
 async def run(
     gathers: int, rate: float, schedule: list[tuple[int, str]], tmp: Path, large: bool = False
 ) -> Run:
-    """The gathers' run: the counts that must be zero, each part's worst recovery and the
-    drain, on the requester's clock (``time.monotonic``)."""
+    """The gathers' run: the counts that must be zero, each kill's recovery and the drain,
+    on the requester's clock (``time.monotonic``)."""
     path = tmp / "qm.db"
     prepare_queues(path, [leg.queue() for leg in LEGS], bothresh=5)
     stack = Stack(tmp, path)
@@ -319,14 +319,22 @@ def main() -> None:
         )
         floor = asyncio.run(run_floor(args.gathers, args.rate, schedule, Path(tmp) / "floor"))
     print(report(gathers, floor))
-    figures, floor_figures = gathers[0], floor[0]
+    record_run(gathers[0], floor[0])
+
+
+def record_run(figures: dict[str, float], floor_figures: dict[str, float]) -> None:
+    """The run's figures for `make bench`'s table: the counts against their target of 0,
+    the drain against its target in seconds, each timing beside the floor's."""
     for name in ("lost responses", "duplicate responses", "lost replies", "replies elsewhere"):
         record(Figure("chaos", name, figures[name], "messages", target=0))
+    drained = "drain after the last request (s)"
+    # Its target is seconds, not a ratio: judged alone, then set beside the floor's.
+    record(Figure("chaos", drained.removesuffix(" (s)"), figures[drained], "s",
+                  target=DRAIN_TARGET_S))  # fmt: skip
     for key, value in figures.items():
-        if key.startswith("recovery") or key.startswith("drain"):
-            target = DRAIN_TARGET_S if key.startswith("drain") else None
+        if key.startswith("recovery") or key == drained:
             record(Figure("chaos", key.removesuffix(" (s)"), value, "s", floor_figures.get(key),
-                          FLOOR_NAME if key in floor_figures else "", target=target))  # fmt: skip
+                          FLOOR_NAME if key in floor_figures else ""))  # fmt: skip
 
 
 def report(gathers: Run, floor: Run) -> str:

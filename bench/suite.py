@@ -82,9 +82,10 @@ def table(figures: list[Figure]) -> list[str]:
         digits = 2 if first.unit in ("ms", "x") else 1
         value = f"{_spread([r.value for r in runs], digits)} {first.unit}"
         ratios = [r.ratio for r in runs if r.ratio is not None]
-        floor = (f"{_spread([r.floor for r in runs if r.floor is not None], digits)} {first.unit}"
-                 if ratios else "")  # fmt: skip
-        ratio = _spread(ratios, 2) if ratios else ""
+        floors = [r.floor for r in runs if r.floor is not None]
+        floor = f"{_spread(floors, digits)} {first.unit}" if floors else ""
+        # A floor of nothing (a kill the platform's workflows did not notice) has no ratio.
+        ratio = _spread(ratios, 2) if ratios else ("-" if floors else "")
         met = ""
         if first.target is not None:
             judged = statistics.median(ratios) if ratios else statistics.median(

@@ -6,14 +6,18 @@ from __future__ import annotations
 import math
 
 from bench.chaos import (
+    DRAIN_TARGET_S,
+    FLOOR_NAME,
     PARTS,
     drain,
     first_of,
     kill_schedule,
     median_and_worst,
+    record_run,
     recoveries,
     report,
 )
+from bench.figures import ENV_RECORD, read
 
 
 def test_a_duplicate_response_counts_at_the_first():
@@ -85,3 +89,28 @@ def test_the_report_sets_each_timing_beside_the_floors_then_each_kill():
     assert "  the worker, gathers: 10.00, 0.25" in text.splitlines()
     assert "  the worker, floor: 8.00, 0.50" in text.splitlines()
     assert "  the bridge, gathers: 1.00" in text.splitlines()
+
+
+def test_the_drain_is_judged_in_seconds_and_set_beside_the_floor_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_RECORD, str(tmp_path / "f.jsonl"))
+    figures = {"lost responses": 0, "duplicate responses": 0, "lost replies": 0,
+               "replies elsewhere": 0, "recovery after a kill of the worker, worst (s)": 10.0,
+               "recovery after a kill of the bridge, worst (s)": 4.0,
+               "drain after the last request (s)": 15.0}  # fmt: skip
+    floor = {"recovery after a kill of the worker, worst (s)": 10.0,
+             "drain after the last request (s)": 5.0}  # fmt: skip
+    record_run(figures, floor)
+    rows = {(f.name, f.floor_name): f for f in read(tmp_path / "f.jsonl")}
+    judged = rows[("drain after the last request", "")]
+    # 15 s against 10 s: not met, though it is 3 x a floor of 5 s (a ratio under 10).
+    assert (judged.value, judged.floor, judged.target) == (15.0, None, DRAIN_TARGET_S)
+    beside = rows[("drain after the last request", FLOOR_NAME)]
+    assert (beside.ratio, beside.target) == (3.0, None)
+    assert rows[("recovery after a kill of the worker, worst", FLOOR_NAME)].ratio == 1.0
+    assert rows[("recovery after a kill of the bridge, worst", "")].floor is None
+    assert {f.name for f in rows.values() if f.target == 0} == {
+        "lost responses",
+        "duplicate responses",
+        "lost replies",
+        "replies elsewhere",
+    }

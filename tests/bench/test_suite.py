@@ -69,3 +69,11 @@ def test_the_table_gives_median_range_and_whether_the_target_is_met(tmp_path, mo
     assert "| 1.20 (1.10 to 1.40) | ≤ 1.2 | yes |" in cpu
     assert "| 1.00 (0.90 to 1.04) | ≥ 0.9 | yes |" in e2e
     assert bridge.endswith("| 1.40 ms |  |  |  | ≤ 1.5 | yes |")
+
+
+def test_a_floor_of_nothing_is_shown_without_a_ratio(tmp_path, monkeypatch):
+    # The platform's workflows rode out a server kill at once: the floor is 0 s.
+    monkeypatch.setenv(figures.ENV_RECORD, str(tmp_path / "f.jsonl"))
+    record(Figure("chaos", "recovery", 10.0, "s", 0.0, "the platform's workflows"))
+    (row,) = table(read(tmp_path / "f.jsonl"))[2:]
+    assert row.endswith("| 10.0 s | the platform's workflows | 0.0 s | - |  |  |")
