@@ -38,10 +38,11 @@ from typing import TypeVar
 
 from temporalio.client import Client
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from bench.figures import Figure, command_line, exclusive, record
-from bench.gather_throughput import trivial_worker
+from bench.gather_throughput import paced, trivial_worker
+from bench.trivial import FLOOR_TASK_QUEUE, TrivialLocalWorkflow
 from bridge.mq.local_qm import LocalQueueManager
 from tests.chaos import LARGE, LEGS, SPEC, Requester, Stack, put_replies, scatter_retrying
 from tests.harness import connect_when_up, prepare_queues
@@ -59,8 +60,6 @@ DRAIN_TARGET_S = 10.0
 #: The parts killed, in the order the schedule is drawn for; the floor has no bridge.
 PARTS = ("worker", "bridge", "server")
 
-#: The floor's workflow: the gather's shape without MQ and without mqgather's code.
-FLOOR_WORKFLOW = "TrivialLocal"
 #: What the timings are set against in the results table.
 FLOOR_NAME = "the platform's workflows, the same kills"
 
@@ -139,8 +138,7 @@ async def _send_all(
     pending = list(schedule)
     sent_at: dict[K, float] = {}
     kills: list[tuple[float, str]] = []
-    start = time.monotonic()
-    for i in range(n):
+    async for i in paced(n, rate):
         while pending and pending[0][0] == i:
             _, part = pending.pop(0)
             if part not in stack.procs:
@@ -151,9 +149,6 @@ async def _send_all(
             print(f"  {label}: killed and restarted the {part} at {i}", flush=True)
         key = await send(i)
         sent_at[key] = clock()
-        pause = start + (i + 1) / rate - time.monotonic()
-        if pause > 0:
-            await asyncio.sleep(pause)  # the steady rate
         if i % 100 == 99:
             print(f"  {label}: {i + 1} sent", flush=True)
     return sent_at, kills
@@ -234,10 +229,12 @@ async def _send_floor(client: Client, workflow_id: str) -> None:
     """Start one floor workflow, then signal it, as a gather is registered and then sent
     its replies: two workflow tasks, the second on the worker that ran the first (its
     sticky queue). Each step is retried while the server is down; a start that reached it
-    before is taken as made, and a second signal changes nothing."""
+    before is taken as made, and so is a signal the workflow already closed on (only its
+    signal closes it), while a second signal changes nothing."""
     while True:
         try:
-            await client.start_workflow(FLOOR_WORKFLOW, id=workflow_id, task_queue="trivial")
+            await client.start_workflow(TrivialLocalWorkflow.run, id=workflow_id,
+                                        task_queue=FLOOR_TASK_QUEUE)  # fmt: skip
             break
         except WorkflowAlreadyStartedError:
             break
@@ -245,9 +242,11 @@ async def _send_floor(client: Client, workflow_id: str) -> None:
             await asyncio.sleep(0.2)
     while True:
         try:
-            await client.get_workflow_handle(workflow_id).signal("go", "x")
+            await client.get_workflow_handle(workflow_id).signal(TrivialLocalWorkflow.go, "x")
             return
-        except RPCError:
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return  # closed: the signal's first try reached it, its answer did not
             await asyncio.sleep(0.2)
 
 

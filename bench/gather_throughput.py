@@ -62,6 +62,7 @@ from bench import gcwatch, worker_parts
 from bench.figures import RUN_THROUGH_MAKE, Figure, command_line, exclusive, record
 from bench.figures import percentile as _q
 from bench.profile import Sampler, table
+from bench.trivial import FLOOR_TASK_QUEUE
 from bridge.mq.local_qm import LocalQueueManager
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, parse_config
@@ -242,13 +243,17 @@ def trivial_worker(
     """The module and arguments of the floor's worker (``bench.trivial``), its client
     compressing gRPC as mqgather's clients do, and keeping ``cached`` workflows between
     tasks as the gathers' worker keeps gathers."""
-    return ["bench.trivial", "--address", address, "--task-queue", "trivial",
+    return ["bench.trivial", "--address", address, "--task-queue", FLOOR_TASK_QUEUE,
             "--grpc-compression", grpc_compression_name(), "--max-cached", str(cached),
             *(["--sandbox"] if sandbox else [])]  # fmt: skip
 
 
 async def _start_trivial(
-    client: Client, workflow: str, workflow_id: str, task_queue: str = "trivial", **options: Any
+    client: Client,
+    workflow: str,
+    workflow_id: str,
+    task_queue: str = FLOOR_TASK_QUEUE,
+    **options: Any,
 ) -> WorkflowHandle:
     """Start one of ``bench.trivial``'s workflows by signal-with-start."""
     return await client.start_workflow(
@@ -560,7 +565,9 @@ async def _first_task_done(handle: WorkflowHandle) -> bool:
     return False
 
 
-async def open_floor(client: Client, opened: int, level: int, task_queue: str = "trivial") -> None:
+async def open_floor(
+    client: Client, opened: int, level: int, task_queue: str = FLOOR_TASK_QUEUE
+) -> None:
     """Open floor workflows until ``level`` wait on the floor's worker (the first
     ``opened`` wait already), each past its first task as an open gather is. At a level
     the floor's worker then holds as many workflows as the gathers' worker holds gathers,

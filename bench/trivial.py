@@ -30,6 +30,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from bench.figures import command_line
 from mqgather import names
 
+#: The floor's task queue, on the floor's worker (``--task-queue``) and for its starters.
+FLOOR_TASK_QUEUE = "trivial"
+
 
 @workflow.defn(name="Trivial")
 class TrivialWorkflow:

@@ -59,6 +59,7 @@ from bench.gather_throughput import (
     paced,
     trivial_worker,
 )
+from bench.trivial import FLOOR_TASK_QUEUE
 from bridge.mq.models import MQMessage
 from mqgather.config import AggregateSpec, parse_config
 from mqgather.names import SIGNAL_REPLIES, TASK_QUEUE
@@ -308,7 +309,7 @@ def starters(
     spec: AggregateSpec,
     task_queue: str = TASK_QUEUE,
     legs: tuple[str, ...] = LEGS,
-    trivial_queue: str = "trivial",
+    trivial_queue: str = FLOOR_TASK_QUEUE,
 ) -> dict[str, Callable[[str], Awaitable[WorkflowHandle]]]:
     """For each kind, how one workflow of it starts (given a unique tag of 12 characters
     or fewer); a gather on ``task_queue`` with a reply of each of ``legs`` in its start

@@ -29,7 +29,7 @@ from mqgather.constants import MAX_KEPT_REQUEST_BYTES, MAX_WAIT_SECONDS
 from mqgather.errors import MQGatherError, first_problem
 from mqgather.limits import queue_name_problem, shown
 from mqgather.names import PROP_AGGREGATE, SIGNAL_EXPECT, TASK_QUEUE
-from mqgather.runtime.temporal import refusal
+from mqgather.runtime.temporal import TRANSIENT_RPC, dropped, refusal
 from workflows.gather import GatherWorkflow
 from workflows.models import (
     LegRequest,
@@ -174,6 +174,10 @@ async def scatter(
     Raises:
         ScatterError: the gather already exists and is closed, or (correlid
             identification) the CorrelId does not fit the layout.
+        TemporalUnavailable: the server dropped the start (it starts, restarts or sheds
+            load). The requests were backed out, so the scatter may be made again; a
+            start that reached the server all the same takes it as a second
+            registration of the same gather.
     """
     if spec.leg_identification == "group":
         raise ScatterError(
@@ -258,6 +262,8 @@ async def scatter(
         raise ScatterError(f"gather {gid} not registered: {first_problem(exc)}") from exc
     except RPCError as exc:
         transport.backout()
+        if exc.status in TRANSIENT_RPC:
+            raise dropped(client, f"starting gather {gid} (its requests backed out)", exc) from exc
         raise ScatterError(f"gather {gid} not registered: {refusal(exc, 'the start')}") from exc
     except BaseException:
         transport.backout()

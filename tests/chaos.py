@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from bridge.mq.errors import NoMessageAvailable
 from bridge.mq.local_qm import LocalQueueManager
@@ -107,21 +106,16 @@ async def scatter_retrying(
     client: Client, qm: LocalQueueManager, correl: bytes, task_queue: str
 ) -> None:
     """Register a gather and put its leg requests, retrying while the server is down (a
-    refused scatter is backed out, so a retry sends nothing twice). A start the client
-    gave up on because the server took no connection (still starting, past the client's
-    own retries) is one that never reached it, so it is retried too."""
+    start it dropped is backed out, so a retry sends nothing twice)."""
     from bridge.fanout import ScatterError, scatter
 
     while True:
         try:
             await scatter(client, qm, SPEC, correl_id=correl, task_queue=task_queue)
             return
-        except ScatterError as exc:
-            cause = exc.__cause__
-            if not (isinstance(cause, RPCError) and cause.status == RPCStatusCode.UNAVAILABLE):
-                raise
-            await asyncio.sleep(0.2)
-        except Exception:  # noqa: BLE001  (RPC and connection errors while it restarts)
+        except ScatterError:
+            raise
+        except Exception:  # noqa: BLE001  (a start it dropped, and connection errors)
             await asyncio.sleep(0.2)
 
 

@@ -194,7 +194,7 @@ async def ensure_search_attributes(client: Client) -> None:
         )
     except RPCError as exc:
         if exc.status in TRANSIENT_RPC:
-            raise _dropped(client, "listing search attributes", exc) from exc
+            raise dropped(client, "listing search attributes", exc) from exc
         if exc.status != RPCStatusCode.NOT_FOUND:
             raise
         raise ConfigError(
@@ -216,7 +216,7 @@ async def ensure_search_attributes(client: Client) -> None:
         except RPCError as exc:
             if exc.status not in TRANSIENT_RPC:
                 raise
-            raise _dropped(client, "adding search attributes", exc) from exc
+            raise dropped(client, "adding search attributes", exc) from exc
 
 
 def refusal(exc: RPCError, call: str = "the call") -> str:
@@ -231,8 +231,9 @@ def refusal(exc: RPCError, call: str = "the call") -> str:
     return said
 
 
-def _dropped(client: Client, call: str, exc: RPCError) -> TemporalUnavailable:
-    """The error of a call the server dropped (it starts, restarts or sheds load)."""
+def dropped(client: Client, call: str, exc: RPCError) -> TemporalUnavailable:
+    """The error of a call the server dropped (it starts, restarts or sheds load): one
+    that is worth another try, with ``exc.status`` in :data:`TRANSIENT_RPC`."""
     host = client.service_client.config.target_host
     return TemporalUnavailable(
         f"Temporal at {host} dropped the call {call} ({exc.status.name}: {exc.message})"

@@ -83,3 +83,42 @@ async def test_a_start_temporal_refuses_says_why_and_sends_no_request(
     assert "Temporal refused the start (INVALID_ARGUMENT" in said and "search attribute" in said
     assert "a worker or bridge defines mqgather's search attributes as it starts" in said
     assert depths == {"CREDIT": 0, "STOCK": 0}
+
+
+async def test_a_start_the_server_drops_is_a_retry_not_a_refusal(tmp_path):
+    """The server gone (killed, about to restart): the start fails UNAVAILABLE. The
+    requests are backed out, and the error is the one that says to try again, not the
+    refusal a caller should give up on."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.service import RetryConfig
+
+    from bridge.fanout import scatter
+    from bridge.mq.local_qm import LocalQueueManager
+    from mqgather.runtime.temporal import TemporalUnavailable, dev_server_args
+    from tests.harness import prepare_queues, start_dev_server
+
+    def args_for(ports: list[int]) -> list[str]:
+        return [*dev_server_args(str(tmp_path / "t.db"), ports[0], ports[1]), "--headless"]
+
+    server, _, (port, _) = await start_dev_server(tmp_path, args_for, 2)
+    try:
+        # Its own retries off, so that the test does not wait them out.
+        client = await Client.connect(f"localhost:{port}", data_converter=pydantic_data_converter,
+                                      retry_config=RetryConfig(max_retries=0))  # fmt: skip
+    finally:
+        server.kill()
+        server.wait(30)
+    spec = AggregateSpec(name="down", legs=LEGS, timeout_seconds=30)
+    path = tmp_path / "qm.db"
+    prepare_queues(path, [leg.queue() for leg in LEGS])
+    with LocalQueueManager(path) as qm:
+        with pytest.raises(TemporalUnavailable) as dropped:
+            await scatter(client, qm, spec)
+        qm.commit()
+        depths = {leg.name: qm.inquire(leg.queue()).curdepth for leg in LEGS}
+    said = str(dropped.value)
+    assert "dropped the call starting gather gather:down:" in said
+    assert "its requests backed out" in said and "UNAVAILABLE" in said
+    assert not isinstance(dropped.value, ScatterError)
+    assert depths == {"CREDIT": 0, "STOCK": 0}
